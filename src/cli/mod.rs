@@ -1,0 +1,79 @@
+//! The `steward` command line: one clap tree, dispatched in one `match`.
+//!
+//! Each subcommand's work lives in its own module; this file only parses and routes.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod e2b;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "steward",
+    version,
+    about = "A human in the loop for an E2B sandbox fleet"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the Slack app (commands, interactions, events) and its workers.
+    Serve,
+    /// Run a local simulator of E2B or Slack.
+    #[command(subcommand)]
+    Sim(SimCommand),
+    /// Call the E2B API directly.
+    E2b(e2b::E2bArgs),
+    /// Say which settings are missing or invalid.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// An HTTP server on 127.0.0.1 that behaves like E2B's control-plane API.
+    E2b(crate::sim::e2b::SimOptions),
+    /// An HTTP server on 127.0.0.1 that records what Steward posts to Slack.
+    Slack(crate::sim::slack::SlackSimOptions),
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve => crate::startup::serve_from_env().await,
+        Command::Sim(SimCommand::E2b(opts)) => crate::sim::e2b::run_cli(opts).await,
+        Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
+        Command::E2b(args) => e2b::run(args).await,
+        Command::Check => check(),
+    }
+}
+
+fn check() -> anyhow::Result<ExitCode> {
+    let settings = crate::config::Settings::load(&crate::config::ProcessEnv)?;
+    let mut missing = Vec::new();
+    if settings.e2b.api_key.is_none() {
+        missing.push("E2B_API_KEY is not set: Steward cannot call E2B.");
+    }
+    if settings.e2b.team_id.is_none() {
+        missing.push("E2B_PROJECT_ID (or E2B_TEAM_ID) is not set: team metrics are unavailable.");
+    }
+    if settings.slack.bot_token.is_none() {
+        missing.push("SLACK_BOT_TOKEN is not set: Steward cannot post to Slack.");
+    }
+    if settings.slack.signing_secret.is_none() {
+        missing.push("SLACK_SIGNING_SECRET is not set: every Slack request will be refused.");
+    }
+    if missing.is_empty() {
+        println!(
+            "Configuration is complete (listening on {}).",
+            settings.listen
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in &missing {
+        println!("{line}");
+    }
+    Ok(ExitCode::from(1))
+}

@@ -1,0 +1,311 @@
+//! One `Settings` tree for the whole service.
+//!
+//! Secrets and endpoints come from conventional environment variables (`E2B_API_KEY`,
+//! `SLACK_SIGNING_SECRET`, `REDIS_URL`, ...); policy (channels, approvers, thresholds) comes
+//! from `steward.toml`. Defaults are embedded here so Steward runs with no file at all.
+//! Secrets are `SecretString`, so they never reach logs or `Debug` output.
+//!
+//! This module reads the environment and files; it must not open network connections.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// Default E2B control-plane base URL.
+pub const DEFAULT_E2B_API_URL: &str = "https://api.e2b.app";
+/// Default Slack Web API base URL (no trailing slash).
+pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
+/// Default request timeout for E2B calls.
+pub const DEFAULT_E2B_REQUEST_TIMEOUT_SECS: u64 = 60;
+/// Default listen address for `steward serve`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
+/// Default Redis URL.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Default prefix of every Redis key Steward writes.
+pub const DEFAULT_REDIS_PREFIX: &str = "steward";
+
+/// Why configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name} is not valid: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error("could not read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid TOML for steward.toml: {source}")]
+    Toml {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+}
+
+/// Where environment values come from. Production uses the process environment; tests pass a map.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned().filter(|v| !v.trim().is_empty())
+    }
+}
+
+/// Settings for the E2B client.
+#[derive(Debug, Clone)]
+pub struct E2bSettings {
+    /// Base URL without a trailing slash, e.g. `https://api.e2b.app`.
+    pub api_url: String,
+    /// `X-API-Key`. `None` when not configured (commands that need E2B then say so).
+    pub api_key: Option<SecretString>,
+    /// The team (E2B also calls it project) id, needed for team metrics.
+    pub team_id: Option<String>,
+    /// Timeout of one HTTP request.
+    pub request_timeout: Duration,
+}
+
+impl E2bSettings {
+    /// Settings for a local simulator at `base_url` with `api_key`.
+    pub fn for_url(base_url: &str, api_key: &str) -> Self {
+        Self {
+            api_url: base_url.trim_end_matches('/').to_owned(),
+            api_key: Some(SecretString::from(api_key.to_owned())),
+            team_id: None,
+            request_timeout: Duration::from_secs(DEFAULT_E2B_REQUEST_TIMEOUT_SECS),
+        }
+    }
+
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        let request_timeout = match env.var("E2B_REQUEST_TIMEOUT") {
+            Some(v) => parse_duration("E2B_REQUEST_TIMEOUT", &v)?,
+            None => Duration::from_secs(DEFAULT_E2B_REQUEST_TIMEOUT_SECS),
+        };
+        Ok(Self {
+            api_url: env
+                .var("E2B_API_URL")
+                .unwrap_or_else(|| DEFAULT_E2B_API_URL.to_owned())
+                .trim_end_matches('/')
+                .to_owned(),
+            api_key: env.var("E2B_API_KEY").map(SecretString::from),
+            // E2B's newer name for a team is "project"; accept both, preferring the newer one.
+            team_id: env.var("E2B_PROJECT_ID").or_else(|| env.var("E2B_TEAM_ID")),
+            request_timeout,
+        })
+    }
+}
+
+/// Settings for Slack.
+#[derive(Debug, Clone)]
+pub struct SlackSettings {
+    /// Web API base URL without a trailing slash, e.g. `https://slack.com/api`.
+    pub api_url: String,
+    pub bot_token: Option<SecretString>,
+    pub signing_secret: Option<SecretString>,
+    /// A directory whose templates override the embedded ones.
+    pub templates_dir: Option<PathBuf>,
+}
+
+impl SlackSettings {
+    pub fn from_env(env: &dyn Env) -> Self {
+        Self {
+            api_url: env
+                .var("SLACK_API_URL")
+                .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_owned())
+                .trim_end_matches('/')
+                .to_owned(),
+            bot_token: env.var("SLACK_BOT_TOKEN").map(SecretString::from),
+            signing_secret: env.var("SLACK_SIGNING_SECRET").map(SecretString::from),
+            templates_dir: env.var("STEWARD_TEMPLATES").map(PathBuf::from),
+        }
+    }
+}
+
+/// Settings for Redis.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// The URL may carry a password, so it is a secret.
+    pub url: SecretString,
+    /// Every key starts with this prefix.
+    pub key_prefix: String,
+}
+
+impl RedisSettings {
+    pub fn from_env(env: &dyn Env) -> Self {
+        Self {
+            url: SecretString::from(
+                env.var("REDIS_URL")
+                    .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+            ),
+            key_prefix: env
+                .var("STEWARD_REDIS_PREFIX")
+                .unwrap_or_else(|| DEFAULT_REDIS_PREFIX.to_owned()),
+        }
+    }
+}
+
+/// Policy read from `steward.toml`. Every field has a default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    pub channels: Channels,
+}
+
+/// Where Steward posts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Channels {
+    /// Approval cases; when unset, the channel the command came from.
+    pub approvals: Option<String>,
+    /// Hygiene digests.
+    pub hygiene: Option<String>,
+    /// Push-test failures.
+    pub engineering: Option<String>,
+}
+
+impl Policy {
+    /// Reads `path`. A missing file gives the defaults only when `required` is false.
+    pub fn load(path: &Path, required: bool) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Self::default());
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        Self::parse(&text).map_err(|source| ConfigError::Toml {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
+/// Everything `steward serve` needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub e2b: E2bSettings,
+    pub slack: SlackSettings,
+    pub redis: RedisSettings,
+    pub policy: Policy,
+}
+
+impl Settings {
+    /// Loads settings from `env`; `steward.toml` from `STEWARD_CONFIG` (required to exist when
+    /// set) or `./steward.toml` (optional).
+    pub fn load(env: &dyn Env) -> Result<Self, ConfigError> {
+        let listen_text = env
+            .var("STEWARD_LISTEN")
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen = listen_text.parse().map_err(|_| ConfigError::Invalid {
+            name: "STEWARD_LISTEN".into(),
+            reason: format!("{listen_text:?} is not an address like 127.0.0.1:3000"),
+        })?;
+        let policy = match env.var("STEWARD_CONFIG") {
+            Some(path) => Policy::load(Path::new(&path), true)?,
+            None => Policy::load(Path::new("steward.toml"), false)?,
+        };
+        Ok(Self {
+            listen,
+            e2b: E2bSettings::from_env(env)?,
+            slack: SlackSettings::from_env(env),
+            redis: RedisSettings::from_env(env),
+            policy,
+        })
+    }
+}
+
+/// Parses `90s`, `10m`, `2h`, `1d` or a bare number of seconds.
+pub fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(value).map_err(|e| ConfigError::Invalid {
+        name: name.to_owned(),
+        reason: format!("{value:?} is not a duration like 90s, 10m or 2h ({e})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let e2b = E2bSettings::from_env(&env(&[])).unwrap();
+        assert_eq!(e2b.api_url, DEFAULT_E2B_API_URL);
+        assert!(e2b.api_key.is_none());
+        assert_eq!(e2b.request_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn project_id_is_preferred_over_team_id() {
+        let e2b = E2bSettings::from_env(&env(&[("E2B_TEAM_ID", "old"), ("E2B_PROJECT_ID", "new")]))
+            .unwrap();
+        assert_eq!(e2b.team_id.as_deref(), Some("new"));
+        let e2b = E2bSettings::from_env(&env(&[("E2B_TEAM_ID", "old")])).unwrap();
+        assert_eq!(e2b.team_id.as_deref(), Some("old"));
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug_output() {
+        let e2b = E2bSettings::from_env(&env(&[("E2B_API_KEY", "e2b_deadbeef")])).unwrap();
+        let slack = SlackSettings::from_env(&env(&[
+            ("SLACK_BOT_TOKEN", "xoxb-secret-token"),
+            ("SLACK_SIGNING_SECRET", "signing-secret-value"),
+        ]));
+        let shown = format!("{e2b:?} {slack:?}");
+        assert!(!shown.contains("deadbeef"), "{shown}");
+        assert!(!shown.contains("xoxb-secret-token"), "{shown}");
+        assert!(!shown.contains("signing-secret-value"), "{shown}");
+        assert_eq!(e2b.api_key.unwrap().expose_secret(), "e2b_deadbeef");
+    }
+
+    #[test]
+    fn durations_parse_in_human_units() {
+        assert_eq!(parse_duration("x", "90").unwrap(), Duration::from_secs(90));
+        assert_eq!(
+            parse_duration("x", "10m").unwrap(),
+            Duration::from_secs(600)
+        );
+        assert!(parse_duration("x", "soon").is_err());
+    }
+
+    #[test]
+    fn unknown_policy_keys_are_refused() {
+        assert!(Policy::parse("[channels]\napprovals = \"C1\"\n").is_ok());
+        assert!(Policy::parse("[chanels]\napprovals = \"C1\"\n").is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! Sandbox Steward puts a human in the loop of an E2B sandbox fleet.
+//!
+//! Agents create E2B sandboxes all day; Steward lets people see and operate that fleet from
+//! Slack, and makes sure nothing irreversible (kill, delete template) happens without a
+//! recorded human decision.
+//!
+//! # Layout
+//! - [`cli`]: the `steward` command line (serve, sim, e2b, audit, ...).
+//! - [`config`]: one `Settings` tree from the environment and `steward.toml`.
+//! - [`telemetry`]: tracing subscriber setup.
+//! - [`ids`]: typed identifiers with parse constructors.
+//! - [`startup`]: `Application::build` binds the server and runs it with its workers.
+//! - [`http`]: the one route table and the HTTP error type.
+//! - [`slack`]: request signatures, payloads, the Web API client, message templates.
+//! - [`e2b`]: the typed client for E2B's control-plane API.
+//! - [`cases`]: the approval-case state machine (pure, no I/O).
+//! - [`store`]: the only module that knows Redis keys and scripts.
+//! - [`jobs`]: the durable work queue and its workers.
+//! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
+pub mod cases;
+pub mod cli;
+pub mod config;
+pub mod e2b;
+pub mod http;
+pub mod ids;
+pub mod jobs;
+pub mod sim;
+pub mod slack;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,1 @@
+//! Placeholder module: filled in by its issue.
