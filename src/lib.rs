@@ -15,6 +15,7 @@
 //! - [`e2b`]: the typed client for E2B's control-plane API.
 //! - [`cases`]: the approval-case state machine (pure, no I/O).
 //! - [`store`]: the only module that knows Redis keys and scripts.
+//! - [`hygiene`]: idle detection (pure policy) and the fleet sweep.
 //! - [`jobs`]: the durable work queue and its workers.
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
 pub mod cases;
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod e2b;
 pub mod http;
+pub mod hygiene;
 pub mod ids;
 pub mod jobs;
 pub mod sim;
