@@ -813,9 +813,9 @@ fn metric_cells(m: &SandboxMetric) -> Vec<String> {
     ]
 }
 
-fn bytes(n: u64) -> String {
+fn bytes(n: i64) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
-    let mib = n as f64 / MIB;
+    let mib = n.max(0) as f64 / MIB;
     if mib >= 1024.0 {
         format!("{:.1} GiB", mib / 1024.0)
     } else {

@@ -260,6 +260,9 @@ pub struct SandboxDetail {
 }
 
 /// One resource sample of a sandbox. Memory and disk are in bytes.
+///
+/// Integers are signed because the spec types them as plain `int32`/`int64` with no minimum
+/// (unlike `cpuCount` of a sandbox, which has `minimum: 1`); a spec-driven server may send any.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxMetric {
@@ -267,13 +270,13 @@ pub struct SandboxMetric {
     #[serde(default)]
     pub timestamp: Option<DateTime<Utc>>,
     pub timestamp_unix: i64,
-    pub cpu_count: u32,
+    pub cpu_count: i32,
     pub cpu_used_pct: f64,
-    pub mem_used: u64,
-    pub mem_total: u64,
-    pub mem_cache: u64,
-    pub disk_used: u64,
-    pub disk_total: u64,
+    pub mem_used: i64,
+    pub mem_total: i64,
+    pub mem_cache: i64,
+    pub disk_used: i64,
+    pub disk_total: i64,
 }
 
 /// One sample of team-wide metrics.
@@ -283,7 +286,7 @@ pub struct TeamMetric {
     #[serde(default)]
     pub timestamp: Option<DateTime<Utc>>,
     pub timestamp_unix: i64,
-    pub concurrent_sandboxes: u32,
+    pub concurrent_sandboxes: i32,
     /// Sandboxes started per second.
     pub sandbox_start_rate: f64,
 }
@@ -458,8 +461,8 @@ pub struct Template {
     pub updated_at: DateTime<Utc>,
     pub created_by: Option<TeamUser>,
     pub last_spawned_at: Option<DateTime<Utc>>,
-    pub spawn_count: u64,
-    pub build_count: u32,
+    pub spawn_count: i64,
+    pub build_count: i32,
     pub envd_version: String,
     pub build_status: TemplateBuildStatus,
 }
@@ -497,7 +500,7 @@ pub struct TemplateWithBuilds {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub last_spawned_at: Option<DateTime<Utc>>,
-    pub spawn_count: u64,
+    pub spawn_count: i64,
     pub builds: Vec<TemplateBuild>,
 }
 
