@@ -577,20 +577,20 @@ pub(crate) async fn metrics_many(State(sim): State<Arc<Sim>>, RawQuery(raw): Raw
     }
     let now = now_ms();
     let latest = now.div_euclid(1000).div_euclid(METRIC_GRID_SECS) * METRIC_GRID_SECS;
-    let world = sim.world(now);
-    let mut out = serde_json::Map::new();
-    for id in ids {
-        let Ok(s) = world.live(id) else { continue };
-        if s.state != SandboxState::Running || latest * 1000 < s.started_at {
-            continue;
-        }
-        let sample = series::sample(&s.series_key(world.seed), latest);
-        out.insert(
-            short_sandbox_id(id).to_owned(),
-            metric_json(s.cpu_count, &sample),
-        );
-    }
-    drop(world);
+    // Only the lookups happen under the lock; samples and JSON are built after releasing it,
+    // so concurrent batches do not queue behind each other.
+    let wanted: Vec<(String, series::SeriesKey, u32)> = {
+        let world = sim.world(now);
+        ids.iter()
+            .filter_map(|id| world.live(id).ok())
+            .filter(|s| s.state == SandboxState::Running && latest * 1000 >= s.started_at)
+            .map(|s| (s.id.clone(), s.series_key(world.seed), s.cpu_count))
+            .collect()
+    };
+    let out: serde_json::Map<String, Value> = wanted
+        .into_iter()
+        .map(|(id, key, cpu)| (id, metric_json(cpu, &series::sample(&key, latest))))
+        .collect();
     Ok(Json(json!({ "sandboxes": out })).into_response())
 }
 
