@@ -361,8 +361,10 @@ where
     Ok(outcomes)
 }
 
-/// Claims and runs jobs until `shutdown` completes. A job already running is finished before
-/// the loop stops (its steps are not interrupted halfway); waiting for work is cancelled.
+/// Claims and runs jobs until `shutdown` completes, taking over stale jobs every
+/// `reclaim_every`. Shutdown is noticed between passes: a running job finishes its steps and a
+/// waiting claim runs out its `block` first, because cancelling a claim mid-flight could strand
+/// a job that Redis had already handed over.
 pub async fn run_worker<H, Fut>(
     store: Store,
     config: WorkerConfig,
@@ -372,24 +374,25 @@ pub async fn run_worker<H, Fut>(
     H: Fn(ClaimedJob, StepLog) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
+    use futures::FutureExt;
     tokio::pin!(shutdown);
-    let mut reclaim = tokio::time::interval(config.reclaim_every);
-    reclaim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_reclaim = tokio::time::Instant::now();
     loop {
-        let pass = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            _ = reclaim.tick() => {
-                reclaim_once(&store, &config.consumer, config.stale_after, &handler)
-                    .await
-                    .map(|_| ())
-            }
-            claimed = store.claim(&config.consumer, config.block) => match claimed {
-                Ok(Some(claimed)) => run_job(&store, claimed, &handler).await.map(|_| ()),
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            },
-        };
+        if (&mut shutdown).now_or_never().is_some() {
+            break;
+        }
+        let mut pass = Ok(());
+        if tokio::time::Instant::now() >= next_reclaim {
+            next_reclaim = tokio::time::Instant::now() + config.reclaim_every;
+            pass = reclaim_once(&store, &config.consumer, config.stale_after, &handler)
+                .await
+                .map(|_| ());
+        }
+        if pass.is_ok() {
+            pass = work_once(&store, &config.consumer, config.block, &handler)
+                .await
+                .map(|_| ());
+        }
         if let Err(error) = pass {
             tracing::warn!(%error, consumer = %config.consumer, "worker pass failed");
             tokio::select! {

@@ -348,7 +348,8 @@ impl Store {
 
     /// Takes the next never-delivered job for `consumer`, waiting up to `block` (zero: no
     /// wait). Undecodable entries are acknowledged, logged and skipped so they cannot jam the
-    /// queue.
+    /// queue. Don't cancel a waiting claim: on Redis, a job delivered as the claim is dropped
+    /// stays pending with this consumer until [`Store::reclaim_stale`] takes it over.
     pub async fn claim(
         &self,
         consumer: &str,
