@@ -367,10 +367,20 @@ impl RedisStore {
                 }
                 Ok(Swap::Written)
             }
-            0 => Ok(Swap::Stale(Box::new(decode(
-                &format!("case {}", next.id),
-                &payload,
-            )?))),
+            0 => {
+                let stored: Case = decode(&format!("case {}", next.id), &payload)?;
+                // The index was moved for a write that lost; put the stored deadline back.
+                if pending && stored.state == CaseState::Pending {
+                    let _: i64 = redis::cmd("ZADD")
+                        .arg(keys.due())
+                        .arg(stored.decide_by.timestamp_millis())
+                        .arg(stored.id.as_str())
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(map_err)?;
+                }
+                Ok(Swap::Stale(Box::new(stored)))
+            }
             2 => Ok(Swap::SubjectBusy(
                 CaseId::parse(payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             )),
