@@ -120,6 +120,12 @@ string_id!(
     &[]
 );
 string_id!(
+    /// A Slack user group id such as `S0614TZR7` (approver groups in `steward.toml`).
+    SlackUserGroupId,
+    "Slack user group id",
+    &[]
+);
+string_id!(
     /// A Slack channel id such as `C2147483705`.
     SlackChannelId,
     "Slack channel id",

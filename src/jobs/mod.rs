@@ -1,1 +1,405 @@
-//! Placeholder module: filled in by its issue.
+//! The durable work queue's mechanics: what a job is, the worker loop that claims, runs and
+//! acknowledges jobs, takes over jobs whose worker died, and [`execute_decision`], which runs a
+//! decided case's plan step by step so that a replacement worker resumes after the last
+//! finished step (no second snapshot, no lost kill).
+//!
+//! This module knows no E2B and no Slack: the work of one step is a closure the caller passes
+//! in. It must not hold a job forever: a handler that cannot finish returns an error and the job
+//! is either left for another attempt or acknowledged, never silently dropped.
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::cases::{
+    self, Case, CaseState, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord,
+    TransitionError,
+};
+use crate::ids::CaseId;
+use crate::store::{ClaimedJob, JobId, Store, StoreError, Updated};
+
+/// How long one worker may hold a case's execution lease before another may take over.
+pub const EXECUTION_LEASE: Duration = Duration::from_secs(10 * 60);
+/// Pause after a store error before the worker loop tries again.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
+
+/// One unit of queued work, stored as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Job {
+    /// Carry out a decided case. `attempt` matches the case's attempt (grows on Retry).
+    RunDecision {
+        case_id: CaseId,
+        option: DecisionOption,
+        attempt: u32,
+    },
+}
+
+impl Job {
+    pub fn case_id(&self) -> &CaseId {
+        match self {
+            Job::RunDecision { case_id, .. } => case_id,
+        }
+    }
+}
+
+/// Why a handler did not finish a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// Worth trying again later (E2B or Redis briefly unavailable, another worker busy with
+    /// the case): the job is not acknowledged and will be reclaimed.
+    #[error("will retry: {0}")]
+    Transient(String),
+    /// Trying again will not help (the handler has recorded the failure): the job is
+    /// acknowledged.
+    #[error("gave up: {0}")]
+    Permanent(String),
+}
+
+impl From<StoreError> for JobError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) | StoreError::Conflict(_) => {
+                JobError::Transient(e.to_string())
+            }
+            _ => JobError::Permanent(e.to_string()),
+        }
+    }
+}
+
+/// The step log of one case's execution, handed to handlers.
+#[derive(Debug, Clone)]
+pub struct StepLog {
+    store: Store,
+    case: CaseId,
+}
+
+impl StepLog {
+    pub fn new(store: Store, case: CaseId) -> Self {
+        Self { store, case }
+    }
+
+    pub fn case_id(&self) -> &CaseId {
+        &self.case
+    }
+
+    /// The finished steps, in plan order.
+    pub async fn done(&self) -> Result<Vec<StepRecord>, StoreError> {
+        self.store.steps_done(&self.case).await
+    }
+
+    /// Records a finished step and returns the record that is kept: if another worker
+    /// recorded the same step first, theirs.
+    pub async fn record(
+        &self,
+        step: Step,
+        outcome: StepOutcome,
+        now: DateTime<Utc>,
+    ) -> Result<StepRecord, StoreError> {
+        let record = StepRecord {
+            step,
+            outcome,
+            at: now,
+        };
+        if self.store.mark_step_done(&self.case, &record).await? {
+            return Ok(record);
+        }
+        let done = self.done().await?;
+        done.into_iter()
+            .find(|r| r.step == step)
+            .ok_or_else(|| StoreError::Corrupt(format!("step log of {} lost a step", self.case)))
+    }
+}
+
+/// What one step of a plan came to, as reported by the caller's step closure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepFailure {
+    /// Try again later; finished steps are kept.
+    Transient(String),
+    /// The case fails with this error; a person may Retry.
+    Permanent(String),
+    /// The subject changed since the card was posted: ask people again.
+    EvidenceChanged {
+        evidence: Box<Evidence>,
+        note: String,
+        decide_by: DateTime<Utc>,
+    },
+}
+
+/// Runs a decided case's remaining steps with `run_step(step, steps_done_so_far)`.
+///
+/// Holds the case's execution lease while running, so two workers never run the same case at
+/// once; resumes after the last step in the store's step log; mirrors each step into the case
+/// (`Executing{steps}`), and ends the case `Done`, `Failed` or (stale evidence) `Pending`.
+/// A case that is not Decided or Executing is returned unchanged: the job was a duplicate.
+pub async fn execute_decision<F, Fut>(
+    store: &Store,
+    case_id: &CaseId,
+    mut run_step: F,
+) -> Result<Case, JobError>
+where
+    F: FnMut(Step, Vec<StepRecord>) -> Fut,
+    Fut: Future<Output = Result<StepOutcome, StepFailure>>,
+{
+    let lease = format!("execute:{case_id}");
+    let holder = uuid::Uuid::new_v4().to_string();
+    if !store
+        .acquire_lease(&lease, &holder, EXECUTION_LEASE)
+        .await?
+    {
+        return Err(JobError::Transient(format!(
+            "another worker is running case {case_id}"
+        )));
+    }
+    let result = execute_holding_lease(store, case_id, &mut run_step).await;
+    // A failed release only delays a takeover until the lease expires.
+    if let Err(e) = store.release_lease(&lease, &holder).await {
+        tracing::warn!(case = %case_id, error = %e, "could not release the execution lease");
+    }
+    result
+}
+
+async fn execute_holding_lease<F, Fut>(
+    store: &Store,
+    case_id: &CaseId,
+    run_step: &mut F,
+) -> Result<Case, JobError>
+where
+    F: FnMut(Step, Vec<StepRecord>) -> Fut,
+    Fut: Future<Output = Result<StepOutcome, StepFailure>>,
+{
+    let case = store.get_case(case_id).await?;
+    if !matches!(
+        case.state,
+        CaseState::Decided { .. } | CaseState::Executing { .. }
+    ) {
+        return Ok(case);
+    }
+    let mut case = transition(store, case_id, Event::StartExecuting).await?;
+    let log = StepLog::new(store.clone(), case_id.clone());
+    // Steps the log has but the case does not (a worker died between the two writes).
+    for record in log.done().await? {
+        case = mirror_step(store, case_id, record).await?;
+    }
+    let Some(option) = case.state.decision().map(|d| d.option) else {
+        return Ok(case);
+    };
+    loop {
+        let done = log.done().await?;
+        let Some(step) = cases::remaining_steps(option, &done).first().copied() else {
+            break;
+        };
+        match run_step(step, done).await {
+            Ok(outcome) => {
+                let record = log.record(step, outcome, Utc::now()).await?;
+                mirror_step(store, case_id, record).await?;
+            }
+            Err(StepFailure::Transient(reason)) => return Err(JobError::Transient(reason)),
+            Err(StepFailure::Permanent(error)) => {
+                transition(
+                    store,
+                    case_id,
+                    Event::Fail {
+                        error: error.clone(),
+                    },
+                )
+                .await?;
+                return Err(JobError::Permanent(error));
+            }
+            Err(StepFailure::EvidenceChanged {
+                evidence,
+                note,
+                decide_by,
+            }) => {
+                let event = Event::EvidenceChanged {
+                    evidence,
+                    note,
+                    decide_by,
+                };
+                let case = transition(store, case_id, event).await?;
+                store.clear_steps(case_id).await?;
+                return Ok(case);
+            }
+        }
+    }
+    transition(store, case_id, Event::Finish).await
+}
+
+/// Applies `event` now; a refusal is permanent (the case moved somewhere this job can't follow).
+async fn transition(store: &Store, case_id: &CaseId, event: Event) -> Result<Case, JobError> {
+    match store.apply_event(case_id, event, Utc::now()).await? {
+        Updated::Applied(case) => Ok(case),
+        Updated::Rejected { current, error } => Err(JobError::Permanent(format!(
+            "case {case_id} is {}: {error}",
+            current.state.name()
+        ))),
+    }
+}
+
+/// Copies a step-log record into the case; one already there is fine.
+async fn mirror_step(
+    store: &Store,
+    case_id: &CaseId,
+    record: StepRecord,
+) -> Result<Case, JobError> {
+    let event = Event::StepDone {
+        step: record.step,
+        outcome: record.outcome,
+    };
+    match store.apply_event(case_id, event, record.at).await? {
+        Updated::Applied(case) => Ok(case),
+        Updated::Rejected {
+            current,
+            error: TransitionError::StepAlreadyRecorded { .. },
+        } => Ok(current),
+        Updated::Rejected { current, error } => Err(JobError::Permanent(format!(
+            "case {case_id} is {}: {error}",
+            current.state.name()
+        ))),
+    }
+}
+
+/// How a worker runs. `consumer` must be unique per worker (e.g. hostname + pid).
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub consumer: String,
+    /// How long one claim waits for a job.
+    pub block: Duration,
+    /// How often to look for jobs whose worker died.
+    pub reclaim_every: Duration,
+    /// How long a claimed job must sit unacknowledged before another worker takes it.
+    pub stale_after: Duration,
+}
+
+impl WorkerConfig {
+    pub fn new(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            block: Duration::from_secs(5),
+            reclaim_every: Duration::from_secs(30),
+            stale_after: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkOutcome {
+    /// There was no job to take.
+    Idle,
+    /// The handler finished; the job is acknowledged.
+    Finished(JobId),
+    /// The handler gave up; the job is acknowledged.
+    GaveUp { id: JobId, error: String },
+    /// The handler will be retried: the job stays pending for a reclaim.
+    LeftForRetry { id: JobId, error: String },
+}
+
+/// Runs `handler` on one claimed job and acknowledges it unless the failure was transient.
+pub async fn run_job<H, Fut>(
+    store: &Store,
+    claimed: ClaimedJob,
+    handler: &H,
+) -> Result<WorkOutcome, StoreError>
+where
+    H: Fn(ClaimedJob, StepLog) -> Fut,
+    Fut: Future<Output = Result<(), JobError>>,
+{
+    let id = claimed.id.clone();
+    let log = StepLog::new(store.clone(), claimed.job.case_id().clone());
+    match handler(claimed, log).await {
+        Ok(()) => {
+            store.ack(&id).await?;
+            Ok(WorkOutcome::Finished(id))
+        }
+        Err(JobError::Permanent(error)) => {
+            tracing::warn!(job = %id, %error, "job gave up");
+            store.ack(&id).await?;
+            Ok(WorkOutcome::GaveUp { id, error })
+        }
+        Err(JobError::Transient(error)) => {
+            tracing::info!(job = %id, %error, "job left for a later retry");
+            Ok(WorkOutcome::LeftForRetry { id, error })
+        }
+    }
+}
+
+/// One pass: claim at most one new job (waiting up to `block`) and run it.
+pub async fn work_once<H, Fut>(
+    store: &Store,
+    consumer: &str,
+    block: Duration,
+    handler: &H,
+) -> Result<WorkOutcome, StoreError>
+where
+    H: Fn(ClaimedJob, StepLog) -> Fut,
+    Fut: Future<Output = Result<(), JobError>>,
+{
+    match store.claim(consumer, block).await? {
+        None => Ok(WorkOutcome::Idle),
+        Some(claimed) => run_job(store, claimed, handler).await,
+    }
+}
+
+/// One pass: take over every job idle for `stale_after` and run each.
+pub async fn reclaim_once<H, Fut>(
+    store: &Store,
+    consumer: &str,
+    stale_after: Duration,
+    handler: &H,
+) -> Result<Vec<WorkOutcome>, StoreError>
+where
+    H: Fn(ClaimedJob, StepLog) -> Fut,
+    Fut: Future<Output = Result<(), JobError>>,
+{
+    let mut outcomes = Vec::new();
+    for claimed in store.reclaim_stale(consumer, stale_after).await? {
+        tracing::info!(job = %claimed.id, deliveries = claimed.deliveries, "took over a stale job");
+        outcomes.push(run_job(store, claimed, handler).await?);
+    }
+    Ok(outcomes)
+}
+
+/// Claims and runs jobs until `shutdown` completes, taking over stale jobs every
+/// `reclaim_every`. Shutdown is noticed between passes: a running job finishes its steps and a
+/// waiting claim runs out its `block` first, because cancelling a claim mid-flight could strand
+/// a job that Redis had already handed over.
+pub async fn run_worker<H, Fut>(
+    store: Store,
+    config: WorkerConfig,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) where
+    H: Fn(ClaimedJob, StepLog) -> Fut,
+    Fut: Future<Output = Result<(), JobError>>,
+{
+    use futures::FutureExt;
+    tokio::pin!(shutdown);
+    let mut next_reclaim = tokio::time::Instant::now();
+    loop {
+        if (&mut shutdown).now_or_never().is_some() {
+            break;
+        }
+        let mut pass = Ok(());
+        if tokio::time::Instant::now() >= next_reclaim {
+            next_reclaim = tokio::time::Instant::now() + config.reclaim_every;
+            pass = reclaim_once(&store, &config.consumer, config.stale_after, &handler)
+                .await
+                .map(|_| ());
+        }
+        if pass.is_ok() {
+            pass = work_once(&store, &config.consumer, config.block, &handler)
+                .await
+                .map(|_| ());
+        }
+        if let Err(error) = pass {
+            tracing::warn!(%error, consumer = %config.consumer, "worker pass failed");
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(ERROR_BACKOFF) => {}
+            }
+        }
+    }
+    tracing::info!(consumer = %config.consumer, "worker stopped");
+}

@@ -1,1 +1,440 @@
-//! Placeholder module: filled in by its issue.
+//! Steward's durable state behind one cheap-to-clone [`Store`]: cases, the job queue, step
+//! logs, deduplication marks, leases and the audit log.
+//!
+//! Two backends answer the same methods: Redis (production, several replicas) and an in-memory
+//! one (the embedded default for `steward demo`, one process). One test suite runs against
+//! both. Case writes are compare-and-swap on a `version`, so of many concurrent deciders exactly
+//! one wins and the others get the current case back.
+//!
+//! This is the only module that knows Redis keys and scripts. It must not decide policy: which
+//! transition is legal is `cases::apply`'s business, passed in as a closure.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::cases::{self, Card, Case, Event, Subject, TransitionError};
+use crate::config::RedisSettings;
+use crate::ids::{CaseId, SlackUserId};
+use crate::jobs::Job;
+
+pub mod keys;
+mod memory;
+mod redis;
+
+pub use memory::MemoryStore;
+pub use redis::RedisStore;
+
+/// How many times [`Store::update_case`] re-reads and re-applies after losing a race before it
+/// gives up with [`StoreError::Conflict`]. Each retry means another writer made progress.
+pub const MAX_UPDATE_ATTEMPTS: usize = 64;
+
+/// Why a store operation failed. Callers show `Unavailable` as "Steward can't reach its
+/// database" and everything else as an internal error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("Steward can't reach its database (Redis): {0}")]
+    Unavailable(String),
+    #[error("conflicting update: {0}")]
+    Conflict(String),
+    #[error("stored data could not be decoded: {0}")]
+    Corrupt(String),
+    #[error("{0} was not found")]
+    NotFound(String),
+    #[error("the database refused a command: {0}")]
+    Backend(String),
+    #[error("invalid store settings: {0}")]
+    Invalid(String),
+}
+
+/// The result of [`Store::open_case`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Opened {
+    /// The case was stored (with version 1).
+    Created(Case),
+    /// The subject already had an open case; nothing was written. This is that case.
+    Existing(Case),
+}
+
+impl Opened {
+    pub fn case(&self) -> &Case {
+        match self {
+            Opened::Created(c) | Opened::Existing(c) => c,
+        }
+    }
+}
+
+/// The result of [`Store::update_case`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Updated {
+    /// The change was written; this is the stored case (version bumped).
+    Applied(Case),
+    /// The change did not apply to the current case (for example, someone else decided
+    /// first). Nothing was written; `current` is what is stored now.
+    Rejected {
+        current: Case,
+        error: TransitionError,
+    },
+}
+
+/// A queue entry's id (a Redis stream id such as `1700000000000-0`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobId(pub String);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A job handed to one consumer, which must [`Store::ack`] it when finished. Until then it
+/// stays pending and another consumer may take it over with [`Store::reclaim_stale`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedJob {
+    pub id: JobId,
+    pub job: Job,
+    /// How many times it has been handed out, this time included.
+    pub deliveries: u64,
+}
+
+/// Who did something recorded in the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Actor {
+    Person {
+        user: SlackUserId,
+    },
+    /// A part of Steward acting on its own (`sweep`, `worker`, `expiry`, ...).
+    Steward {
+        part: String,
+    },
+}
+
+/// One line of the append-only audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    pub time: DateTime<Utc>,
+    pub case: Option<CaseId>,
+    pub subject: Option<Subject>,
+    pub actor: Actor,
+    /// What was attempted, e.g. `decide:kill`, `step:snapshot`, `expire`.
+    pub action: String,
+    /// What came of it, e.g. `ok`, `refused: not an approver`, `snapshot team/x:1`.
+    pub outcome: String,
+}
+
+/// The outcome of a backend's compare-and-swap of one case.
+#[derive(Debug)]
+pub(crate) enum Swap {
+    Written,
+    /// The stored version differs; this is the stored case.
+    Stale(Box<Case>),
+    /// The new state claims the subject but another case holds it.
+    SubjectBusy(CaseId),
+    Missing,
+}
+
+/// The one handle to Steward's state. Cloning is cheap (both variants are handles).
+#[derive(Clone)]
+pub enum Store {
+    Redis(RedisStore),
+    Memory(MemoryStore),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Redis(r) => write!(f, "Store::Redis(prefix={:?})", r.keys().prefix()),
+            Store::Memory(_) => f.write_str("Store::Memory"),
+        }
+    }
+}
+
+/// Calls the same method on whichever backend this is.
+macro_rules! delegate {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            Store::Redis(s) => s.$method($($arg),*).await,
+            Store::Memory(s) => s.$method($($arg),*).await,
+        }
+    };
+}
+
+impl Store {
+    /// A fresh, empty in-memory store (one process only).
+    pub fn memory() -> Self {
+        Store::Memory(MemoryStore::new())
+    }
+
+    /// Connects to Redis at `url` with every key under `key_prefix`. Fails fast with
+    /// [`StoreError::Unavailable`] when Redis cannot be reached.
+    pub async fn redis(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
+        Ok(Store::Redis(RedisStore::connect(url, key_prefix).await?))
+    }
+
+    /// Connects with the service's settings.
+    pub async fn from_settings(settings: &RedisSettings) -> Result<Self, StoreError> {
+        use secrecy::ExposeSecret;
+        Self::redis(settings.url.expose_secret(), &settings.key_prefix).await
+    }
+
+    /// Checks the database answers (for readiness probes).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        delegate!(self.ping())
+    }
+
+    // ----- cases -----
+
+    /// Stores a new case unless its subject already has an open case (Pending, Decided or
+    /// Executing), atomically. A created case is also indexed by its deadline.
+    pub async fn open_case(&self, case: Case) -> Result<Opened, StoreError> {
+        if !case.state.is_open() {
+            return Err(StoreError::Conflict(format!(
+                "a new case must be open, not {}",
+                case.state.name()
+            )));
+        }
+        let mut case = case;
+        case.version = 1;
+        delegate!(self.open_case(case))
+    }
+
+    /// The case with this id, or [`StoreError::NotFound`].
+    pub async fn get_case(&self, id: &CaseId) -> Result<Case, StoreError> {
+        let found: Option<Case> = delegate!(self.load_case(id))?;
+        found.ok_or_else(|| StoreError::NotFound(format!("case {id}")))
+    }
+
+    /// The subject's open case (Pending, Decided or Executing), if any.
+    pub async fn case_for_subject(&self, subject: &Subject) -> Result<Option<Case>, StoreError> {
+        let id: Option<CaseId> = delegate!(self.open_case_id(subject))?;
+        match id {
+            None => Ok(None),
+            Some(id) => {
+                let case: Option<Case> = delegate!(self.load_case(&id))?;
+                Ok(case.filter(|c| c.state.is_open()))
+            }
+        }
+    }
+
+    /// Records where the case's Slack card was posted. Safe to race with decisions.
+    pub async fn set_card(&self, id: &CaseId, card: Card) -> Result<Case, StoreError> {
+        match self
+            .update_case(id, |case| {
+                let mut next = case.clone();
+                next.card = Some(card.clone());
+                Ok(next)
+            })
+            .await?
+        {
+            Updated::Applied(case) => Ok(case),
+            Updated::Rejected { error, .. } => Err(StoreError::Conflict(error.to_string())),
+        }
+    }
+
+    /// Reads the case, computes the next one with `change`, and writes it only if nobody wrote
+    /// in between; on a lost race it re-reads and calls `change` again on the newer case.
+    /// `change` must not alter the case's id or subject.
+    pub async fn update_case<F>(&self, id: &CaseId, mut change: F) -> Result<Updated, StoreError>
+    where
+        F: FnMut(&Case) -> Result<Case, TransitionError>,
+    {
+        let mut current = self.get_case(id).await?;
+        for _ in 0..MAX_UPDATE_ATTEMPTS {
+            let mut next = match change(&current) {
+                Ok(next) => next,
+                Err(error) => return Ok(Updated::Rejected { current, error }),
+            };
+            if next.id != current.id || next.subject != current.subject {
+                return Err(StoreError::Conflict(
+                    "an update may not change a case's id or subject".to_owned(),
+                ));
+            }
+            next.version = current.version + 1;
+            let swap: Swap = delegate!(self.swap_case(current.version, &next))?;
+            match swap {
+                Swap::Written => return Ok(Updated::Applied(next)),
+                Swap::Stale(newer) => current = *newer,
+                Swap::SubjectBusy(other) => {
+                    return Err(StoreError::Conflict(format!(
+                        "{} already has another open case ({other})",
+                        current.subject
+                    )));
+                }
+                Swap::Missing => return Err(StoreError::NotFound(format!("case {id}"))),
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "case {id} kept changing; gave up after {MAX_UPDATE_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Applies one state-machine event atomically (see [`Store::update_case`]).
+    pub async fn apply_event(
+        &self,
+        id: &CaseId,
+        event: Event,
+        now: DateTime<Utc>,
+    ) -> Result<Updated, StoreError> {
+        self.update_case(id, |case| cases::apply(case, event.clone(), now))
+            .await
+    }
+
+    /// Ids of open cases whose deadline is at or before `now`, earliest first. An index only:
+    /// it may name cases that were decided meanwhile.
+    pub async fn pending_due(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
+        delegate!(self.due_ids(now))
+    }
+
+    /// Expires every pending case past its deadline and returns the cases this call expired.
+    /// Safe to run on every replica at once: each case is expired by exactly one caller.
+    pub async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<Case>, StoreError> {
+        let mut expired = Vec::new();
+        for id in self.pending_due(now).await? {
+            match self.apply_event(&id, Event::Expire, now).await {
+                Ok(Updated::Applied(case)) => expired.push(case),
+                // Decided meanwhile, or its deadline moved later: nothing to do here. The
+                // index entry of a case that is no longer pending is dropped.
+                Ok(Updated::Rejected { current, .. }) => {
+                    if current.state != cases::CaseState::Pending {
+                        delegate!(self.forget_due(&id))?;
+                    }
+                }
+                Err(StoreError::NotFound(_)) => delegate!(self.forget_due(&id))?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(expired)
+    }
+
+    // ----- deduplication and leases -----
+
+    /// True the first time `key` is seen within `ttl`; false for repeats (Slack retries).
+    pub async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
+        delegate!(self.first_time(key, ttl))
+    }
+
+    /// Takes the lease `name` for `holder` for `ttl` if nobody holds it. True when taken.
+    pub async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        delegate!(self.acquire_lease(name, holder, ttl))
+    }
+
+    /// Extends the lease by `ttl` if `holder` still holds it. False when it was lost.
+    pub async fn renew_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        delegate!(self.renew_lease(name, holder, ttl))
+    }
+
+    /// Gives the lease up if `holder` holds it. False when someone else held it.
+    pub async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        delegate!(self.release_lease(name, holder))
+    }
+
+    // ----- job queue and step logs -----
+
+    /// Appends a job to the durable queue.
+    pub async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
+        delegate!(self.enqueue(job))
+    }
+
+    /// Takes the next never-delivered job for `consumer`, waiting up to `block` (zero: no
+    /// wait). Undecodable entries are acknowledged, logged and skipped so they cannot jam the
+    /// queue. Don't cancel a waiting claim: on Redis, a job delivered as the claim is dropped
+    /// stays pending with this consumer until [`Store::reclaim_stale`] takes it over.
+    pub async fn claim(
+        &self,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        delegate!(self.claim(consumer, block))
+    }
+
+    /// Marks a job finished; it will not be handed out again.
+    pub async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
+        delegate!(self.ack(id))
+    }
+
+    /// Takes over jobs that another consumer claimed but has not acknowledged for at least
+    /// `min_idle` (its worker probably died).
+    pub async fn reclaim_stale(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        delegate!(self.reclaim_stale(consumer, min_idle))
+    }
+
+    /// Records that a step of the case's execution finished. The first record of a step wins:
+    /// returns false (and keeps the earlier record) if it was already there.
+    pub async fn mark_step_done(
+        &self,
+        case: &CaseId,
+        record: &cases::StepRecord,
+    ) -> Result<bool, StoreError> {
+        delegate!(self.mark_step_done(case, record))
+    }
+
+    /// The finished steps of the case's execution, in plan order.
+    pub async fn steps_done(&self, case: &CaseId) -> Result<Vec<cases::StepRecord>, StoreError> {
+        let mut steps: Vec<cases::StepRecord> = delegate!(self.steps_done(case))?;
+        steps.sort_by_key(|r| r.step);
+        Ok(steps)
+    }
+
+    /// Forgets the case's step log (when stale evidence sent it back to Pending).
+    pub async fn clear_steps(&self, case: &CaseId) -> Result<(), StoreError> {
+        delegate!(self.clear_steps(case))
+    }
+
+    // ----- audit -----
+
+    pub async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        delegate!(self.append_audit(event))
+    }
+
+    /// Every audit event about `case`, oldest first.
+    pub async fn audit_for_case(&self, case: &CaseId) -> Result<Vec<AuditEvent>, StoreError> {
+        self.audit_where(None, |e| e.case.as_ref() == Some(case))
+            .await
+    }
+
+    /// Every audit event about `subject`, oldest first.
+    pub async fn audit_for_subject(
+        &self,
+        subject: &Subject,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        self.audit_where(None, |e| e.subject.as_ref() == Some(subject))
+            .await
+    }
+
+    /// Audit events whose time is at or after `since`, oldest first.
+    pub async fn audit_since(&self, since: DateTime<Utc>) -> Result<Vec<AuditEvent>, StoreError> {
+        self.audit_where(Some(since), |e| e.time >= since).await
+    }
+
+    async fn audit_where(
+        &self,
+        since: Option<DateTime<Utc>>,
+        keep: impl Fn(&AuditEvent) -> bool,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        let all: Vec<AuditEvent> = delegate!(self.audit_scan(since))?;
+        Ok(all.into_iter().filter(|e| keep(e)).collect())
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}

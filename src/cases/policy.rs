@@ -1,0 +1,344 @@
+//! Who may choose which option: the `[approvals]` table of `steward.toml` and one pure check.
+//!
+//! Approvers are listed per option as Slack user ids and/or user-group ids. With the two-person
+//! rule on, whoever asked for a case may not approve its irreversible options themselves.
+//! Unset destructive options have no approvers (nothing irreversible happens by default);
+//! Pause, Leave and Keep default to anyone. This file must not call Slack: the caller resolves
+//! the deciding user's groups and passes them in.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer};
+
+use super::DecisionOption;
+use crate::ids::{SlackUserGroupId, SlackUserId};
+
+/// Default time people have to decide a case.
+pub const DEFAULT_DECIDE_WITHIN_SECS: u64 = 24 * 60 * 60;
+
+/// The `[approvals]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalPolicy {
+    /// How long a case stays open for a decision, e.g. `"24h"`.
+    #[serde(deserialize_with = "deserialize_decide_within")]
+    pub decide_within: Duration,
+    /// Forbids the requester of a case from approving its Kill / Delete Template.
+    pub two_person_rule: bool,
+    pub approvers: Approvers,
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        Self {
+            decide_within: Duration::from_secs(DEFAULT_DECIDE_WITHIN_SECS),
+            two_person_rule: true,
+            approvers: Approvers::default(),
+        }
+    }
+}
+
+impl ApprovalPolicy {
+    /// The deadline of a case opened at `now`.
+    pub fn decide_by(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        // Durations beyond chrono's range are clamped to a far but valid deadline.
+        let within = chrono::Duration::from_std(self.decide_within)
+            .unwrap_or_else(|_| chrono::Duration::days(3650));
+        now.checked_add_signed(within)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+fn deserialize_decide_within<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    let within = crate::config::parse_duration("approvals.decide_within", &text)
+        .map_err(serde::de::Error::custom)?;
+    if within.is_zero() {
+        return Err(serde::de::Error::custom(
+            "approvals.decide_within must be longer than zero",
+        ));
+    }
+    Ok(within)
+}
+
+/// The `[approvals.approvers]` table: one rule per option.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Approvers {
+    /// When unset, the `kill` rule applies: this option kills too.
+    pub snapshot_then_kill: Option<ApproverRule>,
+    pub kill: ApproverRule,
+    pub pause: ApproverRule,
+    pub leave: ApproverRule,
+    pub delete_template: ApproverRule,
+    pub keep: ApproverRule,
+}
+
+impl Default for Approvers {
+    fn default() -> Self {
+        Self {
+            snapshot_then_kill: None,
+            kill: ApproverRule::default(),
+            pause: ApproverRule::anyone(),
+            leave: ApproverRule::anyone(),
+            delete_template: ApproverRule::default(),
+            keep: ApproverRule::anyone(),
+        }
+    }
+}
+
+impl Approvers {
+    /// The rule that governs `option`.
+    pub fn rule_for(&self, option: DecisionOption) -> &ApproverRule {
+        match option {
+            DecisionOption::SnapshotThenKill => {
+                self.snapshot_then_kill.as_ref().unwrap_or(&self.kill)
+            }
+            DecisionOption::Kill => &self.kill,
+            DecisionOption::Pause => &self.pause,
+            DecisionOption::Leave => &self.leave,
+            DecisionOption::DeleteTemplate => &self.delete_template,
+            DecisionOption::Keep => &self.keep,
+        }
+    }
+}
+
+/// Who may choose one option. The default (all empty) lets nobody.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApproverRule {
+    pub anyone: bool,
+    pub users: Vec<SlackUserId>,
+    pub groups: Vec<SlackUserGroupId>,
+}
+
+impl ApproverRule {
+    pub fn anyone() -> Self {
+        Self {
+            anyone: true,
+            ..Self::default()
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.anyone && self.users.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// Why a person may not choose an option. The text is meant for that person.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "Nobody is allowed to choose \"{option}\" yet: add approvers under [approvals.approvers] in steward.toml."
+    )]
+    NoApprovers { option: DecisionOption },
+    #[error("You are not one of the approvers for \"{option}\".")]
+    NotAnApprover { option: DecisionOption },
+    #[error(
+        "You asked for this case, so someone else has to approve \"{option}\" (two-person rule)."
+    )]
+    OwnRequest { option: DecisionOption },
+}
+
+/// Decides whether `user` (a member of `user_groups`) may choose `option` on a case requested by
+/// `requester` (`None` when Steward itself opened it).
+pub fn may_decide(
+    policy: &ApprovalPolicy,
+    user: &SlackUserId,
+    user_groups: &[SlackUserGroupId],
+    option: DecisionOption,
+    requester: Option<&SlackUserId>,
+) -> Result<(), Refusal> {
+    let rule = policy.approvers.rule_for(option);
+    if rule.is_empty() {
+        return Err(Refusal::NoApprovers { option });
+    }
+    let listed = rule.anyone
+        || rule.users.contains(user)
+        || rule.groups.iter().any(|g| user_groups.contains(g));
+    if !listed {
+        return Err(Refusal::NotAnApprover { option });
+    }
+    if policy.two_person_rule && option.is_irreversible() && requester == Some(user) {
+        return Err(Refusal::OwnRequest { option });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        approvals: ApprovalPolicy,
+    }
+
+    const EXAMPLE: &str = r#"
+[approvals]
+decide_within = "24h"
+two_person_rule = true
+[approvals.approvers]
+kill = { users = ["U1"], groups = ["S123"] }
+snapshot_then_kill = { users = ["U1","U2"] }
+pause = { anyone = true }
+leave = { anyone = true }
+delete_template = { users = ["U1"] }
+"#;
+
+    fn example() -> ApprovalPolicy {
+        toml::from_str::<File>(EXAMPLE).unwrap().approvals
+    }
+
+    fn user(id: &str) -> SlackUserId {
+        SlackUserId::parse(id).unwrap()
+    }
+
+    fn group(id: &str) -> SlackUserGroupId {
+        SlackUserGroupId::parse(id).unwrap()
+    }
+
+    /// `check(who, groups, option, requester, expected)` against the example policy.
+    fn check(
+        who: &str,
+        groups: &[&str],
+        option: DecisionOption,
+        requester: Option<&str>,
+        expected: Result<(), Refusal>,
+    ) {
+        let groups: Vec<_> = groups.iter().map(|g| group(g)).collect();
+        let requester = requester.map(user);
+        let got = may_decide(&example(), &user(who), &groups, option, requester.as_ref());
+        assert_eq!(got, expected, "{who} {option:?}");
+    }
+
+    #[test]
+    fn the_example_policy_parses() {
+        let policy = example();
+        assert_eq!(policy.decide_within, Duration::from_secs(24 * 3600));
+        assert!(policy.two_person_rule);
+        assert_eq!(policy.approvers.kill.groups, vec![group("S123")]);
+    }
+
+    #[test]
+    fn listed_users_and_group_members_may_kill_and_others_may_not() {
+        use DecisionOption::*;
+        check("U1", &[], Kill, None, Ok(()));
+        check("U9", &["S123"], Kill, None, Ok(()));
+        check(
+            "U2",
+            &["S999"],
+            Kill,
+            None,
+            Err(Refusal::NotAnApprover { option: Kill }),
+        );
+        check("U2", &[], SnapshotThenKill, None, Ok(()));
+        check("U7", &[], Pause, None, Ok(()));
+        check("U7", &[], Leave, None, Ok(()));
+    }
+
+    #[test]
+    fn the_two_person_rule_stops_requesters_approving_their_own_kill_but_not_their_own_pause() {
+        use DecisionOption::*;
+        check(
+            "U1",
+            &[],
+            Kill,
+            Some("U1"),
+            Err(Refusal::OwnRequest { option: Kill }),
+        );
+        check(
+            "U1",
+            &[],
+            DeleteTemplate,
+            Some("U1"),
+            Err(Refusal::OwnRequest {
+                option: DeleteTemplate,
+            }),
+        );
+        check("U1", &[], Kill, Some("U2"), Ok(()));
+        check("U1", &[], Pause, Some("U1"), Ok(()));
+    }
+
+    #[test]
+    fn without_the_two_person_rule_requesters_may_approve_their_own_kill() {
+        let mut policy = example();
+        policy.two_person_rule = false;
+        assert_eq!(
+            may_decide(
+                &policy,
+                &user("U1"),
+                &[],
+                DecisionOption::Kill,
+                Some(&user("U1"))
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn by_default_nobody_may_kill_or_delete_and_anyone_may_pause_or_keep() {
+        let policy = ApprovalPolicy::default();
+        let u = user("U1");
+        for option in [
+            DecisionOption::Kill,
+            DecisionOption::SnapshotThenKill,
+            DecisionOption::DeleteTemplate,
+        ] {
+            assert_eq!(
+                may_decide(&policy, &u, &[], option, None),
+                Err(Refusal::NoApprovers { option })
+            );
+        }
+        for option in [
+            DecisionOption::Pause,
+            DecisionOption::Leave,
+            DecisionOption::Keep,
+        ] {
+            assert_eq!(may_decide(&policy, &u, &[], option, None), Ok(()));
+        }
+    }
+
+    #[test]
+    fn snapshot_then_kill_follows_the_kill_rule_when_unset() {
+        let policy: ApprovalPolicy =
+            toml::from_str::<File>("[approvals.approvers]\nkill = { users = [\"U5\"] }\n")
+                .unwrap()
+                .approvals;
+        assert_eq!(
+            may_decide(
+                &policy,
+                &user("U5"),
+                &[],
+                DecisionOption::SnapshotThenKill,
+                None
+            ),
+            Ok(())
+        );
+        assert_eq!(policy.decide_within, Duration::from_secs(24 * 3600));
+    }
+
+    #[test]
+    fn bad_approval_tables_are_refused_with_a_reason() {
+        let bad = [
+            "[approvals]\ndecide_within = \"soon\"\n",
+            "[approvals]\ndecide_within = \"0s\"\n",
+            "[approvals.approvers]\nnuke = { anyone = true }\n",
+            "[approvals.approvers]\nkill = { users = [\"not a user\"] }\n",
+            "[approvals.approvers]\nkill = { people = [\"U1\"] }\n",
+        ];
+        for text in bad {
+            assert!(toml::from_str::<File>(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_deadline_is_now_plus_decide_within() {
+        let now = DateTime::from_timestamp(1_000, 0).unwrap();
+        let policy = example();
+        assert_eq!(
+            policy.decide_by(now),
+            DateTime::from_timestamp(1_000 + 24 * 3600, 0).unwrap()
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! The in-memory backend: the embedded default for `steward demo` and a second implementation
+//! the shared store test suite runs against.
+//!
+//! It mimics the Redis backend's semantics (open-case pointer per subject, versioned writes,
+//! a queue with a pending-entries list and idle times, TTLs) inside one process. One mutex
+//! guards everything and is never held across an `.await`. It must not be used by several
+//! replicas: nothing here is shared between processes.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{AuditEvent, ClaimedJob, JobId, Opened, StoreError, Swap};
+use crate::cases::{Case, Step, StepRecord, Subject};
+use crate::ids::CaseId;
+use crate::jobs::Job;
+
+/// A cheap-to-clone handle to one in-process state.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    job_added: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct State {
+    cases: HashMap<CaseId, Case>,
+    /// Subject key -> its open case.
+    open: HashMap<String, CaseId>,
+    due: HashMap<CaseId, DateTime<Utc>>,
+    steps: HashMap<CaseId, BTreeMap<Step, StepRecord>>,
+    dedupe: HashMap<String, Instant>,
+    leases: HashMap<String, (String, Instant)>,
+    queue: Queue,
+    audit: Vec<AuditEvent>,
+}
+
+/// Like a Redis stream with one consumer group.
+#[derive(Default)]
+struct Queue {
+    next_seq: u64,
+    /// Entries not yet acknowledged, delivered or not.
+    entries: BTreeMap<u64, Job>,
+    /// The highest sequence number handed out by `claim`.
+    last_delivered: u64,
+    /// Delivered, unacknowledged entries.
+    pending: BTreeMap<u64, Delivery>,
+}
+
+struct Delivery {
+    consumer: String,
+    at: Instant,
+    count: u64,
+}
+
+fn job_id(seq: u64) -> JobId {
+    JobId(format!("{seq}-0"))
+}
+
+fn parse_job_id(id: &JobId) -> Option<u64> {
+    id.0.split('-').next()?.parse().ok()
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-written case (every write is one
+        // assignment), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    pub(crate) async fn open_case(&self, case: Case) -> Result<Opened, StoreError> {
+        let mut s = self.lock();
+        let subject_key = case.subject.key();
+        if let Some(existing) = s.open.get(&subject_key).and_then(|id| s.cases.get(id))
+            && existing.state.is_open()
+        {
+            return Ok(Opened::Existing(existing.clone()));
+        }
+        s.open.insert(subject_key, case.id.clone());
+        s.due.insert(case.id.clone(), case.decide_by);
+        s.cases.insert(case.id.clone(), case.clone());
+        Ok(Opened::Created(case))
+    }
+
+    pub(crate) async fn load_case(&self, id: &CaseId) -> Result<Option<Case>, StoreError> {
+        Ok(self.lock().cases.get(id).cloned())
+    }
+
+    pub(crate) async fn open_case_id(
+        &self,
+        subject: &Subject,
+    ) -> Result<Option<CaseId>, StoreError> {
+        Ok(self.lock().open.get(&subject.key()).cloned())
+    }
+
+    pub(crate) async fn swap_case(&self, expected: u64, next: &Case) -> Result<Swap, StoreError> {
+        let mut s = self.lock();
+        let Some(current) = s.cases.get(&next.id) else {
+            return Ok(Swap::Missing);
+        };
+        if current.version != expected {
+            return Ok(Swap::Stale(Box::new(current.clone())));
+        }
+        let subject_key = next.subject.key();
+        let holder = s.open.get(&subject_key).cloned();
+        if next.state.is_open() {
+            if let Some(other) = holder.filter(|h| *h != next.id) {
+                return Ok(Swap::SubjectBusy(other));
+            }
+            s.open.insert(subject_key, next.id.clone());
+        } else if holder.as_ref() == Some(&next.id) {
+            s.open.remove(&subject_key);
+        }
+        if next.state == crate::cases::CaseState::Pending {
+            s.due.insert(next.id.clone(), next.decide_by);
+        } else {
+            s.due.remove(&next.id);
+        }
+        s.cases.insert(next.id.clone(), next.clone());
+        Ok(Swap::Written)
+    }
+
+    pub(crate) async fn due_ids(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
+        let s = self.lock();
+        let mut due: Vec<(DateTime<Utc>, CaseId)> = s
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, at)| (*at, id.clone()))
+            .collect();
+        due.sort();
+        Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+
+    pub(crate) async fn forget_due(&self, id: &CaseId) -> Result<(), StoreError> {
+        self.lock().due.remove(id);
+        Ok(())
+    }
+
+    pub(crate) async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let now = Instant::now();
+        if s.dedupe.get(key).is_some_and(|until| *until > now) {
+            return Ok(false);
+        }
+        s.dedupe.insert(key.to_owned(), now + ttl);
+        // Keep the map from growing without bound in a long demo.
+        s.dedupe.retain(|_, until| *until > now);
+        Ok(true)
+    }
+
+    pub(crate) async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let now = Instant::now();
+        if s.leases.get(name).is_some_and(|(_, until)| *until > now) {
+            return Ok(false);
+        }
+        s.leases
+            .insert(name.to_owned(), (holder.to_owned(), now + ttl));
+        Ok(true)
+    }
+
+    pub(crate) async fn renew_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let now = Instant::now();
+        match s.leases.get_mut(name) {
+            Some((h, until)) if h == holder && *until > now => {
+                *until = now + ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(crate) async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let now = Instant::now();
+        match s.leases.get(name) {
+            Some((h, until)) if h == holder && *until > now => {
+                s.leases.remove(name);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(crate) async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
+        let id = {
+            let mut s = self.lock();
+            s.queue.next_seq += 1;
+            let seq = s.queue.next_seq;
+            s.queue.entries.insert(seq, job.clone());
+            job_id(seq)
+        };
+        self.job_added.notify_waiters();
+        Ok(id)
+    }
+
+    fn take_next(&self, consumer: &str) -> Option<ClaimedJob> {
+        let mut s = self.lock();
+        let q = &mut s.queue;
+        let (seq, job) = q
+            .entries
+            .range(q.last_delivered + 1..)
+            .next()
+            .map(|(seq, job)| (*seq, job.clone()))?;
+        q.last_delivered = seq;
+        q.pending.insert(
+            seq,
+            Delivery {
+                consumer: consumer.to_owned(),
+                at: Instant::now(),
+                count: 1,
+            },
+        );
+        Some(ClaimedJob {
+            id: job_id(seq),
+            job,
+            deliveries: 1,
+        })
+    }
+
+    pub(crate) async fn claim(
+        &self,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let deadline = Instant::now() + block;
+        loop {
+            // Register interest before looking, so an enqueue in between is not missed.
+            let added = self.job_added.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
+            if let Some(job) = self.take_next(consumer) {
+                return Ok(Some(job));
+            }
+            if tokio::time::timeout_at(deadline, added).await.is_err() {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
+        let Some(seq) = parse_job_id(id) else {
+            return Ok(());
+        };
+        let mut s = self.lock();
+        s.queue.pending.remove(&seq);
+        s.queue.entries.remove(&seq);
+        Ok(())
+    }
+
+    pub(crate) async fn reclaim_stale(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        let mut s = self.lock();
+        let now = Instant::now();
+        let State { queue, .. } = &mut *s;
+        let mut taken = Vec::new();
+        for (seq, delivery) in queue.pending.iter_mut() {
+            if now.duration_since(delivery.at) < min_idle {
+                continue;
+            }
+            let Some(job) = queue.entries.get(seq) else {
+                continue;
+            };
+            delivery.consumer = consumer.to_owned();
+            delivery.at = now;
+            delivery.count += 1;
+            taken.push(ClaimedJob {
+                id: job_id(*seq),
+                job: job.clone(),
+                deliveries: delivery.count,
+            });
+        }
+        Ok(taken)
+    }
+
+    pub(crate) async fn mark_step_done(
+        &self,
+        case: &CaseId,
+        record: &StepRecord,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let log = s.steps.entry(case.clone()).or_default();
+        if log.contains_key(&record.step) {
+            return Ok(false);
+        }
+        log.insert(record.step, record.clone());
+        Ok(true)
+    }
+
+    pub(crate) async fn steps_done(&self, case: &CaseId) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .steps
+            .get(case)
+            .map(|log| log.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    pub(crate) async fn clear_steps(&self, case: &CaseId) -> Result<(), StoreError> {
+        self.lock().steps.remove(case);
+        Ok(())
+    }
+
+    pub(crate) async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        self.lock().audit.push(event.clone());
+        Ok(())
+    }
+
+    pub(crate) async fn audit_scan(
+        &self,
+        _since: Option<DateTime<Utc>>,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        Ok(self.lock().audit.clone())
+    }
+}

@@ -1,0 +1,754 @@
+//! The one store test suite, run against both backends: every scenario is an `async fn(Store)`
+//! and `suite!` instantiates it for `Store::memory()` and for real Redis (REDIS_URL or
+//! redis://127.0.0.1:6379) under a unique key prefix that is deleted afterwards.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sandbox_steward::cases::{
+    Card, Case, CaseDraft, CaseState, DecisionOption, Event, Evidence, Opener, Recommendation,
+    Step, StepOutcome, StepRecord, Subject, TransitionError,
+};
+use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use sandbox_steward::jobs::{self, Job, JobError, StepFailure, WorkOutcome};
+use sandbox_steward::store::{Actor, AuditEvent, Opened, Store, StoreError, Updated};
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Deletes every key under the test's prefix when dropped (even when the test panics).
+struct Cleanup {
+    prefix: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+async fn redis_store() -> (Store, Cleanup) {
+    let prefix = format!("steward-test-{}", uuid::Uuid::new_v4().simple());
+    let store = Store::redis(&redis_url(), &prefix)
+        .await
+        .expect("the store suite needs Redis at REDIS_URL or 127.0.0.1:6379");
+    (store, Cleanup { prefix })
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(sandbox_steward::store::Store::memory()).await;
+                }
+            )*
+        }
+        mod redis_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (store, _cleanup) = super::redis_store().await;
+                    super::$name(store).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    opening_a_second_case_for_the_same_subject_returns_the_existing_one,
+    fifty_concurrent_decisions_have_exactly_one_winner_and_the_losers_see_it,
+    a_closed_case_frees_its_subject_for_a_new_case,
+    a_retry_is_refused_while_another_case_holds_the_subject,
+    the_card_is_recorded_and_unknown_cases_are_not_found,
+    repeated_payloads_are_seen_only_once,
+    a_job_is_claimed_once_and_gone_after_its_ack,
+    a_blocked_claim_wakes_up_when_a_job_arrives,
+    a_job_whose_worker_died_is_taken_over_and_resumes_after_its_finished_steps,
+    a_second_worker_cannot_run_a_case_another_worker_is_running,
+    a_permanent_step_failure_fails_the_case_and_a_retry_finishes_it,
+    stale_evidence_sends_the_case_back_to_pending_and_forgets_its_steps,
+    due_cases_are_expired_exactly_once_by_concurrent_expirers,
+    the_audit_log_answers_by_case_subject_and_time,
+    leases_are_exclusive_and_expire,
+    the_worker_loop_runs_jobs_until_shutdown,
+);
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).unwrap()
+}
+
+fn user(id: &str) -> SlackUserId {
+    SlackUserId::parse(id).unwrap()
+}
+
+fn new_sandbox() -> Subject {
+    Subject::Sandbox(SandboxId::parse(format!("sbx{}", uuid::Uuid::new_v4().simple())).unwrap())
+}
+
+/// A pending case about `subject`, due one day from now (or `decide_by`).
+fn case_for(subject: &Subject, decide_by: Option<DateTime<Utc>>, opened_at: DateTime<Utc>) -> Case {
+    CaseDraft {
+        subject: subject.clone(),
+        evidence: Evidence {
+            state: Some("running".into()),
+            ..Evidence::default()
+        },
+        recommendation: Recommendation {
+            option: DecisionOption::SnapshotThenKill,
+            reason: "idle for 3 days".into(),
+        },
+        options: None,
+        opener: Opener::Person { user: user("UREQ") },
+        reason: "cleanup".into(),
+        decide_by: decide_by.unwrap_or(opened_at + chrono::Duration::days(1)),
+    }
+    .into_case(opened_at)
+    .unwrap()
+}
+
+async fn open(store: &Store, subject: &Subject) -> Case {
+    match store
+        .open_case(case_for(subject, None, Utc::now()))
+        .await
+        .unwrap()
+    {
+        Opened::Created(case) => case,
+        Opened::Existing(case) => panic!("expected a new case, got {case:?}"),
+    }
+}
+
+fn decide(option: DecisionOption, by: &str) -> Event {
+    Event::Decide {
+        option,
+        by: user(by),
+        reason: None,
+        until: None,
+    }
+}
+
+async fn decided(store: &Store, option: DecisionOption) -> Case {
+    let case = open(store, &new_sandbox()).await;
+    match store
+        .apply_event(&case.id, decide(option, "UAPPROVER"), Utc::now())
+        .await
+        .unwrap()
+    {
+        Updated::Applied(case) => case,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn snap() -> TemplateId {
+    TemplateId::parse("team/snap:1").unwrap()
+}
+
+/// What a fake E2B does for each step; counts calls per step.
+fn outcome_of(step: Step) -> StepOutcome {
+    match step {
+        Step::Snapshot => StepOutcome::SnapshotCreated {
+            snapshot_id: snap(),
+        },
+        Step::VerifySnapshot => StepOutcome::SnapshotVerified {
+            snapshot_id: snap(),
+        },
+        Step::Kill => StepOutcome::Killed,
+        Step::Pause => StepOutcome::Paused,
+        Step::DeleteTemplate => StepOutcome::TemplateDeleted,
+    }
+}
+
+#[derive(Default)]
+struct Calls(std::sync::Mutex<Vec<Step>>);
+
+impl Calls {
+    fn push(&self, step: Step) {
+        self.0.lock().unwrap().push(step);
+    }
+    fn all(&self) -> Vec<Step> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+async fn opening_a_second_case_for_the_same_subject_returns_the_existing_one(store: Store) {
+    let subject = new_sandbox();
+    let first = open(&store, &subject).await;
+    assert_eq!(first.version, 1);
+    let again = store
+        .open_case(case_for(&subject, None, Utc::now()))
+        .await
+        .unwrap();
+    assert_eq!(again, Opened::Existing(first.clone()));
+    assert_eq!(store.case_for_subject(&subject).await.unwrap(), Some(first));
+    assert_eq!(store.case_for_subject(&new_sandbox()).await.unwrap(), None);
+}
+
+async fn fifty_concurrent_decisions_have_exactly_one_winner_and_the_losers_see_it(store: Store) {
+    let case = open(&store, &new_sandbox()).await;
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let store = store.clone();
+        let id = case.id.clone();
+        tasks.push(tokio::spawn(async move {
+            let by = format!("U{i}");
+            store
+                .apply_event(&id, decide(DecisionOption::Kill, &by), Utc::now())
+                .await
+                .unwrap()
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut losers = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Updated::Applied(case) => winners.push(case),
+            Updated::Rejected { current, error } => losers.push((current, error)),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one decision wins");
+    assert_eq!(losers.len(), 49);
+    let winner = winners[0].state.decision().unwrap().by.clone();
+    for (current, error) in losers {
+        assert_eq!(
+            error,
+            TransitionError::Illegal {
+                event: "decide",
+                state: "decided"
+            }
+        );
+        assert_eq!(current.state.decision().unwrap().by, winner);
+    }
+    let stored = store.get_case(&case.id).await.unwrap();
+    assert_eq!(stored.version, 2, "one write after the open");
+    assert_eq!(stored.state.decision().unwrap().by, winner);
+}
+
+async fn a_closed_case_frees_its_subject_for_a_new_case(store: Store) {
+    let subject = new_sandbox();
+    let first = open(&store, &subject).await;
+    let left = store
+        .apply_event(&first.id, decide(DecisionOption::Leave, "U1"), Utc::now())
+        .await
+        .unwrap();
+    assert!(matches!(left, Updated::Applied(ref c) if matches!(c.state, CaseState::Left { .. })));
+    assert_eq!(store.case_for_subject(&subject).await.unwrap(), None);
+    let second = open(&store, &subject).await;
+    assert_ne!(second.id, first.id);
+    assert_eq!(
+        store.case_for_subject(&subject).await.unwrap().unwrap().id,
+        second.id
+    );
+}
+
+async fn a_retry_is_refused_while_another_case_holds_the_subject(store: Store) {
+    let subject = new_sandbox();
+    let first = open(&store, &subject).await;
+    let now = Utc::now();
+    for event in [
+        decide(DecisionOption::Kill, "U1"),
+        Event::StartExecuting,
+        Event::Fail {
+            error: "E2B said 500".into(),
+        },
+    ] {
+        assert!(matches!(
+            store.apply_event(&first.id, event, now).await.unwrap(),
+            Updated::Applied(_)
+        ));
+    }
+    let second = open(&store, &subject).await;
+    let retry = store
+        .apply_event(&first.id, Event::Retry { by: user("U1") }, now)
+        .await;
+    assert!(matches!(retry, Err(StoreError::Conflict(_))), "{retry:?}");
+    let stored = store.get_case(&first.id).await.unwrap();
+    assert_eq!(stored.state.name(), "failed", "nothing changed");
+    assert_eq!(
+        store.case_for_subject(&subject).await.unwrap().unwrap().id,
+        second.id
+    );
+}
+
+async fn the_card_is_recorded_and_unknown_cases_are_not_found(store: Store) {
+    let case = open(&store, &new_sandbox()).await;
+    let card = Card {
+        channel: SlackChannelId::parse("C123").unwrap(),
+        ts: "1700000000.000100".into(),
+    };
+    let updated = store.set_card(&case.id, card.clone()).await.unwrap();
+    assert_eq!(updated.card, Some(card.clone()));
+    assert_eq!(store.get_case(&case.id).await.unwrap().card, Some(card));
+    let missing = store.get_case(&CaseId::generate()).await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+    let missing = store
+        .apply_event(&CaseId::generate(), Event::Expire, Utc::now())
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+}
+
+async fn repeated_payloads_are_seen_only_once(store: Store) {
+    let key = format!("slack-retry:{}", uuid::Uuid::new_v4());
+    let ttl = Duration::from_secs(60);
+    assert!(store.first_time(&key, ttl).await.unwrap());
+    assert!(!store.first_time(&key, ttl).await.unwrap());
+    assert!(
+        store
+            .first_time(&format!("{key}-other"), ttl)
+            .await
+            .unwrap()
+    );
+}
+
+fn job_for(case: &Case, option: DecisionOption) -> Job {
+    Job::RunDecision {
+        case_id: case.id.clone(),
+        option,
+        attempt: 1,
+    }
+}
+
+async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
+    let case = open(&store, &new_sandbox()).await;
+    let job = job_for(&case, DecisionOption::Kill);
+    let id = store.enqueue(&job).await.unwrap();
+    let claimed = store
+        .claim("worker-a", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, id);
+    assert_eq!(claimed.job, job);
+    assert_eq!(claimed.deliveries, 1);
+    assert_eq!(store.claim("worker-b", Duration::ZERO).await.unwrap(), None);
+    store.ack(&claimed.id).await.unwrap();
+    assert!(
+        store
+            .reclaim_stale("worker-b", Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_blocked_claim_wakes_up_when_a_job_arrives(store: Store) {
+    let case = open(&store, &new_sandbox()).await;
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim("worker-a", Duration::from_secs(8)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let job = job_for(&case, DecisionOption::Pause);
+    store.enqueue(&job).await.unwrap();
+    let claimed = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the claim sees the job");
+    assert_eq!(claimed.job, job);
+}
+
+async fn a_job_whose_worker_died_is_taken_over_and_resumes_after_its_finished_steps(store: Store) {
+    let case = decided(&store, DecisionOption::SnapshotThenKill).await;
+    store
+        .enqueue(&job_for(&case, DecisionOption::SnapshotThenKill))
+        .await
+        .unwrap();
+
+    // Worker A claims, takes the snapshot, records it, and dies before the rest.
+    let claimed_by_a = store
+        .claim("worker-a", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let died = jobs::execute_decision(&store, &case.id, |step, _done| async move {
+        match step {
+            Step::Snapshot => Ok(outcome_of(step)),
+            _ => Err(StepFailure::Transient("worker A's host went away".into())),
+        }
+    })
+    .await;
+    assert!(matches!(died, Err(JobError::Transient(_))), "{died:?}");
+
+    // Worker B takes the job over and finishes it without a second snapshot.
+    let taken = store
+        .reclaim_stale("worker-b", Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].id, claimed_by_a.id);
+    assert_eq!(taken[0].deliveries, 2);
+    let done: Vec<Step> = store
+        .steps_done(&case.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(done, vec![Step::Snapshot]);
+
+    let calls = Arc::new(Calls::default());
+    let finished = jobs::execute_decision(&store, &case.id, |step, _done| {
+        let calls = calls.clone();
+        async move {
+            calls.push(step);
+            Ok(outcome_of(step))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(calls.all(), vec![Step::VerifySnapshot, Step::Kill]);
+    let CaseState::Done { steps, .. } = &finished.state else {
+        panic!("expected done, got {:?}", finished.state);
+    };
+    let kinds: Vec<Step> = steps.iter().map(|r| r.step).collect();
+    assert_eq!(
+        kinds,
+        vec![Step::Snapshot, Step::VerifySnapshot, Step::Kill]
+    );
+    store.ack(&taken[0].id).await.unwrap();
+
+    // A duplicate job for a finished case does nothing.
+    let again = jobs::execute_decision(&store, &case.id, |step, _| async move {
+        panic!("no step may run again, got {step:?}")
+    })
+    .await
+    .unwrap();
+    assert_eq!(again.state.name(), "done");
+}
+
+async fn a_second_worker_cannot_run_a_case_another_worker_is_running(store: Store) {
+    let case = decided(&store, DecisionOption::Kill).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let store = store.clone();
+        let id = case.id.clone();
+        let mut started = Some(started_tx);
+        let release = Arc::new(tokio::sync::Mutex::new(Some(release_rx)));
+        tokio::spawn(async move {
+            jobs::execute_decision(&store, &id, move |step, _| {
+                let started = started.take();
+                let release = release.clone();
+                async move {
+                    if let Some(tx) = started {
+                        let _ = tx.send(());
+                    }
+                    if let Some(rx) = release.lock().await.take() {
+                        let _ = rx.await;
+                    }
+                    Ok(outcome_of(step))
+                }
+            })
+            .await
+        })
+    };
+    started_rx.await.unwrap();
+    let second = jobs::execute_decision(&store, &case.id, |step, _| async move {
+        panic!("the second worker must not run {step:?}")
+    })
+    .await;
+    assert!(matches!(second, Err(JobError::Transient(_))), "{second:?}");
+    release_tx.send(()).unwrap();
+    let finished = first.await.unwrap().unwrap();
+    assert_eq!(finished.state.name(), "done");
+}
+
+async fn a_permanent_step_failure_fails_the_case_and_a_retry_finishes_it(store: Store) {
+    let case = decided(&store, DecisionOption::SnapshotThenKill).await;
+    let failed = jobs::execute_decision(&store, &case.id, |step, _| async move {
+        match step {
+            Step::Snapshot => Ok(outcome_of(step)),
+            _ => Err(StepFailure::Permanent("snapshot did not verify".into())),
+        }
+    })
+    .await;
+    assert_eq!(
+        failed,
+        Err(JobError::Permanent("snapshot did not verify".into()))
+    );
+    let stored = store.get_case(&case.id).await.unwrap();
+    let CaseState::Failed { error, steps, .. } = &stored.state else {
+        panic!("expected failed, got {:?}", stored.state);
+    };
+    assert_eq!(error, "snapshot did not verify");
+    assert_eq!(steps.len(), 1);
+
+    let retried = store
+        .apply_event(&case.id, Event::Retry { by: user("U1") }, Utc::now())
+        .await
+        .unwrap();
+    assert!(matches!(retried, Updated::Applied(_)));
+    let calls = Arc::new(Calls::default());
+    let done = jobs::execute_decision(&store, &case.id, |step, _| {
+        let calls = calls.clone();
+        async move {
+            calls.push(step);
+            Ok(outcome_of(step))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(calls.all(), vec![Step::VerifySnapshot, Step::Kill]);
+    assert_eq!(done.state.name(), "done");
+}
+
+async fn stale_evidence_sends_the_case_back_to_pending_and_forgets_its_steps(store: Store) {
+    let case = decided(&store, DecisionOption::SnapshotThenKill).await;
+    let new_deadline = Utc::now() + chrono::Duration::hours(2);
+    let back = jobs::execute_decision(&store, &case.id, |_, _| async move {
+        Err(StepFailure::EvidenceChanged {
+            evidence: Box::new(Evidence {
+                state: Some("running".into()),
+                idle_since: None,
+                ..Evidence::default()
+            }),
+            note: "it is active again".into(),
+            decide_by: new_deadline,
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(back.state, CaseState::Pending);
+    assert_eq!(back.notes.last().unwrap().text, "it is active again");
+    assert!(store.steps_done(&case.id).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .case_for_subject(&case.subject)
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        case.id,
+        "the case still holds its subject"
+    );
+    let due_later = store.pending_due(new_deadline).await.unwrap();
+    assert!(due_later.contains(&case.id), "back in the expiry index");
+}
+
+async fn due_cases_are_expired_exactly_once_by_concurrent_expirers(store: Store) {
+    let opened = t(1_000);
+    let mut due = Vec::new();
+    for _ in 0..5 {
+        let case = case_for(&new_sandbox(), Some(t(2_000)), opened);
+        due.push(store.open_case(case).await.unwrap().case().clone());
+    }
+    let later = store
+        .open_case(case_for(&new_sandbox(), Some(t(9_000)), opened))
+        .await
+        .unwrap()
+        .case()
+        .clone();
+    // One due case is decided before the sweep: it must not expire.
+    store
+        .apply_event(&due[0].id, decide(DecisionOption::Kill, "U1"), t(1_500))
+        .await
+        .unwrap();
+
+    let now = t(3_000);
+    let listed = store.pending_due(now).await.unwrap();
+    for case in &due[1..] {
+        assert!(listed.contains(&case.id));
+    }
+    assert!(!listed.contains(&later.id));
+    assert!(
+        !listed.contains(&due[0].id),
+        "decided cases leave the index"
+    );
+
+    let mut sweeps = Vec::new();
+    for _ in 0..4 {
+        let store = store.clone();
+        sweeps.push(tokio::spawn(
+            async move { store.expire_due(now).await.unwrap() },
+        ));
+    }
+    let expired_count = AtomicUsize::new(0);
+    let mut expired_ids = Vec::new();
+    for sweep in sweeps {
+        for case in sweep.await.unwrap() {
+            expired_count.fetch_add(1, Ordering::SeqCst);
+            expired_ids.push(case.id);
+        }
+    }
+    assert_eq!(
+        expired_count.load(Ordering::SeqCst),
+        4,
+        "each due case once"
+    );
+    expired_ids.sort();
+    expired_ids.dedup();
+    assert_eq!(expired_ids.len(), 4);
+    assert!(store.pending_due(now).await.unwrap().is_empty());
+    assert_eq!(
+        store.get_case(&due[0].id).await.unwrap().state.name(),
+        "decided"
+    );
+    assert_eq!(
+        store.get_case(&later.id).await.unwrap().state,
+        CaseState::Pending
+    );
+    // Nothing is ever done on an expired case.
+    let late = store
+        .apply_event(&due[1].id, decide(DecisionOption::Kill, "U1"), now)
+        .await
+        .unwrap();
+    assert!(matches!(late, Updated::Rejected { .. }), "{late:?}");
+}
+
+async fn the_audit_log_answers_by_case_subject_and_time(store: Store) {
+    let case_a = CaseId::generate();
+    let sandbox = new_sandbox();
+    let template = Subject::Template(TemplateId::parse("tmpl-x").unwrap());
+    let now = Utc::now();
+    let event = |secs_ago: i64, case: Option<CaseId>, subject: Subject, action: &str| AuditEvent {
+        time: now - chrono::Duration::seconds(secs_ago),
+        case,
+        subject: Some(subject),
+        actor: Actor::Person { user: user("U1") },
+        action: action.into(),
+        outcome: "ok".into(),
+    };
+    let events = vec![
+        event(30, Some(case_a.clone()), sandbox.clone(), "open"),
+        event(20, Some(case_a.clone()), sandbox.clone(), "decide:kill"),
+        event(10, None, template.clone(), "sweep"),
+    ];
+    for e in &events {
+        store.append_audit(e).await.unwrap();
+    }
+    let mut step = event(5, Some(case_a.clone()), sandbox.clone(), "step:kill");
+    step.actor = Actor::Steward {
+        part: "worker".into(),
+    };
+    store.append_audit(&step).await.unwrap();
+
+    let for_case = store.audit_for_case(&case_a).await.unwrap();
+    assert_eq!(
+        for_case
+            .iter()
+            .map(|e| e.action.as_str())
+            .collect::<Vec<_>>(),
+        vec!["open", "decide:kill", "step:kill"]
+    );
+    assert_eq!(
+        store.audit_for_subject(&template).await.unwrap(),
+        vec![events[2].clone()]
+    );
+    let since = store
+        .audit_since(now - chrono::Duration::seconds(15))
+        .await
+        .unwrap();
+    assert_eq!(since, vec![events[2].clone(), step]);
+}
+
+async fn leases_are_exclusive_and_expire(store: Store) {
+    let name = format!("scheduler-{}", uuid::Uuid::new_v4());
+    let long = Duration::from_secs(60);
+    assert!(store.acquire_lease(&name, "a", long).await.unwrap());
+    assert!(!store.acquire_lease(&name, "b", long).await.unwrap());
+    assert!(!store.renew_lease(&name, "b", long).await.unwrap());
+    assert!(!store.release_lease(&name, "b").await.unwrap());
+    assert!(store.renew_lease(&name, "a", long).await.unwrap());
+    assert!(store.release_lease(&name, "a").await.unwrap());
+    assert!(
+        store
+            .acquire_lease(&name, "b", Duration::from_millis(50))
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !store.renew_lease(&name, "b", long).await.unwrap(),
+        "an expired lease cannot be renewed"
+    );
+    assert!(store.acquire_lease(&name, "c", long).await.unwrap());
+}
+
+async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
+    let case = decided(&store, DecisionOption::Kill).await;
+    store
+        .enqueue(&job_for(&case, DecisionOption::Kill))
+        .await
+        .unwrap();
+    let handler = {
+        let store = store.clone();
+        move |claimed: sandbox_steward::store::ClaimedJob, log: jobs::StepLog| {
+            let store = store.clone();
+            async move {
+                assert_eq!(log.case_id(), claimed.job.case_id());
+                jobs::execute_decision(&store, claimed.job.case_id(), |step, _| async move {
+                    Ok(outcome_of(step))
+                })
+                .await
+                .map(|_| ())
+            }
+        }
+    };
+    // One pass by hand first: the job runs and is acknowledged.
+    let outcome = jobs::work_once(&store, "worker-a", Duration::ZERO, &handler)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, WorkOutcome::Finished(_)), "{outcome:?}");
+    assert_eq!(store.get_case(&case.id).await.unwrap().state.name(), "done");
+    assert_eq!(
+        jobs::work_once(&store, "worker-a", Duration::ZERO, &handler)
+            .await
+            .unwrap(),
+        WorkOutcome::Idle
+    );
+
+    // Then the loop: it picks up a new job and stops when told.
+    let second = decided(&store, DecisionOption::Kill).await;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut config = jobs::WorkerConfig::new("worker-loop");
+    config.block = Duration::from_millis(200);
+    let worker = tokio::spawn(jobs::run_worker(store.clone(), config, handler, async {
+        let _ = stop_rx.await;
+    }));
+    store
+        .enqueue(&job_for(&second, DecisionOption::Kill))
+        .await
+        .unwrap();
+    let mut state = String::new();
+    for _ in 0..100 {
+        state = store
+            .get_case(&second.id)
+            .await
+            .unwrap()
+            .state
+            .name()
+            .to_owned();
+        if state == "done" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "done");
+    stop_tx.send(()).unwrap();
+    worker.await.unwrap();
+    let steps: Vec<StepRecord> = store.steps_done(&second.id).await.unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].outcome, StepOutcome::Killed);
+}
