@@ -5,3 +5,5 @@
 //! nor E2B's wire formats (that is `e2b/`).
 pub mod command;
 pub mod signature;
+pub mod format;
+pub mod render;
