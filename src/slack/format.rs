@@ -202,7 +202,10 @@ mod tests {
 
     #[test]
     fn mrkdwn_control_characters_are_escaped() {
-        assert_eq!(escape_mrkdwn("a<b>&c <@U1>"), "a&lt;b&gt;&amp;c &lt;@U1&gt;");
+        assert_eq!(
+            escape_mrkdwn("a<b>&c <@U1>"),
+            "a&lt;b&gt;&amp;c &lt;@U1&gt;"
+        );
         assert_eq!(escaped_len("a<&"), 10);
     }
 
@@ -226,8 +229,9 @@ mod tests {
 
     #[test]
     fn tables_align_columns_and_split_within_section_limits() {
-        let rows: Vec<Vec<String>> =
-            (0..200).map(|i| vec![format!("i{i}"), "base & <x>".into()]).collect();
+        let rows: Vec<Vec<String>> = (0..200)
+            .map(|i| vec![format!("i{i}"), "base & <x>".into()])
+            .collect();
         let chunks = table(&["id", "template"], &rows, 30);
         assert!(chunks.len() > 1);
         assert!(chunks[0].starts_with("id    template\ni0    base & <x>"));

@@ -3,7 +3,9 @@
 //!
 //! This module knows Slack's wire formats; it must not know HTTP routing (that is `http/`)
 //! nor E2B's wire formats (that is `e2b/`).
+pub mod client;
 pub mod command;
-pub mod signature;
 pub mod format;
+pub mod payload;
 pub mod render;
+pub mod signature;

@@ -20,19 +20,52 @@ use super::format::{self, MESSAGE_MAX_BLOCKS, SECTION_TEXT_MAX_CHARS};
 /// The templates compiled into the binary: file name and source.
 pub const EMBEDDED: &[(&str, &str)] = &[
     ("help.json.j2", include_str!("../../templates/help.json.j2")),
-    ("problem.json.j2", include_str!("../../templates/problem.json.j2")),
-    ("working.json.j2", include_str!("../../templates/working.json.j2")),
-    ("failure.json.j2", include_str!("../../templates/failure.json.j2")),
+    (
+        "problem.json.j2",
+        include_str!("../../templates/problem.json.j2"),
+    ),
+    (
+        "working.json.j2",
+        include_str!("../../templates/working.json.j2"),
+    ),
+    (
+        "failure.json.j2",
+        include_str!("../../templates/failure.json.j2"),
+    ),
     ("done.json.j2", include_str!("../../templates/done.json.j2")),
-    ("approval_needed.json.j2", include_str!("../../templates/approval_needed.json.j2")),
-    ("sandbox_list.json.j2", include_str!("../../templates/sandbox_list.json.j2")),
-    ("sandbox.json.j2", include_str!("../../templates/sandbox.json.j2")),
-    ("sandbox_logs.json.j2", include_str!("../../templates/sandbox_logs.json.j2")),
-    ("sandbox_metrics.json.j2", include_str!("../../templates/sandbox_metrics.json.j2")),
+    (
+        "approval_needed.json.j2",
+        include_str!("../../templates/approval_needed.json.j2"),
+    ),
+    (
+        "sandbox_list.json.j2",
+        include_str!("../../templates/sandbox_list.json.j2"),
+    ),
+    (
+        "sandbox.json.j2",
+        include_str!("../../templates/sandbox.json.j2"),
+    ),
+    (
+        "sandbox_logs.json.j2",
+        include_str!("../../templates/sandbox_logs.json.j2"),
+    ),
+    (
+        "sandbox_metrics.json.j2",
+        include_str!("../../templates/sandbox_metrics.json.j2"),
+    ),
     ("team.json.j2", include_str!("../../templates/team.json.j2")),
-    ("snapshots.json.j2", include_str!("../../templates/snapshots.json.j2")),
-    ("templates.json.j2", include_str!("../../templates/templates.json.j2")),
-    ("template.json.j2", include_str!("../../templates/template.json.j2")),
+    (
+        "snapshots.json.j2",
+        include_str!("../../templates/snapshots.json.j2"),
+    ),
+    (
+        "templates.json.j2",
+        include_str!("../../templates/templates.json.j2"),
+    ),
+    (
+        "template.json.j2",
+        include_str!("../../templates/template.json.j2"),
+    ),
 ];
 
 /// Why a message could not be rendered.
@@ -76,11 +109,16 @@ pub struct Message {
 impl Message {
     /// A message with fallback text only, used when a template itself is broken.
     pub fn plain(text: impl Into<String>) -> Self {
-        Self { text: format::escape_mrkdwn(&text.into()), blocks: Vec::new() }
+        Self {
+            text: format::escape_mrkdwn(&text.into()),
+            blocks: Vec::new(),
+        }
     }
 
     pub fn into_content(self) -> SlackMessageContent {
-        SlackMessageContent::new().with_text(self.text).with_blocks(self.blocks)
+        SlackMessageContent::new()
+            .with_text(self.text)
+            .with_blocks(self.blocks)
     }
 }
 
@@ -115,14 +153,23 @@ impl Templates {
                 return Ok(());
             }
             let text = value.to_string();
-            let text = if value.is_safe() { text } else { format::escape_mrkdwn(&text) };
-            out.write_str(&json_string_body(&text))
-                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
+            let text = if value.is_safe() {
+                text
+            } else {
+                format::escape_mrkdwn(&text)
+            };
+            out.write_str(&json_string_body(&text)).map_err(|e| {
+                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
+            })
         });
         for &(name, embedded) in EMBEDDED {
             let source = match dir.map(|d| d.join(name)) {
-                Some(path) if path.exists() => std::fs::read_to_string(&path)
-                    .map_err(|source| RenderError::Read { path: path.display().to_string(), source })?,
+                Some(path) if path.exists() => {
+                    std::fs::read_to_string(&path).map_err(|source| RenderError::Read {
+                        path: path.display().to_string(),
+                        source,
+                    })?
+                }
                 _ => embedded.to_owned(),
             };
             env.add_template_owned(name, source)
@@ -172,7 +219,10 @@ fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(),
     if message.blocks.len() > MESSAGE_MAX_BLOCKS {
         return Err(RenderError::Limit {
             name,
-            limit: format!("{} blocks (at most {MESSAGE_MAX_BLOCKS})", message.blocks.len()),
+            limit: format!(
+                "{} blocks (at most {MESSAGE_MAX_BLOCKS})",
+                message.blocks.len()
+            ),
         });
     }
     let raw: serde_json::Value =
@@ -183,7 +233,11 @@ fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(),
     for (index, (typed, raw_block)) in message.blocks.iter().zip(&raw_blocks).enumerate() {
         let back = serde_json::to_value(typed).unwrap_or_default();
         if matches!(typed, SlackBlock::Unknown(_)) || &back != raw_block {
-            return Err(RenderError::NotBlockKit { name, index, block: raw_block.to_string() });
+            return Err(RenderError::NotBlockKit {
+                name,
+                index,
+                block: raw_block.to_string(),
+            });
         }
     }
     // Section texts are checked on the raw JSON so every kind of block is covered alike.
@@ -388,20 +442,40 @@ mod tests {
     }
 
     fn table(rows: &[&[&str]]) -> Vec<String> {
-        let rows: Vec<Vec<String>> =
-            rows.iter().map(|r| r.iter().map(|c| c.to_string()).collect()).collect();
+        let rows: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .collect();
         format::table(&["id", "template", "state"], &rows, 40)
     }
 
     #[test]
     fn help_lists_every_subcommand() {
-        let json = render(&HelpParams { command: "/sandbox".into() });
+        let json = render(&HelpParams {
+            command: "/sandbox".into(),
+        });
         let text = json.to_string();
         for verb in [
-            "list", "get", "logs", "metrics", "team", "pause", "resume", "timeout", "refresh",
-            "snapshot ", "snapshots", "templates", "template <id>", "kill", "delete-template",
+            "list",
+            "get",
+            "logs",
+            "metrics",
+            "team",
+            "pause",
+            "resume",
+            "timeout",
+            "refresh",
+            "snapshot ",
+            "snapshots",
+            "templates",
+            "template <id>",
+            "kill",
+            "delete-template",
         ] {
-            assert!(text.contains(&format!("/sandbox {verb}")), "help lacks {verb}");
+            assert!(
+                text.contains(&format!("/sandbox {verb}")),
+                "help lacks {verb}"
+            );
         }
         insta::assert_json_snapshot!("help", json);
     }
@@ -410,15 +484,23 @@ mod tests {
     fn problem_and_working_and_failure_render() {
         insta::assert_json_snapshot!(
             "problem",
-            render(&ProblemParams { command: "/sandbox".into(), problem: "I don't know the subcommand `destroy`.".into() })
+            render(&ProblemParams {
+                command: "/sandbox".into(),
+                problem: "I don't know the subcommand `destroy`.".into()
+            })
         );
         insta::assert_json_snapshot!(
             "working",
-            render(&WorkingParams { command: "/sandbox".into(), input: "list running".into() })
+            render(&WorkingParams {
+                command: "/sandbox".into(),
+                input: "list running".into()
+            })
         );
         insta::assert_json_snapshot!(
             "failure",
-            render(&FailureParams { sentence: "E2B is rate-limiting us; try again in 4 s.".into() })
+            render(&FailureParams {
+                sentence: "E2B is rate-limiting us; try again in 4 s.".into()
+            })
         );
     }
 
@@ -426,15 +508,24 @@ mod tests {
     fn done_and_approval_needed_render() {
         insta::assert_json_snapshot!(
             "done",
-            render(&DoneParams { headline: "Paused `i1`.".into(), details: Some("Resume it with `/sandbox resume i1`.".into()) })
+            render(&DoneParams {
+                headline: "Paused `i1`.".into(),
+                details: Some("Resume it with `/sandbox resume i1`.".into())
+            })
         );
         insta::assert_json_snapshot!(
             "done_without_details",
-            render(&DoneParams { headline: "Refreshed `i1`.".into(), details: None })
+            render(&DoneParams {
+                headline: "Refreshed `i1`.".into(),
+                details: None
+            })
         );
         insta::assert_json_snapshot!(
             "approval_needed",
-            render(&ApprovalNeededParams { action: "kill".into(), target: "i1".into() })
+            render(&ApprovalNeededParams {
+                action: "kill".into(),
+                target: "i1".into()
+            })
         );
     }
 
@@ -454,7 +545,13 @@ mod tests {
         assert_eq!(button["action_id"], "list_next_page");
         assert_eq!(button["value"], r#"{"n":"tok&1","s":"running"}"#);
         insta::assert_json_snapshot!("sandbox_list", json);
-        let empty = SandboxListParams { shown: 0, table: vec![], next_page: None, total_running: None, ..params };
+        let empty = SandboxListParams {
+            shown: 0,
+            table: vec![],
+            next_page: None,
+            total_running: None,
+            ..params
+        };
         insta::assert_json_snapshot!("sandbox_list_empty", render(&empty));
     }
 
@@ -473,7 +570,10 @@ mod tests {
             end_at: "2025-01-01 13:00 UTC".into(),
             ends_in: Some("55m 0s".into()),
             lifecycle: "pauses on timeout; auto-resume off".into(),
-            metadata: vec![KeyValue { key: "owner".into(), value: "<@U1> & \"friends\"".into() }],
+            metadata: vec![KeyValue {
+                key: "owner".into(),
+                value: "<@U1> & \"friends\"".into(),
+            }],
         });
         let text = json.to_string();
         assert!(text.contains("&lt;@U1&gt; &amp; \\\"friends\\\""), "{text}");
@@ -526,12 +626,26 @@ mod tests {
     fn snapshot_and_template_listings_render() {
         insta::assert_json_snapshot!(
             "snapshots",
-            render(&SnapshotsParams { sandbox: Some("i1".into()), count: 1, table: table(&[&["team/snap:default", "i1", "ready"]]) })
+            render(&SnapshotsParams {
+                sandbox: Some("i1".into()),
+                count: 1,
+                table: table(&[&["team/snap:default", "i1", "ready"]])
+            })
         );
-        insta::assert_json_snapshot!("snapshots_empty", render(&SnapshotsParams { sandbox: None, count: 0, table: vec![] }));
+        insta::assert_json_snapshot!(
+            "snapshots_empty",
+            render(&SnapshotsParams {
+                sandbox: None,
+                count: 0,
+                table: vec![]
+            })
+        );
         insta::assert_json_snapshot!(
             "templates",
-            render(&TemplatesParams { count: 1, table: table(&[&["base", "python", "ready"]]) })
+            render(&TemplatesParams {
+                count: 1,
+                table: table(&[&["base", "python", "ready"]])
+            })
         );
         insta::assert_json_snapshot!(
             "template",
@@ -559,10 +673,20 @@ mod tests {
         )
         .unwrap();
         let templates = Templates::load(Some(dir.path())).unwrap();
-        let m = templates.render(&FailureParams { sentence: "a<b".into() }).unwrap();
+        let m = templates
+            .render(&FailureParams {
+                sentence: "a<b".into(),
+            })
+            .unwrap();
         assert_eq!(m.text, "custom: a&lt;b");
         // Other templates stay the embedded ones.
-        assert!(templates.render(&HelpParams { command: "/sandbox".into() }).is_ok());
+        assert!(
+            templates
+                .render(&HelpParams {
+                    command: "/sandbox".into()
+                })
+                .is_ok()
+        );
     }
 
     #[test]
@@ -574,16 +698,24 @@ mod tests {
         )
         .unwrap();
         let templates = Templates::load(Some(dir.path())).unwrap();
-        let err = templates.render(&FailureParams { sentence: "x".into() }).unwrap_err();
+        let err = templates
+            .render(&FailureParams {
+                sentence: "x".into(),
+            })
+            .unwrap_err();
         assert!(matches!(err, RenderError::NotBlockKit { .. }), "{err}");
-        let fallback = templates.render_or_plain(&FailureParams { sentence: "x".into() });
+        let fallback = templates.render_or_plain(&FailureParams {
+            sentence: "x".into(),
+        });
         assert!(fallback.text.contains("failure.json.j2"));
     }
 
     #[test]
     fn oversized_sections_are_refused() {
         let err = Templates::embedded()
-            .render(&FailureParams { sentence: "x".repeat(SECTION_TEXT_MAX_CHARS + 1) })
+            .render(&FailureParams {
+                sentence: "x".repeat(SECTION_TEXT_MAX_CHARS + 1),
+            })
             .unwrap_err();
         assert!(matches!(err, RenderError::Limit { .. }), "{err}");
     }
