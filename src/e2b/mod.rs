@@ -1,1 +1,21 @@
-//! E2B client.
+//! The typed client for E2B's control-plane API (`https://api.e2b.app`).
+//!
+//! [`E2bClient`] has one method per action in `shared/notes/e2b-api.md` §2, returns the types in
+//! [`model`], fails with [`E2bError`], retries only where a replay cannot do harm ([`retry`]),
+//! and pages under a guard that always terminates ([`paging`]).
+//!
+//! This module talks HTTP to E2B and nothing else: it must not decide who may do what, touch
+//! Redis or Slack, and it must never reveal the API key.
+mod client;
+mod error;
+pub mod model;
+pub mod paging;
+pub mod retry;
+
+pub use client::{
+    DEFAULT_METRICS_CONCURRENCY, E2bClient, MAX_PAGE_LIMIT, MAX_REFRESH_SECS, METRICS_BATCH_MAX_IDS,
+};
+pub use error::E2bError;
+pub use model::*;
+pub use paging::{DEFAULT_MAX_PAGES, Listing, Page, PagingStop};
+pub use retry::RetryPolicy;

@@ -1,0 +1,885 @@
+//! Handlers for E2B's control-plane routes: parse and validate like E2B's spec validator, apply
+//! the change to the `World` under its lock, and render the spec's JSON.
+//!
+//! Handlers never `.await` while holding the world lock, and do work proportional to the page
+//! they return. Authentication, latency and faults are the gate's job, not theirs.
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::model::{
+    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Profile, Sandbox,
+    SandboxState, Template, World, short_sandbox_id,
+};
+use super::series::{self, LogQuery, METRIC_GRID_SECS, Sample};
+use super::wire::{
+    ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
+    rfc3339_nano, rfc3339_secs,
+};
+use super::{PagingMode, Sim, now_ms};
+
+type Reply = Result<Response, ApiError>;
+
+const MAX_TIMEOUT_SECS: i64 = MAX_LIFETIME_MS / 1000;
+/// Team metrics default to the last seven days.
+const TEAM_METRICS_DEFAULT_SECS: i64 = 7 * 24 * 3600;
+const X_NEXT_TOKEN: HeaderName = HeaderName::from_static("x-next-token");
+const X_TOTAL_RUNNING: HeaderName = HeaderName::from_static("x-total-running");
+
+fn json_with(status: StatusCode, body: Value, headers: Vec<(HeaderName, String)>) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// A TTL in seconds, checked against the 24-hour lifetime limit.
+fn checked_timeout(timeout: Option<i64>) -> Result<i64, ApiError> {
+    let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout < 0 {
+        return Err(ApiError::bad_request(
+            "request body has an error: timeout: number must be at least 0",
+        ));
+    }
+    if timeout > MAX_TIMEOUT_SECS {
+        return Err(ApiError::bad_request(
+            "Timeout cannot be greater than 24 hours",
+        ));
+    }
+    Ok(timeout)
+}
+
+// ---- rendering ----
+
+/// `ListedSandbox`.
+pub(crate) fn listed_json(world: &World, s: &Sandbox) -> Value {
+    let mut v = json!({
+        "templateID": s.template_id,
+        "sandboxID": s.id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339_ms(s.started_at),
+        "endAt": rfc3339_ms(s.end_at),
+        "cpuCount": s.cpu_count,
+        "memoryMB": s.memory_mb,
+        "diskSizeMB": s.disk_size_mb,
+        "state": s.state.as_str(),
+        "envdVersion": ENVD_VERSION,
+    });
+    if let Some(alias) = world.alias_of(&s.template_id) {
+        v["alias"] = json!(alias);
+    }
+    if !s.metadata.is_empty() {
+        v["metadata"] = json!(s.metadata);
+    }
+    v
+}
+
+/// `SandboxDetail`: the listed fields plus token, network and lifecycle.
+fn detail_json(world: &World, s: &Sandbox) -> Value {
+    let mut v = listed_json(world, s);
+    if let Some(token) = &s.envd_access_token {
+        v["envdAccessToken"] = json!(token);
+    }
+    v["allowInternetAccess"] = json!(s.allow_internet_access);
+    v["domain"] = Value::Null;
+    v["lifecycle"] = json!({
+        "autoResume": s.auto_resume,
+        "onTimeout": if s.auto_pause { "pause" } else { "kill" },
+    });
+    v
+}
+
+/// `Sandbox`, as create, resume and connect answer.
+fn sandbox_json(world: &World, s: &Sandbox) -> Value {
+    let mut v = json!({
+        "templateID": s.template_id,
+        "sandboxID": s.id,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "trafficAccessToken": null,
+        "domain": null,
+    });
+    if let Some(alias) = world.alias_of(&s.template_id) {
+        v["alias"] = json!(alias);
+    }
+    if let Some(token) = &s.envd_access_token {
+        v["envdAccessToken"] = json!(token);
+    }
+    v
+}
+
+fn metric_json(cpu_count: u32, m: &Sample) -> Value {
+    json!({
+        "timestamp": rfc3339_secs(m.t),
+        "timestampUnix": m.t,
+        "cpuCount": cpu_count,
+        "cpuUsedPct": m.cpu_used_pct,
+        "memUsed": m.mem_used,
+        "memTotal": m.mem_total,
+        "memCache": m.mem_cache,
+        "diskUsed": m.disk_used,
+        "diskTotal": m.disk_total,
+    })
+}
+
+fn aliases(t: &Template) -> Vec<String> {
+    t.alias.iter().cloned().collect()
+}
+
+/// `Template` (v2 list).
+fn template_json(t: &Template) -> Value {
+    let build = t.current_build();
+    json!({
+        "templateID": t.id,
+        "buildID": build.id,
+        "cpuCount": t.cpu_count,
+        "memoryMB": t.memory_mb,
+        "diskSizeMB": t.disk_size_mb,
+        "public": t.public,
+        "aliases": aliases(t),
+        "names": t.names,
+        "createdAt": rfc3339_ms(t.created_at),
+        "updatedAt": rfc3339_ms(t.updated_at),
+        "createdBy": t.created_by.as_ref().map(|id| json!({"id": id, "email": null})),
+        "lastSpawnedAt": t.last_spawned_at.map(rfc3339_ms),
+        "spawnCount": t.spawn_count,
+        "buildCount": t.builds.len(),
+        "envdVersion": ENVD_VERSION,
+        "buildStatus": "ready",
+    })
+}
+
+fn snapshot_info_json(t: &Template) -> Value {
+    json!({
+        "snapshotID": t.snapshot_id,
+        "names": t.names.iter().map(|n| format!("{n}:default")).collect::<Vec<_>>(),
+    })
+}
+
+// ---- sandboxes ----
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<i64>,
+    auto_pause: Option<bool>,
+    auto_resume: Option<AutoResume>,
+    secure: Option<bool>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize, Default)]
+struct AutoResume {
+    enabled: bool,
+}
+
+pub(crate) async fn create(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
+    let req: NewSandbox = parse_body(&body, true)?;
+    let timeout = checked_timeout(req.timeout)?;
+    let auto_pause = req.auto_pause.unwrap_or(false);
+    let auto_resume = req.auto_resume.is_some_and(|a| a.enabled);
+    if auto_resume && !auto_pause {
+        return Err(ApiError::bad_request(
+            "autoResume can only be enabled together with autoPause",
+        ));
+    }
+    let now = now_ms();
+    let mut world = sim.world(now);
+    let template = world
+        .resolve_template(&req.template_id)
+        .ok_or_else(|| ApiError::template_not_found(&req.template_id))?;
+    let (template_id, cpu, mem, disk) = (
+        template.id.clone(),
+        template.cpu_count,
+        template.memory_mb,
+        template.disk_size_mb,
+    );
+    let id = world.fresh_sandbox_id();
+    let token = req.secure.unwrap_or(false).then(|| world.fresh_uuid());
+    world.insert_sandbox(Sandbox {
+        id: id.clone(),
+        template_id,
+        state: SandboxState::Running,
+        started_at: now,
+        end_at: now + timeout * 1000,
+        cpu_count: cpu,
+        memory_mb: mem,
+        disk_size_mb: disk,
+        metadata: req.metadata.unwrap_or_default(),
+        profile: Profile::Busy,
+        auto_pause,
+        auto_resume,
+        envd_access_token: token,
+        allow_internet_access: req.allow_internet_access,
+        past_runs: Vec::new(),
+    });
+    let sandbox = world.live(&id)?;
+    Ok((StatusCode::CREATED, Json(sandbox_json(&world, sandbox))).into_response())
+}
+
+/// Decodes a sandbox-list token: `base64url("{RFC3339Nano}__{id}")`, `__asc` appended for asc.
+fn sandbox_cursor(token: &str, ascending: bool) -> Result<(i64, String), ApiError> {
+    let plain = decode_token(token)?;
+    let (body, is_asc) = match plain.strip_suffix("__asc") {
+        Some(body) => (body, true),
+        None => (plain.as_str(), false),
+    };
+    if is_asc != ascending {
+        return Err(ApiError::invalid_token());
+    }
+    let (time, id) = body.split_once("__").ok_or_else(ApiError::invalid_token)?;
+    let ms = parse_rfc3339_ms(time).ok_or_else(ApiError::invalid_token)?;
+    if id.is_empty() {
+        return Err(ApiError::invalid_token());
+    }
+    Ok((ms, id.to_owned()))
+}
+
+pub(crate) async fn list(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let limit = p.page_limit()?;
+    let (mut running, mut paused) = (true, true);
+    if let Some(states) = p.get("state").filter(|s| !s.is_empty()) {
+        (running, paused) = (false, false);
+        for state in states.split(',') {
+            match state.trim() {
+                "running" => running = true,
+                "paused" => paused = true,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "parameter \"state\" in query has an error: value {other:?} is not one of the allowed values [\"running\",\"paused\"]"
+                    )));
+                }
+            }
+        }
+    }
+    let ascending = match p.get("order").unwrap_or("desc") {
+        "asc" => true,
+        "desc" => false,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "parameter \"order\" in query has an error: value {other:?} is not one of the allowed values [\"asc\",\"desc\"]"
+            )));
+        }
+    };
+    let started_after = match p.get("startedAfter") {
+        Some(v) => Some(parse_rfc3339_ms(v).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "parameter \"startedAfter\" in query has an error: {v:?} is not an RFC 3339 date-time"
+            ))
+        })?),
+        None => None,
+    };
+    // The value is `k1=v1&k2=v2`, itself URL-encoded once more: decode the pairs again.
+    let metadata: Vec<(String, String)> = p
+        .get("metadata")
+        .map(|m| form_urlencoded::parse(m.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    if metadata.iter().any(|(k, _)| k.is_empty()) {
+        return Err(ApiError::bad_request("Invalid metadata filter"));
+    }
+    let mode = sim.paging();
+    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
+    let after = match incoming {
+        Some(token) if mode == PagingMode::Normal => Some(sandbox_cursor(token, ascending)?),
+        _ => None,
+    };
+    let now = now_ms();
+    let world = sim.world(now);
+    // An unknown template matches nothing rather than failing.
+    let template = p.get("template").map(|t| {
+        world
+            .resolve_template(t)
+            .map_or_else(|| t.to_owned(), |t| t.id.clone())
+    });
+    let page = world.list(&ListQuery {
+        running,
+        paused,
+        metadata,
+        template,
+        started_after,
+        ascending,
+        limit,
+        after,
+    });
+    let body: Vec<Value> = page.items.iter().map(|s| listed_json(&world, s)).collect();
+    let computed = page.next.map(|(ms, id)| {
+        let suffix = if ascending { "__asc" } else { "" };
+        encode_token(&format!("{}__{id}{suffix}", rfc3339_nano(ms)))
+    });
+    let mut headers = Vec::new();
+    if let Some(token) = sim.next_token(mode, incoming, computed) {
+        headers.push((X_NEXT_TOKEN, token));
+    }
+    if let Some(total) = page.total_running {
+        headers.push((X_TOTAL_RUNNING, total.to_string()));
+    }
+    drop(world);
+    Ok(json_with(StatusCode::OK, Value::Array(body), headers))
+}
+
+pub(crate) async fn get_sandbox(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Reply {
+    let world = sim.world(now_ms());
+    let s = world.live(&id)?;
+    Ok(Json(detail_json(&world, s)).into_response())
+}
+
+pub(crate) async fn kill(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Reply {
+    let now = now_ms();
+    sim.world(now).kill(&id, now)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct PauseBody {
+    #[serde(rename = "memory")]
+    _memory: Option<bool>,
+}
+
+pub(crate) async fn pause(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let _: PauseBody = parse_body(&body, false)?;
+    let now = now_ms();
+    sim.world(now).pause(&id, now)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct TimeoutBody {
+    timeout: Option<i64>,
+}
+
+pub(crate) async fn resume(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let req: TimeoutBody = parse_body(&body, false)?;
+    let timeout = checked_timeout(req.timeout)?;
+    let now = now_ms();
+    let mut world = sim.world(now);
+    world.resume(&id, now, timeout)?;
+    let s = world.live(&id)?;
+    Ok((StatusCode::CREATED, Json(sandbox_json(&world, s))).into_response())
+}
+
+/// Parses a body whose `timeout` the spec requires.
+fn required_timeout(body: &[u8]) -> Result<i64, ApiError> {
+    let req: TimeoutBody = parse_body(body, true)?;
+    let timeout = req.timeout.ok_or_else(|| {
+        ApiError::bad_request("request body has an error: property \"timeout\" is missing")
+    })?;
+    checked_timeout(Some(timeout))
+}
+
+pub(crate) async fn connect(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let timeout = required_timeout(&body)?;
+    let now = now_ms();
+    let mut world = sim.world(now);
+    let resumed = world.connect(&id, now, timeout)?;
+    let s = world.live(&id)?;
+    let status = if resumed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(sandbox_json(&world, s))).into_response())
+}
+
+pub(crate) async fn set_timeout(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let timeout = required_timeout(&body)?;
+    let now = now_ms();
+    sim.world(now).set_timeout(&id, now, timeout)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct RefreshBody {
+    duration: Option<i64>,
+}
+
+pub(crate) async fn refresh(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let req: RefreshBody = parse_body(&body, false)?;
+    let duration = req.duration.unwrap_or(0);
+    if !(0..=3600).contains(&duration) {
+        return Err(ApiError::bad_request(
+            "request body has an error: duration: number must be between 0 and 3600",
+        ));
+    }
+    let now = now_ms();
+    sim.world(now).refresh(&id, now, duration)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn logs(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let cursor = p.int("cursor", 0, i64::MAX)?;
+    let limit = p.int("limit", 0, 1000)?.unwrap_or(1000) as usize;
+    let forward = match p.get("direction").unwrap_or("backward") {
+        "forward" => true,
+        "backward" => false,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "parameter \"direction\" in query has an error: value {other:?} is not one of the allowed values [\"forward\",\"backward\"]"
+            )));
+        }
+    };
+    let min_level = match p.get("level") {
+        Some(level) => series::log_level_rank(level).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "parameter \"level\" in query has an error: value {level:?} is not one of the allowed values [\"debug\",\"info\",\"warn\",\"error\"]"
+            ))
+        })?,
+        None => 0,
+    };
+    let search = p.get("search");
+    if search.is_some_and(|s| s.chars().count() > 256) {
+        return Err(ApiError::bad_request(
+            "parameter \"search\" in query has an error: maximum string length is 256",
+        ));
+    }
+    let now = now_ms();
+    let world = sim.world(now);
+    let s = world.live(&id)?;
+    let runs = s.runs();
+    let lines = series::logs(&LogQuery {
+        key: s.series_key(world.seed).key,
+        profile: s.profile,
+        runs: &runs,
+        until: s.observed_until(now),
+        cursor,
+        forward,
+        limit,
+        min_level,
+        search,
+    });
+    drop(world);
+    let logs: Vec<Value> = lines
+        .into_iter()
+        .map(|l| {
+            let fields: BTreeMap<&str, String> = l.fields.into_iter().collect();
+            json!({
+                "timestamp": rfc3339_ms(l.t_ms),
+                "level": l.level,
+                "message": l.message,
+                "fields": fields,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "logs": logs })).into_response())
+}
+
+/// `start`/`end` (unix seconds) with `start <= end`.
+fn time_range(p: &Params) -> Result<(Option<i64>, Option<i64>), ApiError> {
+    let start = p.int("start", 0, i64::MAX / 1000)?;
+    let end = p.int("end", 0, i64::MAX / 1000)?;
+    if let (Some(s), Some(e)) = (start, end)
+        && s > e
+    {
+        return Err(ApiError::bad_request("start time cannot be after end time"));
+    }
+    Ok((start, end))
+}
+
+pub(crate) async fn metrics(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let (start, end) = time_range(&p)?;
+    let now = now_ms();
+    let world = sim.world(now);
+    let s = world.live(&id)?;
+    let runs = s.runs();
+    let first_ms = runs.first().map_or(s.started_at, |r| r.0);
+    let until = s.observed_until(now).div_euclid(1000);
+    // Default range: the current run; either way clipped to when the sandbox had samples.
+    let start = start
+        .unwrap_or(s.started_at.div_euclid(1000))
+        .max(first_ms.div_euclid(1000));
+    let end = end.unwrap_or(until).min(until);
+    let key = s.series_key(world.seed);
+    let cpu = s.cpu_count;
+    drop(world);
+    let mut out = Vec::new();
+    if start <= end {
+        let step = series::metric_step_secs(end - start);
+        let mut t = start.div_euclid(step) * step;
+        if t < start {
+            t += step;
+        }
+        while t <= end {
+            let tm = t * 1000;
+            if runs.iter().any(|&(a, b)| tm >= a && tm < b) {
+                out.push(metric_json(cpu, &series::sample(&key, t)));
+            }
+            t += step;
+        }
+    }
+    Ok(Json(Value::Array(out)).into_response())
+}
+
+pub(crate) async fn metrics_many(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let ids: Vec<&str> = p
+        .get("sandbox_ids")
+        .map(|v| v.split(',').map(str::trim).collect())
+        .unwrap_or_default();
+    if ids.is_empty() || ids.iter().any(|id| id.is_empty()) {
+        return Err(ApiError::bad_request(
+            "parameter \"sandbox_ids\" in query has an error: value is required but missing",
+        ));
+    }
+    if ids.len() > 100 {
+        return Err(ApiError::bad_request(
+            "parameter \"sandbox_ids\" in query has an error: number of items must be at most 100",
+        ));
+    }
+    let mut seen = HashSet::new();
+    if !ids.iter().all(|id| seen.insert(*id)) {
+        return Err(ApiError::bad_request(
+            "parameter \"sandbox_ids\" in query has an error: duplicate items found",
+        ));
+    }
+    let now = now_ms();
+    let latest = now.div_euclid(1000).div_euclid(METRIC_GRID_SECS) * METRIC_GRID_SECS;
+    let world = sim.world(now);
+    let mut out = serde_json::Map::new();
+    for id in ids {
+        let Ok(s) = world.live(id) else { continue };
+        if s.state != SandboxState::Running || latest * 1000 < s.started_at {
+            continue;
+        }
+        let sample = series::sample(&s.series_key(world.seed), latest);
+        out.insert(
+            short_sandbox_id(id).to_owned(),
+            metric_json(s.cpu_count, &sample),
+        );
+    }
+    drop(world);
+    Ok(Json(json!({ "sandboxes": out })).into_response())
+}
+
+fn check_team(world: &World, team: &str, path: &str) -> Result<(), ApiError> {
+    if team == world.team_id {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "You ({}) are not authorized to access this team's ({path}) metrics",
+            world.team_id
+        ),
+    ))
+}
+
+/// The team series for a query, with the default window of the last seven days.
+fn team_points(
+    world: &World,
+    p: &Params,
+    now: i64,
+) -> Result<(Vec<super::model::TeamPoint>, i64), ApiError> {
+    let (start, end) = time_range(p)?;
+    let now_s = now.div_euclid(1000);
+    let end = end.unwrap_or(now_s).min(now_s);
+    let start = start.unwrap_or(end - TEAM_METRICS_DEFAULT_SECS);
+    if start > end {
+        return Ok((Vec::new(), end));
+    }
+    let step = series::metric_step_secs(end - start);
+    Ok((world.team_series(start, end, step), end))
+}
+
+pub(crate) async fn team_metrics(
+    State(sim): State<Arc<Sim>>,
+    Path(team): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let now = now_ms();
+    let world = sim.world(now);
+    check_team(&world, &team, &team)?;
+    let (points, _) = team_points(&world, &p, now)?;
+    drop(world);
+    let body: Vec<Value> = points
+        .iter()
+        .map(|pt| {
+            json!({
+                "timestamp": rfc3339_secs(pt.t),
+                "timestampUnix": pt.t,
+                "concurrentSandboxes": pt.concurrent,
+                "sandboxStartRate": pt.start_rate,
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(body)).into_response())
+}
+
+pub(crate) async fn team_metrics_max(
+    State(sim): State<Arc<Sim>>,
+    Path(team): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let concurrent = match p.get("metric") {
+        Some("concurrent_sandboxes") => true,
+        Some("sandbox_start_rate") => false,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "parameter \"metric\" in query has an error: value {other:?} is not one of the allowed values [\"concurrent_sandboxes\",\"sandbox_start_rate\"]"
+            )));
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "parameter \"metric\" in query has an error: value is required but missing",
+            ));
+        }
+    };
+    let now = now_ms();
+    let world = sim.world(now);
+    check_team(&world, &team, &team)?;
+    let (points, end) = team_points(&world, &p, now)?;
+    drop(world);
+    let value = |pt: &super::model::TeamPoint| {
+        if concurrent {
+            pt.concurrent as f64
+        } else {
+            pt.start_rate
+        }
+    };
+    // The first point holding the maximum; an empty window reports 0 at its end.
+    let best = points
+        .iter()
+        .fold(None::<(i64, f64)>, |best, pt| match best {
+            Some((_, v)) if v >= value(pt) => best,
+            _ => Some((pt.t, value(pt))),
+        })
+        .unwrap_or((end, 0.0));
+    Ok(Json(json!({
+        "timestamp": rfc3339_secs(best.0),
+        "timestampUnix": best.0,
+        "value": best.1,
+    }))
+    .into_response())
+}
+
+// ---- snapshots and templates ----
+
+#[derive(Deserialize, Default)]
+struct SnapshotBody {
+    name: Option<String>,
+}
+
+pub(crate) async fn snapshot(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let req: SnapshotBody = parse_body(&body, true)?;
+    let now = now_ms();
+    let (snapshot_id, names) = sim.world(now).snapshot(&id, req.name.as_deref(), now)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "snapshotID": snapshot_id, "names": names })),
+    )
+        .into_response())
+}
+
+/// Decodes a `{prefix}__{value}` token of the template-like lists.
+fn prefixed_cursor(token: &str, prefix: &str) -> Result<String, ApiError> {
+    let plain = decode_token(token)?;
+    plain
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix("__"))
+        .filter(|rest| !rest.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(ApiError::invalid_token)
+}
+
+/// Does a snapshot template answer to this `name` filter (`n`, `team/n`, `n:default`, id)?
+fn snapshot_matches(t: &Template, filter: &str) -> bool {
+    let name = match filter.rsplit_once(':') {
+        Some((name, "default")) => name,
+        Some(_) => return false,
+        None => filter,
+    };
+    t.id == name || t.alias.as_deref() == Some(name) || t.names.iter().any(|n| n == name)
+}
+
+/// Pages any template-like list: `keep` filters, `render` shapes, tokens carry the last id.
+fn template_page(
+    sim: &Sim,
+    p: &Params,
+    prefix: &str,
+    keep: impl Fn(&Template) -> bool,
+    render: impl Fn(&Template) -> Value,
+) -> Reply {
+    let limit = p.page_limit()?;
+    let mode = sim.paging();
+    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
+    let after = match incoming {
+        Some(token) if mode == PagingMode::Normal => Some(prefixed_cursor(token, prefix)?),
+        _ => None,
+    };
+    let world = sim.world(now_ms());
+    let mut items: Vec<&Template> = world
+        .templates_after(after.as_deref())
+        .filter(|t| keep(t))
+        .take(limit + 1)
+        .collect();
+    let computed = if items.len() > limit {
+        items.truncate(limit);
+        items
+            .last()
+            .map(|t| encode_token(&format!("{prefix}__{}", t.id)))
+    } else {
+        None
+    };
+    let body: Vec<Value> = items.into_iter().map(render).collect();
+    drop(world);
+    let headers = sim
+        .next_token(mode, incoming, computed)
+        .map(|t| (X_NEXT_TOKEN, t))
+        .into_iter()
+        .collect();
+    Ok(json_with(StatusCode::OK, Value::Array(body), headers))
+}
+
+pub(crate) async fn snapshots(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let sandbox = p.get("sandboxID").map(|s| short_sandbox_id(s).to_owned());
+    let name = p.get("name").map(str::to_owned);
+    template_page(
+        &sim,
+        &p,
+        "snap",
+        |t| {
+            t.snapshot_id.is_some()
+                && sandbox.as_ref().is_none_or(|sid| {
+                    t.builds
+                        .iter()
+                        .any(|b| b.source_sandbox.as_ref() == Some(sid))
+                })
+                && name.as_deref().is_none_or(|n| snapshot_matches(t, n))
+        },
+        snapshot_info_json,
+    )
+}
+
+pub(crate) async fn templates(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    if let Some(team) = p.get("teamID") {
+        let ours = sim.world(now_ms()).team_id.clone();
+        if team != ours {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("You are not allowed to access templates of team '{team}'"),
+            ));
+        }
+    }
+    template_page(&sim, &p, "tpl", |_| true, template_json)
+}
+
+pub(crate) async fn template(
+    State(sim): State<Arc<Sim>>,
+    Path(reference): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Reply {
+    let p = Params::parse(raw.as_deref());
+    let limit = p.page_limit()?;
+    let mode = sim.paging();
+    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
+    // Builds are listed newest first; the token carries how many were already served.
+    let offset = match incoming {
+        Some(token) if mode == PagingMode::Normal => prefixed_cursor(token, "build")?
+            .parse::<usize>()
+            .map_err(|_| ApiError::invalid_token())?,
+        _ => 0,
+    };
+    let world = sim.world(now_ms());
+    let t = world
+        .resolve_template(&reference)
+        .ok_or_else(|| ApiError::template_not_found(&reference))?;
+    let builds: Vec<Value> = t
+        .builds
+        .iter()
+        .rev()
+        .skip(offset)
+        .take(limit)
+        .map(|b| {
+            json!({
+                "buildID": b.id,
+                "status": "ready",
+                "createdAt": rfc3339_ms(b.created_at),
+                "updatedAt": rfc3339_ms(b.finished_at),
+                "finishedAt": rfc3339_ms(b.finished_at),
+                "cpuCount": b.cpu_count,
+                "memoryMB": b.memory_mb,
+                "diskSizeMB": b.disk_size_mb,
+                "envdVersion": ENVD_VERSION,
+            })
+        })
+        .collect();
+    let computed = (offset + limit < t.builds.len())
+        .then(|| encode_token(&format!("build__{}", offset + limit)));
+    let body = json!({
+        "templateID": t.id,
+        "public": t.public,
+        "aliases": aliases(t),
+        "names": t.names,
+        "createdAt": rfc3339_ms(t.created_at),
+        "updatedAt": rfc3339_ms(t.updated_at),
+        "lastSpawnedAt": t.last_spawned_at.map(rfc3339_ms),
+        "spawnCount": t.spawn_count,
+        "builds": builds,
+    });
+    drop(world);
+    let headers = sim
+        .next_token(mode, incoming, computed)
+        .map(|t| (X_NEXT_TOKEN, t))
+        .into_iter()
+        .collect();
+    Ok(json_with(StatusCode::OK, body, headers))
+}
+
+pub(crate) async fn delete_template(
+    State(sim): State<Arc<Sim>>,
+    Path(reference): Path<String>,
+) -> Reply {
+    sim.world(now_ms()).delete_template(&reference)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,464 @@
+//! The E2B simulator served by `steward sim e2b`: a real HTTP server on 127.0.0.1 that behaves
+//! like E2B's control-plane API (`shared/e2b/openapi.yml`, `shared/notes/e2b-api.md`).
+//!
+//! It holds a seeded, deterministic team (templates, a fleet of N sandboxes with metric and log
+//! series) and applies E2B's rules: state transitions, TTLs, 404/409 bodies, paging tokens,
+//! metric batches, snapshots as templates. Test hooks live under `/_sim/` (call counters, fault
+//! injection, paging sabotage, seeding one sandbox) and bypass auth, latency and faults.
+//!
+//! It is an independent implementation: it must not use Steward's E2B client (`crate::e2b`),
+//! and production code must never call it. Choices where the notes leave E2B's behaviour open:
+//! - An unknown `templateID` on create is 404 `Template <ref> not found`.
+//! - Deleting a template that running or paused sandboxes use is 400, as the notes report.
+//! - Metric queries return at most ~360 points: the step is `max(5 s, window / 360)` rounded up
+//!   to a multiple of 5 s, on a grid aligned to the Unix epoch, over the sandbox's runs only.
+//! - The batch metrics map holds running sandboxes that have a sample (the latest 5 s grid
+//!   point at or after their start); paused and unknown ids are left out.
+//! - `POST /_sim/sandboxes` creates an unknown template on the fly (2 CPU, 1024 MB, 4096 MB disk
+//!   unless the request gives sizes).
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use secrecy::{ExposeSecret, SecretString};
+use subtle::ConstantTimeEq;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use self::model::{Ms, World};
+use self::series::{mix, unit};
+use self::wire::{ApiError, encode_token};
+
+mod admin;
+mod api;
+mod fleet;
+mod model;
+mod series;
+mod wire;
+
+/// The team id the simulator answers for unless told otherwise.
+pub const DEFAULT_TEAM_ID: &str = "4f1e2b5c-7a3d-4c8e-9b21-5d6f7e8a9b0c";
+/// Fleet size when `--sandboxes` is not given.
+pub const DEFAULT_SANDBOXES: usize = 50;
+
+/// How to run the simulator (`steward sim e2b --help`).
+#[derive(Clone, clap::Args)]
+pub struct SimOptions {
+    /// Port on 127.0.0.1; 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Size of the seeded fleet.
+    #[arg(long, default_value_t = DEFAULT_SANDBOXES)]
+    pub sandboxes: usize,
+    /// Seed for the fleet, its metrics and logs, and random faults.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Delay added to every API request (not to `/_sim/` admin requests).
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Share of API requests (0.0 to 1.0) that fail at random with 500, 502, 503 or 429.
+    #[arg(long, default_value_t = 0.0)]
+    pub fault_rate: f64,
+    /// When set, API requests must carry this `X-API-Key`.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// The team id the API key belongs to (team metrics of other teams get 403).
+    #[arg(long, default_value = DEFAULT_TEAM_ID)]
+    pub team_id: String,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            sandboxes: DEFAULT_SANDBOXES,
+            seed: 42,
+            latency_ms: 0,
+            fault_rate: 0.0,
+            api_key: None,
+            team_id: DEFAULT_TEAM_ID.to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for SimOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimOptions")
+            .field("port", &self.port)
+            .field("sandboxes", &self.sandboxes)
+            .field("seed", &self.seed)
+            .field("latency_ms", &self.latency_ms)
+            .field("fault_rate", &self.fault_rate)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("team_id", &self.team_id)
+            .finish()
+    }
+}
+
+/// What `POST /_sim/paging` can make list endpoints do to their `X-Next-Token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PagingMode {
+    Normal,
+    /// Every page hands back the token it was given: a client must notice the loop.
+    Repeat,
+    /// Every page hands out a fresh token forever: a client must stop on its own.
+    Endless,
+}
+
+/// A queued failure from `POST /_sim/faults`.
+pub(crate) struct FaultRule {
+    pub op: Option<String>,
+    pub status: StatusCode,
+    pub remaining: u32,
+    pub retry_after_secs: u64,
+    pub error_code: Option<String>,
+}
+
+/// Test hooks' state, apart from the world so counting never waits on a big list.
+pub(crate) struct Control {
+    pub calls: BTreeMap<&'static str, u64>,
+    pub faults: Vec<FaultRule>,
+    pub paging: PagingMode,
+}
+
+/// Everything the handlers share.
+pub(crate) struct Sim {
+    world: Mutex<World>,
+    control: Mutex<Control>,
+    latency: Duration,
+    fault_rate: f64,
+    api_key: Option<SecretString>,
+    seed: u64,
+    fault_draws: AtomicU64,
+    endless_tokens: AtomicU64,
+}
+
+pub(crate) fn now_ms() -> Ms {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Sim {
+    /// The world with expired TTLs already applied. Never hold it across an `.await`.
+    pub(crate) fn world(&self, now: Ms) -> MutexGuard<'_, World> {
+        let mut world = self.world.lock().unwrap_or_else(|e| e.into_inner());
+        world.expire(now);
+        world
+    }
+
+    pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn paging(&self) -> PagingMode {
+        self.control().paging
+    }
+
+    /// The `X-Next-Token` a list answers with, after any paging sabotage.
+    pub(crate) fn next_token(
+        &self,
+        mode: PagingMode,
+        incoming: Option<&str>,
+        computed: Option<String>,
+    ) -> Option<String> {
+        match mode {
+            PagingMode::Normal => computed,
+            PagingMode::Repeat => Some(
+                incoming
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| encode_token("repeat")),
+            ),
+            PagingMode::Endless => {
+                let n = self.endless_tokens.fetch_add(1, Ordering::Relaxed);
+                Some(encode_token(&format!("endless-{n}")))
+            }
+        }
+    }
+
+    fn count(&self, op: &'static str) {
+        *self.control().calls.entry(op).or_default() += 1;
+    }
+
+    fn authorized(&self, request: &Request) -> bool {
+        let Some(expected) = &self.api_key else {
+            return true;
+        };
+        request.headers().get("x-api-key").is_some_and(|got| {
+            bool::from(got.as_bytes().ct_eq(expected.expose_secret().as_bytes()))
+        })
+    }
+
+    /// A queued fault for this op, or a random one at `--fault-rate`.
+    fn take_fault(&self, op: &str) -> Option<ApiError> {
+        {
+            let mut control = self.control();
+            let rule = control
+                .faults
+                .iter_mut()
+                .find(|r| r.remaining > 0 && r.op.as_deref().is_none_or(|o| o == op));
+            if let Some(rule) = rule {
+                rule.remaining -= 1;
+                let mut err = fault_error(rule.status, rule.retry_after_secs);
+                err.error_code = rule.error_code.clone();
+                control.faults.retain(|r| r.remaining > 0);
+                return Some(err);
+            }
+        }
+        if self.fault_rate <= 0.0 {
+            return None;
+        }
+        let draw = mix(self.seed ^ 0xFA17 ^ mix(self.fault_draws.fetch_add(1, Ordering::Relaxed)));
+        if unit(draw) >= self.fault_rate {
+            return None;
+        }
+        let status = [500, 502, 503, 429][(mix(draw) % 4) as usize];
+        Some(fault_error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            1,
+        ))
+    }
+}
+
+fn fault_error(status: StatusCode, retry_after_secs: u64) -> ApiError {
+    let message = match status.as_u16() {
+        429 => "Rate limit exceeded",
+        502 => "Bad gateway",
+        503 => "Service unavailable, please retry",
+        504 => "Gateway timeout",
+        _ => "Internal server error",
+    };
+    let mut err = ApiError::new(status, message);
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        err.retry_after_secs = Some(retry_after_secs);
+    }
+    err
+}
+
+/// The op name of an API route, as `/_sim/calls` reports it.
+fn op_for(method: &Method, path: &str) -> &'static str {
+    match (method.as_str(), path) {
+        ("POST", "/sandboxes") => "create",
+        ("GET", "/v2/sandboxes") => "list",
+        ("GET", "/sandboxes/{sandbox_id}") => "get",
+        ("DELETE", "/sandboxes/{sandbox_id}") => "kill",
+        ("POST", "/sandboxes/{sandbox_id}/pause") => "pause",
+        ("POST", "/sandboxes/{sandbox_id}/resume") => "resume",
+        ("POST", "/sandboxes/{sandbox_id}/connect") => "connect",
+        ("POST", "/sandboxes/{sandbox_id}/timeout") => "timeout",
+        ("POST", "/sandboxes/{sandbox_id}/refreshes") => "refresh",
+        ("GET", "/v2/sandboxes/{sandbox_id}/logs") => "logs",
+        ("GET", "/sandboxes/{sandbox_id}/metrics") => "metrics",
+        ("GET", "/sandboxes/metrics") => "metrics-many",
+        ("GET", "/teams/{team_id}/metrics") => "team-metrics",
+        ("GET", "/teams/{team_id}/metrics/max") => "team-metrics-max",
+        ("POST", "/sandboxes/{sandbox_id}/snapshots") => "snapshot",
+        ("GET", "/snapshots") => "snapshots",
+        ("GET", "/v2/templates") => "templates",
+        ("GET", "/templates/{template_id}") => "template",
+        ("DELETE", "/templates/{template_id}") => "delete-template",
+        _ => "other",
+    }
+}
+
+/// Every op name, for validating `POST /_sim/faults`.
+pub(crate) const OPS: &[&str] = &[
+    "create",
+    "list",
+    "get",
+    "kill",
+    "pause",
+    "resume",
+    "connect",
+    "timeout",
+    "refresh",
+    "logs",
+    "metrics",
+    "metrics-many",
+    "team-metrics",
+    "team-metrics-max",
+    "snapshot",
+    "snapshots",
+    "templates",
+    "template",
+    "delete-template",
+];
+
+/// Counts, delays, authenticates and (maybe) fails each API request, in that order.
+/// The latency sleep happens here, before any lock is taken.
+async fn gate(State(sim): State<Arc<Sim>>, request: Request, next: Next) -> Response {
+    let op = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("other", |m| op_for(request.method(), m.as_str()));
+    sim.count(op);
+    if !sim.latency.is_zero() {
+        tokio::time::sleep(sim.latency).await;
+    }
+    if !sim.authorized(&request) {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
+    }
+    if let Some(fault) = sim.take_fault(op) {
+        return fault.into_response();
+    }
+    next.run(request).await
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "Not found")
+}
+
+fn router(sim: Arc<Sim>) -> Router {
+    let api = Router::new()
+        .route("/sandboxes", post(api::create))
+        .route("/v2/sandboxes", get(api::list))
+        .route("/sandboxes/metrics", get(api::metrics_many))
+        .route(
+            "/sandboxes/{sandbox_id}",
+            get(api::get_sandbox).delete(api::kill),
+        )
+        .route("/sandboxes/{sandbox_id}/pause", post(api::pause))
+        .route("/sandboxes/{sandbox_id}/resume", post(api::resume))
+        .route("/sandboxes/{sandbox_id}/connect", post(api::connect))
+        .route("/sandboxes/{sandbox_id}/timeout", post(api::set_timeout))
+        .route("/sandboxes/{sandbox_id}/refreshes", post(api::refresh))
+        .route("/sandboxes/{sandbox_id}/metrics", get(api::metrics))
+        .route("/sandboxes/{sandbox_id}/snapshots", post(api::snapshot))
+        .route("/v2/sandboxes/{sandbox_id}/logs", get(api::logs))
+        .route("/teams/{team_id}/metrics", get(api::team_metrics))
+        .route("/teams/{team_id}/metrics/max", get(api::team_metrics_max))
+        .route("/snapshots", get(api::snapshots))
+        .route("/v2/templates", get(api::templates))
+        .route(
+            "/templates/{template_id}",
+            get(api::template).delete(api::delete_template),
+        )
+        .route_layer(middleware::from_fn_with_state(sim.clone(), gate));
+    let admin = Router::new()
+        .route("/_sim/calls", get(admin::calls))
+        .route("/_sim/calls/reset", post(admin::reset_calls))
+        .route(
+            "/_sim/faults",
+            post(admin::add_fault).delete(admin::clear_faults),
+        )
+        .route("/_sim/paging", post(admin::set_paging))
+        .route("/_sim/sandboxes", post(admin::seed_sandbox))
+        .route("/_sim/state", get(admin::state));
+    api.merge(admin).fallback(not_found).with_state(sim)
+}
+
+/// A running simulator. Dropping it stops accepting connections.
+pub struct SimServer {
+    base_url: String,
+    team_id: String,
+    sandboxes: usize,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SimServer {
+    /// Seeds the world and serves it on `127.0.0.1:port` in a background task.
+    pub async fn start(opts: SimOptions) -> std::io::Result<SimServer> {
+        let invalid =
+            |msg: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg.to_owned());
+        if !(0.0..=1.0).contains(&opts.fault_rate) {
+            return Err(invalid("--fault-rate must be between 0.0 and 1.0"));
+        }
+        if opts.team_id.trim().is_empty() {
+            return Err(invalid("--team-id must not be empty"));
+        }
+        let mut world = World::new(opts.seed, opts.team_id.clone());
+        fleet::seed(&mut world, opts.sandboxes, now_ms());
+        let sim = Arc::new(Sim {
+            world: Mutex::new(world),
+            control: Mutex::new(Control {
+                calls: BTreeMap::new(),
+                faults: Vec::new(),
+                paging: PagingMode::Normal,
+            }),
+            latency: Duration::from_millis(opts.latency_ms),
+            fault_rate: opts.fault_rate,
+            api_key: opts.api_key.clone().map(SecretString::from),
+            seed: opts.seed,
+            fault_draws: AtomicU64::new(0),
+            endless_tokens: AtomicU64::new(0),
+        });
+        let listener =
+            tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
+        let port = listener.local_addr()?.port();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = router(sim);
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "E2B simulator stopped with an error");
+            }
+        });
+        Ok(SimServer {
+            base_url: format!("http://127.0.0.1:{port}"),
+            team_id: opts.team_id,
+            sandboxes: opts.sandboxes,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// The team the simulated API key belongs to.
+    pub fn team_id(&self) -> &str {
+        &self.team_id
+    }
+
+    /// Stops gracefully, giving open requests up to two seconds.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// `steward sim e2b`: serves until Ctrl-C.
+pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
+    let server = SimServer::start(opts).await?;
+    println!(
+        "E2B simulator listening on {} (team {}, {} sandboxes)",
+        server.base_url(),
+        server.team_id(),
+        server.sandboxes
+    );
+    tokio::signal::ctrl_c().await?;
+    server.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,319 @@
+//! The built `steward e2b` binary against the E2B simulator: tables, `--json`, plain-sentence
+//! errors, and the confirmation that guards irreversible actions.
+use std::process::Stdio;
+
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use serde_json::{Value, json};
+
+const KEY: &str = "e2b_0123456789abcdef";
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+struct Cli {
+    sim: SimServer,
+    admin: reqwest::Client,
+}
+
+async fn start(sandboxes: usize) -> Cli {
+    let sim = SimServer::start(SimOptions {
+        sandboxes,
+        api_key: Some(KEY.to_owned()),
+        ..SimOptions::default()
+    })
+    .await
+    .expect("simulator starts");
+    Cli {
+        sim,
+        admin: reqwest::Client::new(),
+    }
+}
+
+impl Cli {
+    /// Runs `steward e2b ARGS` with no terminal on stdin and only the E2B variables we set.
+    async fn run(&self, args: &[&str]) -> Run {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+            .arg("e2b")
+            .args(args)
+            .env_remove("E2B_API_KEY")
+            .env_remove("E2B_TEAM_ID")
+            .env_remove("E2B_REQUEST_TIMEOUT")
+            .env("E2B_API_URL", self.sim.base_url())
+            .env("E2B_API_KEY", KEY)
+            .env("E2B_PROJECT_ID", self.sim.team_id())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("steward runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.sim.base_url())
+    }
+
+    async fn admin_post(&self, path: &str, body: Value) -> Value {
+        let resp = self
+            .admin
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        resp.json().await.unwrap_or(Value::Null)
+    }
+
+    async fn calls(&self, op: &str) -> u64 {
+        let v: Value = self
+            .admin
+            .get(self.url("/_sim/calls"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["calls"][op].as_u64().unwrap_or(0)
+    }
+
+    async fn seed(&self, state: &str) -> String {
+        let v = self
+            .admin_post(
+                "/_sim/sandboxes",
+                json!({"templateID": "base", "state": state, "metadata": {"owner": "cli-test"}}),
+            )
+            .await;
+        v["sandboxID"].as_str().unwrap().to_owned()
+    }
+}
+
+#[tokio::test]
+async fn list_prints_an_aligned_table_or_json() {
+    let cli = start(12).await;
+    let id = cli.seed("running").await;
+
+    let table = cli.run(&["list"]).await;
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let header = table.stdout.lines().next().unwrap();
+    assert!(header.starts_with("SANDBOX"), "{header}");
+    assert!(header.contains("STATE") && header.contains("METADATA"));
+    let row = table
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{id} missing from\n{}", table.stdout));
+    assert!(
+        row.contains("running") && row.contains("owner=cli-test"),
+        "{row}"
+    );
+    // Columns line up: STATE starts at the same place in the header and in every row.
+    let col = header.find("STATE").unwrap();
+    assert_eq!(&row[col..col + 7], "running");
+
+    let json = cli
+        .run(&["list", "--json", "--metadata", "owner=cli-test"])
+        .await;
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let v = json.json();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["sandboxID"], id.as_str());
+    assert_eq!(items[0]["state"], "running");
+    assert!(v["stopped"].is_null());
+}
+
+#[tokio::test]
+async fn kill_without_yes_and_without_a_terminal_refuses_and_sends_nothing() {
+    let cli = start(0).await;
+    let id = cli.seed("running").await;
+
+    let refused = cli.run(&["kill", &id]).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("--yes"), "{}", refused.stderr);
+    assert_eq!(cli.calls("kill").await, 0);
+
+    let refused = cli.run(&["delete-template", "base"]).await;
+    assert_ne!(refused.code, 0);
+    assert_eq!(cli.calls("delete-template").await, 0);
+
+    let killed = cli.run(&["kill", &id, "--yes", "--json"]).await;
+    assert_eq!(killed.code, 0, "{}", killed.stderr);
+    assert_eq!(killed.json()["ok"], true);
+    assert_eq!(cli.calls("kill").await, 1);
+}
+
+#[tokio::test]
+async fn errors_print_as_one_plain_sentence_and_exit_1() {
+    let cli = start(0).await;
+    let missing = cli.run(&["get", "nosuchsandbox"]).await;
+    assert_eq!(missing.code, 1);
+    assert!(missing.stdout.is_empty());
+    assert!(
+        missing.stderr.starts_with("E2B could not find it:"),
+        "{}",
+        missing.stderr
+    );
+    assert!(!missing.stderr.contains(KEY));
+
+    let paused = cli.seed("paused").await;
+    let conflict = cli.run(&["pause", &paused]).await;
+    assert_eq!(conflict.code, 1);
+    assert!(
+        conflict.stderr.contains("current state"),
+        "{}",
+        conflict.stderr
+    );
+}
+
+#[tokio::test]
+async fn every_sandbox_action_runs_from_the_terminal() {
+    let cli = start(5).await;
+
+    let created = cli
+        .run(&[
+            "create",
+            "base",
+            "--timeout",
+            "10m",
+            "--metadata",
+            "owner=cli",
+            "--json",
+        ])
+        .await;
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let id = created.json()["sandboxID"].as_str().unwrap().to_owned();
+    assert!(!created.stdout.contains("envdAccessToken"));
+
+    let get = cli.run(&["get", &id]).await;
+    assert_eq!(get.code, 0, "{}", get.stderr);
+    assert!(get.stdout.contains("owner=cli"), "{}", get.stdout);
+
+    // Reads, and writes that can be repeated, in both output modes.
+    for args in [
+        vec!["timeout", id.as_str(), "15m"],
+        vec!["refresh", id.as_str(), "5m"],
+        vec!["refresh", id.as_str()],
+        vec!["logs", id.as_str(), "--level", "info", "--limit", "50"],
+        vec![
+            "logs",
+            id.as_str(),
+            "--forward",
+            "--cursor",
+            "1700000000000",
+        ],
+        vec!["metrics", id.as_str(), "--since", "2h"],
+        vec!["metrics-many", id.as_str()],
+        vec!["metrics-many", "--all"],
+        vec!["team-metrics", "--since", "2h"],
+        vec!["team-metrics", "--max", "concurrent"],
+        vec!["team-metrics", "--max", "start-rate"],
+        vec!["templates"],
+        vec!["template", "base"],
+        vec!["snapshots"],
+    ] {
+        let table = cli.run(&args).await;
+        assert_eq!(table.code, 0, "{args:?}: {}", table.stderr);
+        assert!(!table.stdout.is_empty(), "{args:?} printed nothing");
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        let json = cli.run(&with_json).await;
+        assert_eq!(json.code, 0, "{with_json:?}: {}", json.stderr);
+        json.json();
+    }
+
+    // State changes, each once, alternating output modes.
+    let steps: [(&[&str], bool); 6] = [
+        (&["pause", &id], false),
+        (&["resume", &id, "--timeout", "5m"], true),
+        (&["pause", &id, "--json"], true),
+        (&["connect", &id, "--timeout", "5m"], false),
+        (&["pause", &id], false),
+        (&["connect", &id, "--json"], true),
+    ];
+    for (args, json) in steps {
+        let mut args = args.to_vec();
+        if json && !args.contains(&"--json") {
+            args.push("--json");
+        }
+        let run = cli.run(&args).await;
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        if json {
+            run.json();
+        }
+    }
+    assert_eq!(cli.calls("pause").await, 3);
+
+    let snap = cli
+        .run(&["snapshot", &id, "--name", "cli-snap", "--json"])
+        .await;
+    assert_eq!(snap.code, 0, "{}", snap.stderr);
+    let snapshot_id = snap.json()["snapshotID"].as_str().unwrap().to_owned();
+    let listed = cli.run(&["snapshots", "--sandbox", &id, "--json"]).await;
+    assert!(listed.stdout.contains(&snapshot_id), "{}", listed.stdout);
+    let deleted = cli.run(&["delete-template", &snapshot_id, "--yes"]).await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    assert_eq!(cli.calls("delete-template").await, 1);
+
+    let connect = cli.run(&["connect", &id, "--json"]).await;
+    assert_eq!(connect.json()["resumed"], false, "it was already running");
+}
+
+#[tokio::test]
+async fn endless_paging_is_stopped_and_reported() {
+    let cli = start(10).await;
+    cli.admin_post("/_sim/paging", json!({"mode": "endless"}))
+        .await;
+    let run = cli
+        .run(&["list", "--limit", "2", "--max-pages", "3", "--json"])
+        .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("paging was stopped after the cap of 3 pages"),
+        "{}",
+        run.stderr
+    );
+    let v = run.json();
+    assert_eq!(v["pages"], 3);
+    assert_eq!(v["stopped"]["pageCap"], 3);
+    assert_eq!(cli.calls("list").await, 3);
+
+    let one = cli
+        .run(&["list", "--limit", "2", "--all-pages", "false"])
+        .await;
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    assert!(one.stdout.contains("--page-token"), "{}", one.stdout);
+}
+
+#[tokio::test]
+async fn a_missing_api_key_is_explained() {
+    let cli = start(0).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["e2b", "list"])
+        .env_remove("E2B_API_KEY")
+        .env("E2B_API_URL", cli.sim.base_url())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("E2B_API_KEY is not set"), "{stderr}");
+    assert_eq!(cli.calls("list").await, 0);
+}
