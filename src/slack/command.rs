@@ -12,6 +12,8 @@ use crate::ids::{SandboxId, TemplateId};
 pub const MAX_DURATION_SECS: u64 = 31 * 24 * 3600;
 /// Longest sandbox timeout E2B accepts (24 h on the Pro tier).
 pub const MAX_SANDBOX_TIMEOUT_SECS: u64 = 24 * 3600;
+/// Longest refresh E2B accepts.
+pub const MAX_REFRESH_SECS: u64 = 3600;
 /// Most log lines a user may ask for.
 pub const MAX_LOG_LIMIT: u32 = 1000;
 /// Default look-back of `metrics`.
@@ -35,6 +37,16 @@ pub enum LogLevel {
     Info,
     Warn,
     Error,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
 }
 
 /// Arguments of `list`.
@@ -233,7 +245,13 @@ fn parse_words(words: &[String]) -> Parsed {
         }
         "refresh" => {
             let id = args.sandbox_id()?;
-            let duration = sandbox_timeout("duration", &args.required("duration", "10m")?)?;
+            let value = args.required("duration", "10m")?;
+            let duration = duration("duration", &value)?;
+            if duration.as_secs() > MAX_REFRESH_SECS {
+                return Err(format!(
+                    "`{value}` is longer than E2B's refresh limit of 1h."
+                ));
+            }
             SandboxCommand::Refresh { id, duration }
         }
         "snapshot" => {
@@ -548,6 +566,7 @@ mod tests {
         assert!(invalid("timeout i1").contains("needs a duration"));
         assert!(invalid("timeout i1 soon").contains("not a duration"));
         assert!(invalid("timeout i1 25h").contains("24h"));
+        assert!(invalid("refresh i1 2h").contains("1h"));
         assert!(invalid("team since=0s").contains("more than zero"));
     }
 

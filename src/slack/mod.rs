@@ -5,6 +5,7 @@
 //! nor E2B's wire formats (that is `e2b/`).
 pub mod client;
 pub mod command;
+pub mod execute;
 pub mod format;
 pub mod payload;
 pub mod render;
