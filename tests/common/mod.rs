@@ -300,12 +300,10 @@ fn collect_text(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
             for (k, v) in map {
-                if k == "text" {
-                    if let Some(s) = v.as_str() {
-                        out.push('\n');
-                        out.push_str(s);
-                        continue;
-                    }
+                if let (true, Some(s)) = (k == "text", v.as_str()) {
+                    out.push('\n');
+                    out.push_str(s);
+                    continue;
                 }
                 collect_text(v, out);
             }
