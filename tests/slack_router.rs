@@ -232,3 +232,27 @@ async fn an_interaction_without_a_payload_is_a_bad_request() {
         .await;
     assert_eq!(resp.status(), 400);
 }
+
+#[tokio::test]
+async fn the_manifest_points_at_routes_we_serve() {
+    let app = spawn_app().await;
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifest.yml")).unwrap();
+    for path in ["/slack/commands", "/slack/interactions", "/slack/events"] {
+        assert!(
+            manifest.contains(&format!("https://steward.example.com{path}")),
+            "{path} missing from manifest"
+        );
+        // The route exists (an unsigned request is refused, not unknown).
+        let resp = app
+            .http
+            .post(app.url(path))
+            .body("x=1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+    }
+    assert!(manifest.contains("command: /sandbox"));
+    assert!(manifest.contains("should_escape: true"));
+}
