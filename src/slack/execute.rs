@@ -25,6 +25,7 @@ pub const DEFAULT_LOG_LIMIT: u32 = 50;
 pub const MAX_LOG_SECTIONS: usize = 5;
 /// A running sandbox whose latest CPU sample is below this is shown as idle in `list`.
 pub const IDLE_CPU_PCT: f64 = 5.0;
+const MIB: u64 = 1024 * 1024;
 /// Width of metric sparklines, in characters.
 const SPARKLINE_WIDTH: usize = 40;
 /// Longest table cell before it is cut.
@@ -221,8 +222,8 @@ pub async fn list_page(
                 ),
                 None => (
                     "-".into(),
-                    format!("{} MiB", s.memory_mb),
-                    format!("{} MiB", s.disk_size_mb),
+                    human_bytes(u64::from(s.memory_mb) * MIB),
+                    human_bytes(u64::from(s.disk_size_mb) * MIB),
                 ),
             };
             vec![
@@ -305,8 +306,8 @@ async fn get(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
         template: s.template_id.to_string(),
         alias: s.alias.clone(),
         cpu_count: s.cpu_count,
-        memory: human_bytes(u64::from(s.memory_mb) * 1024 * 1024),
-        disk: (s.disk_size_mb > 0).then(|| human_bytes(u64::from(s.disk_size_mb) * 1024 * 1024)),
+        memory: human_bytes(u64::from(s.memory_mb) * MIB),
+        disk: (s.disk_size_mb > 0).then(|| human_bytes(u64::from(s.disk_size_mb) * MIB)),
         started_at: when(s.started_at),
         age: human_duration(since(ctx.now, s.started_at)),
         end_at: when(s.end_at),
@@ -457,7 +458,7 @@ async fn team(ctx: &Context<'_>, window: Duration) -> Outcome {
     let rates: Vec<f64> = points.iter().map(|p| p.sandbox_start_rate).collect();
     let avg_rate = format::min_avg_max(&rates).map_or(0.0, |(_, avg, _)| avg);
     // E2B reports start rates per second; people think in starts per minute.
-    let per_minute = |per_sec: f64| format!("{:.1} per minute", per_sec * 60.0);
+    let per_minute = |per_sec: f64| format!("{:.2} per minute", per_sec * 60.0);
     let peak_at = peak
         .timestamp
         .or_else(|| DateTime::from_timestamp(peak.timestamp_unix, 0))
@@ -617,7 +618,7 @@ async fn templates(ctx: &Context<'_>) -> Outcome {
                 },
                 t.build_status.as_str().into(),
                 format!("{} vCPU", t.cpu_count),
-                human_bytes(u64::from(t.memory_mb) * 1024 * 1024),
+                human_bytes(u64::from(t.memory_mb) * MIB),
                 t.spawn_count.to_string(),
             ]
         })
@@ -646,13 +647,10 @@ async fn template(ctx: &Context<'_>, id: &TemplateId) -> Outcome {
         aliases: (!t.aliases.is_empty()).then(|| t.aliases.join(", ")),
         public: if t.public { "yes" } else { "no" }.into(),
         cpu_count: latest.map_or(0, |b| b.cpu_count),
-        memory: latest.map_or_else(
-            || "-".into(),
-            |b| human_bytes(u64::from(b.memory_mb) * 1024 * 1024),
-        ),
+        memory: latest.map_or_else(|| "-".into(), |b| human_bytes(u64::from(b.memory_mb) * MIB)),
         disk: latest
             .and_then(|b| b.disk_size_mb)
-            .map(|mb| human_bytes(u64::from(mb) * 1024 * 1024)),
+            .map(|mb| human_bytes(u64::from(mb) * MIB)),
         build_status: latest.map_or_else(
             || "no builds".into(),
             |b| format!("{} ({} builds)", b.status.as_str(), t.builds.len()),
