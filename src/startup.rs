@@ -1,6 +1,104 @@
-//! Assembly: `Application::build` binds the server and starts its workers.
+//! Assembly: [`Application::build`] binds the listener (port 0 picks a free one, which tests
+//! use) and builds the state; [`Application::run_until_stopped`] serves until the shutdown
+//! future completes. `serve_from_env` is `steward serve`.
+//!
+//! This module wires things together; it must not contain request handling or business rules.
+use std::future::Future;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use tokio::net::TcpListener;
+
+use crate::config::{ProcessEnv, Settings};
+use crate::http::{AppState, router};
+
+/// A bound, ready-to-run Steward server.
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: AppState,
+}
+
+impl Application {
+    /// Binds `settings.listen` and builds the clients.
+    pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let state = AppState::from_settings(settings)?;
+        Ok(Application {
+            listener,
+            addr,
+            state,
+        })
+    }
+
+    /// The port actually bound.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The state handlers see (tests use it to reach the same clients).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Lets tests adjust handles (e.g. a faster E2B retry policy) before serving.
+    pub fn state_mut(&mut self) -> &mut AppState {
+        &mut self.state
+    }
+
+    /// Serves until `shutdown` completes, then lets open requests finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        tracing::info!(addr = %self.addr, "Steward listening");
+        axum::serve(self.listener, router(self.state))
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+/// `steward serve`: settings from the environment, runs until Ctrl-C or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+    let settings = Settings::load(&ProcessEnv)?;
+    let app = Application::build(settings).await?;
+    app.run_until_stopped(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on Ctrl-C, or SIGTERM on Unix (what container runtimes send).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
 }

@@ -1,1 +1,69 @@
-//! Placeholder module: filled in by its issue.
+//! The HTTP surface: [`router`] is the one route table; handlers live in one file per surface
+//! (`slack.rs`, `health.rs`), and [`error::ApiError`] is the only place errors become statuses.
+//!
+//! This module must not hold business rules: it verifies, parses, acknowledges and hands work
+//! to `slack::execute` (and later to jobs and cases).
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware;
+use axum::routing::{get, post};
+use tower_http::trace::TraceLayer;
+
+use crate::config::Settings;
+use crate::e2b::E2bClient;
+use crate::slack::client::SlackClient;
+use crate::slack::render::Templates;
+
+pub mod error;
+pub mod health;
+pub mod slack;
+
+pub use error::ApiError;
+
+/// Shared by every handler; every field is a cheap handle.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub slack: SlackClient,
+    /// `None` when `E2B_API_KEY` is not set: commands then explain that E2B is not configured.
+    pub e2b: Option<E2bClient>,
+    pub templates: Arc<Templates>,
+}
+
+impl AppState {
+    /// Builds the clients from settings. Fails on broken configuration (unreadable template
+    /// overrides, an unusable TLS setup), not on missing secrets: `/readyz` reports those.
+    pub fn from_settings(settings: Settings) -> anyhow::Result<Self> {
+        let templates = Templates::load(settings.slack.templates_dir.as_deref())?;
+        let slack = SlackClient::new(&settings.slack)?;
+        let e2b = match &settings.e2b.api_key {
+            Some(_) => Some(E2bClient::new(&settings.e2b)?),
+            None => None,
+        };
+        Ok(Self {
+            settings: Arc::new(settings),
+            slack,
+            e2b,
+            templates: Arc::new(templates),
+        })
+    }
+}
+
+/// Every route Steward serves.
+pub fn router(state: AppState) -> Router {
+    let slack_routes = Router::new()
+        .route("/slack/commands", post(slack::command))
+        .route("/slack/interactions", post(slack::interaction))
+        .route("/slack/events", post(slack::event))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            slack::verify_request,
+        ));
+    Router::new()
+        .merge(slack_routes)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

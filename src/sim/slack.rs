@@ -1,9 +1,474 @@
-//! The Slack Web API simulator served by `steward sim slack`.
+//! A fake Slack Web API on 127.0.0.1, served by `steward sim slack` and started by tests.
+//!
+//! It answers the Web API methods Steward calls (`chat.postMessage`, `chat.update`,
+//! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`) and `response_url`
+//! hooks with minimal valid bodies, records every call, keeps the current state of each posted
+//! message (so `chat.update` edits it), and can be told to fail (`/_sim/faults`). All state
+//! lives in one [`SlackWorld`] value so a browser view can be added later.
+//!
+//! It must never be used by production code paths, and it checks no real credentials: a
+//! `Bearer xoxb-…` header is enough.
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-#[derive(Debug, clap::Args)]
-pub struct SlackSimOptions {}
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
-pub async fn run_cli(_opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+/// Options of `steward sim slack`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SlackSimOptions {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:3001")]
+    pub listen: SocketAddr,
+}
+
+impl Default for SlackSimOptions {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+}
+
+/// One call the fake received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// Web API method (`chat.postMessage`) or `hooks/<name>` for a response_url post.
+    pub method: String,
+    pub channel: Option<String>,
+    /// The message's ts: assigned for `chat.postMessage`, sent by the caller for `chat.update`.
+    pub ts: Option<String>,
+    pub text: Option<String>,
+    pub blocks: Option<Value>,
+    pub thread_ts: Option<String>,
+    pub response_type: Option<String>,
+    pub replace_original: Option<bool>,
+    /// Whether a `Bearer xoxb-…` Authorization header came with the call.
+    pub authorized: bool,
+    /// The whole request body (JSON, or form fields as a JSON object).
+    pub body: Value,
+}
+
+/// A programmed failure: the next `count` calls of `method` fail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// A Web API method, or `hooks` for every response_url.
+    pub method: String,
+    /// HTTP status to answer with; 200 means an `{"ok":false}` API error.
+    #[serde(default = "default_fault_status")]
+    pub status: u16,
+    #[serde(default)]
+    pub retry_after_secs: Option<u64>,
+    #[serde(default = "default_fault_count")]
+    pub count: u32,
+    /// The `error` code for API errors.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+fn default_fault_status() -> u16 {
+    429
+}
+fn default_fault_count() -> u32 {
+    1
+}
+
+/// A user group seeded by tests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserGroup {
+    pub id: String,
+    pub users: Vec<String>,
+}
+
+/// Everything the fake knows. Plain data, so it can be shown or snapshotted.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SlackWorld {
+    /// Every call, in arrival order.
+    pub calls: Vec<Recorded>,
+    /// Current state of each posted message, keyed by (channel, ts).
+    pub messages: BTreeMap<(String, String), Recorded>,
+    pub faults: Vec<Fault>,
+    pub usergroups: HashMap<String, Vec<String>>,
+    /// Messages posted so far, used to make increasing ts values.
+    ts_counter: u64,
+    ts_base_secs: u64,
+    views_opened: u64,
+}
+
+impl SlackWorld {
+    fn new() -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1_700_000_000);
+        Self {
+            ts_base_secs: now,
+            ..Self::default()
+        }
+    }
+
+    fn next_ts(&mut self) -> String {
+        self.ts_counter += 1;
+        let n = self.ts_counter;
+        format!("{}.{:06}", self.ts_base_secs + n / 1_000_000, n % 1_000_000)
+    }
+
+    /// Takes one matching fault, if programmed.
+    fn take_fault(&mut self, method: &str) -> Option<Fault> {
+        let index = self.faults.iter().position(|f| {
+            f.method == method || (f.method == "hooks" && method.starts_with("hooks/"))
+        })?;
+        let fault = self.faults[index].clone();
+        self.faults[index].count -= 1;
+        if self.faults[index].count == 0 {
+            self.faults.remove(index);
+        }
+        Some(fault)
+    }
+}
+
+type Shared = Arc<Mutex<SlackWorld>>;
+
+/// A running fake Slack. Dropping it stops the server.
+pub struct SlackSim {
+    addr: SocketAddr,
+    world: Shared,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl SlackSim {
+    /// Binds `opts.listen` and serves in the background.
+    pub async fn start(opts: SlackSimOptions) -> std::io::Result<SlackSim> {
+        let listener = TcpListener::bind(opts.listen).await?;
+        let addr = listener.local_addr()?;
+        let world: Shared = Arc::new(Mutex::new(SlackWorld::new()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = router(world.clone());
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "fake Slack stopped");
+            }
+        });
+        Ok(SlackSim {
+            addr,
+            world,
+            stop: Some(stop),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The Web API base to use as `SLACK_API_URL`.
+    pub fn api_url(&self) -> String {
+        format!("{}/api", self.base_url())
+    }
+
+    /// A response_url served by this fake; posts to it are recorded as `hooks/<name>`.
+    pub fn response_url(&self, name: &str) -> String {
+        format!("{}/hooks/{name}", self.base_url())
+    }
+
+    fn world(&self) -> MutexGuard<'_, SlackWorld> {
+        lock(&self.world)
+    }
+
+    /// Every call received, in order.
+    pub fn messages(&self) -> Vec<Recorded> {
+        self.world().calls.clone()
+    }
+
+    /// The posts made to `response_url(name)`, in order.
+    pub fn hook_posts(&self, name: &str) -> Vec<Recorded> {
+        let method = format!("hooks/{name}");
+        self.world()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .cloned()
+            .collect()
+    }
+
+    /// The current state of a posted message.
+    pub fn message(&self, channel: &str, ts: &str) -> Option<Recorded> {
+        self.world()
+            .messages
+            .get(&(channel.to_owned(), ts.to_owned()))
+            .cloned()
+    }
+
+    pub fn add_fault(&self, fault: Fault) {
+        self.world().faults.push(fault);
+    }
+
+    pub fn add_usergroup(&self, id: &str, users: &[&str]) {
+        self.world()
+            .usergroups
+            .insert(id.to_owned(), users.iter().map(|u| u.to_string()).collect());
+    }
+
+    /// A copy of the whole state.
+    pub fn snapshot(&self) -> SlackWorld {
+        self.world().clone()
+    }
+}
+
+impl Drop for SlackSim {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn lock(world: &Shared) -> MutexGuard<'_, SlackWorld> {
+    // A panic while holding the lock leaves plain data behind; keep serving it.
+    world.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The fake's routes: `/api/{method}`, `/hooks/{*name}` and the `/_sim/*` controls.
+pub fn router(world: Shared) -> Router {
+    Router::new()
+        .route("/api/{method}", any(api))
+        .route("/hooks/{*name}", post(hook))
+        .route("/_sim/messages", get(list_calls))
+        .route("/_sim/messages/{channel}/{ts}", get(one_message))
+        .route("/_sim/faults", post(add_fault))
+        .route("/_sim/usergroups", post(add_usergroup))
+        .with_state(world)
+}
+
+/// Reads a request body as JSON, or as form fields when it is not JSON, or the query string.
+fn body_value(headers: &HeaderMap, query: &HashMap<String, String>, body: &[u8]) -> Value {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    let mut fields: serde_json::Map<String, Value> = query
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    for (k, v) in form_urlencoded::parse(body) {
+        fields.insert(k.into_owned(), Value::String(v.into_owned()));
+    }
+    Value::Object(fields)
+}
+
+fn str_field(body: &Value, key: &str) -> Option<String> {
+    body.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn record(method: &str, body: &Value, authorized: bool) -> Recorded {
+    Recorded {
+        method: method.to_owned(),
+        channel: str_field(body, "channel"),
+        ts: str_field(body, "ts"),
+        text: str_field(body, "text"),
+        blocks: body.get("blocks").cloned(),
+        thread_ts: str_field(body, "thread_ts"),
+        response_type: str_field(body, "response_type"),
+        replace_original: body.get("replace_original").and_then(Value::as_bool),
+        authorized,
+        body: body.clone(),
+    }
+}
+
+fn fault_response(fault: Fault) -> Response {
+    let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let error = fault.error.unwrap_or_else(|| {
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            "ratelimited".into()
+        } else {
+            "fatal_error".into()
+        }
+    });
+    let mut resp = (status, Json(json!({"ok": false, "error": error}))).into_response();
+    if let Some(secs) = fault.retry_after_secs {
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    resp
+}
+
+fn api_error(code: &str) -> Response {
+    Json(json!({"ok": false, "error": code})).into_response()
+}
+
+async fn api(
+    State(world): State<Shared>,
+    Path(method): Path<String>,
+    _http_method: Method,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("Bearer xoxb-"));
+    let value = body_value(&headers, &query, &body);
+    let mut world = lock(&world);
+    let mut rec = record(&method, &value, authorized);
+    if !authorized {
+        world.calls.push(rec);
+        return api_error("not_authed");
+    }
+    if let Some(fault) = world.take_fault(&method) {
+        world.calls.push(rec);
+        return fault_response(fault);
+    }
+    let reply = match method.as_str() {
+        "chat.postMessage" => {
+            let Some(channel) = rec.channel.clone() else {
+                world.calls.push(rec);
+                return api_error("channel_not_found");
+            };
+            let ts = world.next_ts();
+            rec.ts = Some(ts.clone());
+            world
+                .messages
+                .insert((channel.clone(), ts.clone()), rec.clone());
+            json!({"ok": true, "channel": channel, "ts": ts,
+                   "message": {"ts": ts, "text": rec.text.clone().unwrap_or_default()}})
+        }
+        "chat.update" => {
+            let key = (
+                rec.channel.clone().unwrap_or_default(),
+                rec.ts.clone().unwrap_or_default(),
+            );
+            let Some(stored) = world.messages.get_mut(&key) else {
+                world.calls.push(rec);
+                return api_error("message_not_found");
+            };
+            stored.text = rec.text.clone();
+            // Like Slack, omitting `blocks` keeps the old ones.
+            if rec.blocks.is_some() {
+                stored.blocks = rec.blocks.clone();
+            }
+            json!({"ok": true, "channel": key.0, "ts": key.1, "text": rec.text.clone().unwrap_or_default(),
+                   "message": {"text": rec.text.clone().unwrap_or_default()}})
+        }
+        "chat.postEphemeral" => {
+            let ts = world.next_ts();
+            json!({"ok": true, "message_ts": ts})
+        }
+        "views.open" => {
+            world.views_opened += 1;
+            let mut view = value.get("view").cloned().unwrap_or(Value::Null);
+            if let Some(obj) = view.as_object_mut() {
+                obj.insert("id".into(), json!(format!("V{:08}", world.views_opened)));
+                obj.insert("team_id".into(), json!("T0SIM"));
+                obj.insert("hash".into(), json!(format!("h{}", world.views_opened)));
+            }
+            json!({"ok": true, "view": view})
+        }
+        "usergroups.users.list" => {
+            let group = str_field(&value, "usergroup").unwrap_or_default();
+            match world.usergroups.get(&group) {
+                Some(users) => json!({"ok": true, "users": users}),
+                None => {
+                    world.calls.push(rec);
+                    return api_error("no_such_subteam");
+                }
+            }
+        }
+        "auth.test" => json!({"ok": true, "url": "https://sim.slack.com/", "team": "Simulated",
+                              "user": "steward", "team_id": "T0SIM", "user_id": "U0STEWARD",
+                              "bot_id": "B0STEWARD"}),
+        _ => {
+            world.calls.push(rec);
+            return api_error("unknown_method");
+        }
+    };
+    world.calls.push(rec);
+    Json(reply).into_response()
+}
+
+async fn hook(
+    State(world): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let value = body_value(&headers, &HashMap::new(), &body);
+    let authorized = headers.contains_key(header::AUTHORIZATION);
+    let method = format!("hooks/{name}");
+    let mut world = lock(&world);
+    let rec = record(&method, &value, authorized);
+    world.calls.push(rec);
+    if let Some(fault) = world.take_fault(&method) {
+        return fault_response(fault);
+    }
+    // Real Slack answers a response_url post with a bare `ok`.
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()
+}
+
+async fn list_calls(State(world): State<Shared>) -> Json<Vec<Recorded>> {
+    Json(lock(&world).calls.clone())
+}
+
+async fn one_message(
+    State(world): State<Shared>,
+    Path((channel, ts)): Path<(String, String)>,
+) -> Response {
+    match lock(&world).messages.get(&(channel, ts)) {
+        Some(m) => Json(m.clone()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "no such message"})),
+        )
+            .into_response(),
+    }
+}
+
+async fn add_fault(State(world): State<Shared>, Json(fault): Json<Fault>) -> Response {
+    if fault.count == 0 {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "count must be at least 1"})),
+        )
+            .into_response();
+    }
+    lock(&world).faults.push(fault);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn add_usergroup(State(world): State<Shared>, Json(group): Json<UserGroup>) -> StatusCode {
+    lock(&world).usergroups.insert(group.id, group.users);
+    StatusCode::NO_CONTENT
+}
+
+/// `steward sim slack`: serve until Ctrl-C.
+pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
+    let sim = SlackSim::start(opts).await?;
+    println!("Fake Slack listening on {}", sim.base_url());
+    println!("  SLACK_API_URL={}", sim.api_url());
+    println!("  response URLs: {}", sim.response_url("<name>"));
+    println!("  recorded calls: GET {}/_sim/messages", sim.base_url());
+    tokio::signal::ctrl_c().await?;
+    Ok(ExitCode::SUCCESS)
 }

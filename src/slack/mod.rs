@@ -1,1 +1,12 @@
-//! Placeholder module: filled in by its issue.
+//! Everything Slack-shaped: request signatures, payload types, the Web API client, the
+//! `/sandbox` command language and the Block Kit message templates.
+//!
+//! This module knows Slack's wire formats; it must not know HTTP routing (that is `http/`)
+//! nor E2B's wire formats (that is `e2b/`).
+pub mod client;
+pub mod command;
+pub mod execute;
+pub mod format;
+pub mod payload;
+pub mod render;
+pub mod signature;

@@ -1,0 +1,55 @@
+//! `ApiError`: the one place where failures become HTTP statuses.
+//!
+//! Handlers return `Result<_, ApiError>`; the boundary errors (`SignatureError`, `PayloadError`,
+//! ...) know nothing of HTTP. The cause chain is logged once, here, and never sent to the
+//! caller beyond a short reason.
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::slack::payload::PayloadError;
+use crate::slack::signature::SignatureError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("request signature refused: {0}")]
+    Signature(#[from] SignatureError),
+    #[error("request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("request body could not be read: {0}")]
+    BodyRead(String),
+    #[error("payload not understood: {0}")]
+    Payload(#[from] PayloadError),
+    #[error("internal error: {0:#}")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Signature(_) => StatusCode::UNAUTHORIZED,
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyRead(_) | Self::Payload(_) => StatusCode::BAD_REQUEST,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        } else {
+            tracing::warn!(error = %self, status = status.as_u16(), "request refused");
+        }
+        // Like Bolt, say little to an unauthenticated caller.
+        let reason = match &self {
+            Self::Signature(_) => "invalid request".to_owned(),
+            Self::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        (status, Json(json!({ "error": reason }))).into_response()
+    }
+}

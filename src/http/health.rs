@@ -1,0 +1,49 @@
+//! `GET /healthz` (the process is alive) and `GET /readyz` (configuration is complete).
+//!
+//! Readiness only inspects settings; it must not call Slack or E2B, so probes stay cheap and
+//! never spend rate limits.
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::AppState;
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "alive" }))
+}
+
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let s = &state.settings;
+    let checks = [
+        (
+            "slack_signing_secret",
+            "SLACK_SIGNING_SECRET",
+            s.slack.signing_secret.is_some(),
+        ),
+        (
+            "slack_bot_token",
+            "SLACK_BOT_TOKEN",
+            s.slack.bot_token.is_some(),
+        ),
+        (
+            "e2b_api_key",
+            "E2B_API_KEY",
+            s.e2b.api_key.is_some() && state.e2b.is_some(),
+        ),
+    ];
+    let report: serde_json::Map<String, Value> = checks
+        .iter()
+        .map(|(name, _, ok)| (name.to_string(), json!(if *ok { "ok" } else { "missing" })))
+        .collect();
+    let missing: Vec<&str> = checks.iter().filter(|c| !c.2).map(|c| c.1).collect();
+    let status = if missing.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({ "ready": missing.is_empty(), "checks": report, "missing": missing })),
+    )
+}

@@ -1,0 +1,425 @@
+//! The Slack Web API client: slack-morphism over a rustls connector that also speaks plain
+//! HTTP, pointed at `SLACK_API_URL` so tests and demos can use the local fake Slack.
+//!
+//! It owns the bot token as a secret (never logged, never in `Debug`), retries 429s a bounded
+//! number of times honouring `Retry-After`, and refuses to post to a `response_url` whose host
+//! is neither `hooks.slack.com` nor the configured API host. It must not render messages or
+//! decide what to say; callers hand it finished content.
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::prelude::*;
+use url::Url;
+
+use crate::config::SlackSettings;
+use crate::ids::{SlackChannelId, SlackUserId};
+
+use super::render::Message;
+
+/// How many times one call is retried after a 429.
+pub const RATE_LIMIT_MAX_RETRIES: u32 = 3;
+/// Longest `Retry-After` we wait for inside a request; longer limits surface as errors.
+pub const RATE_LIMIT_MAX_WAIT_SECS: u64 = 30;
+/// Timeout of one response_url POST.
+const RESPOND_TIMEOUT_SECS: u64 = 10;
+/// The only public host `response_url`s may point at.
+const SLACK_HOOKS_HOST: &str = "hooks.slack.com";
+
+/// Why a Slack call failed. Carries no token.
+#[derive(Debug, thiserror::Error)]
+pub enum SlackError {
+    #[error("SLACK_BOT_TOKEN is not set")]
+    NoToken,
+    #[error("Slack answered with error `{code}`")]
+    Api { code: String },
+    #[error("Slack is rate-limiting us (retry after {retry_after:?})")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("could not reach Slack: {0}")]
+    Transport(String),
+    #[error("refusing to post to response_url host {host:?}: not Slack")]
+    ForeignResponseUrl { host: String },
+    #[error("the response_url is not a URL")]
+    BadResponseUrl,
+    #[error("Slack refused the response_url post with HTTP {status}: {body}")]
+    Respond { status: u16, body: String },
+    #[error("could not set up the HTTPS connector: {0}")]
+    Setup(#[source] std::io::Error),
+}
+
+impl From<SlackClientError> for SlackError {
+    fn from(e: SlackClientError) -> Self {
+        match e {
+            SlackClientError::ApiError(e) => Self::Api { code: e.code },
+            SlackClientError::RateLimitError(e) => Self::RateLimited {
+                retry_after: e.retry_after,
+            },
+            other => Self::Transport(other.to_string()),
+        }
+    }
+}
+
+/// `response_type` of a response_url post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseType {
+    Ephemeral,
+    InChannel,
+}
+
+/// The body of a response_url POST. slack-morphism's webhook request has no `response_type`,
+/// so we send our own.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResponsePayload {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_type: Option<ResponseType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replace_original: Option<bool>,
+    pub text: String,
+    pub blocks: Vec<SlackBlock>,
+}
+
+impl ResponsePayload {
+    /// An ephemeral reply (the default visibility of a slash command's answer).
+    pub fn ephemeral(message: Message) -> Self {
+        Self {
+            response_type: Some(ResponseType::Ephemeral),
+            replace_original: None,
+            text: message.text,
+            blocks: message.blocks,
+        }
+    }
+
+    /// A reply that replaces the message holding the clicked button.
+    pub fn replacing(message: Message) -> Self {
+        Self {
+            response_type: None,
+            replace_original: Some(true),
+            text: message.text,
+            blocks: message.blocks,
+        }
+    }
+}
+
+/// A handle to Slack; cheap to clone.
+#[derive(Clone)]
+pub struct SlackClient {
+    api: Arc<SlackHyperClient>,
+    http: reqwest::Client,
+    bot_token: Option<SecretString>,
+    /// Host (and port) of the configured API, the one other host response_urls may use.
+    api_origin: Option<(String, String, Option<u16>)>,
+}
+
+impl std::fmt::Debug for SlackClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackClient")
+            .field("api_origin", &self.api_origin)
+            .field("bot_token", &self.bot_token.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SlackClient {
+    pub fn new(settings: &SlackSettings) -> Result<Self, SlackError> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(SlackError::Setup)?
+            // Plain http is allowed so the client can talk to the local fake Slack; response
+            // URLs are host-checked before any post.
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let connector =
+            SlackClientHyperConnector::from(https).with_slack_api_url(&settings.api_url);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(RESPOND_TIMEOUT_SECS))
+            .build()
+            .map_err(|e| SlackError::Transport(e.to_string()))?;
+        let api_origin = Url::parse(&settings.api_url).ok().and_then(|u| {
+            Some((
+                u.scheme().to_owned(),
+                u.host_str()?.to_owned(),
+                u.port_or_known_default(),
+            ))
+        });
+        Ok(Self {
+            api: Arc::new(slack_morphism::SlackClient::new(connector)),
+            http,
+            bot_token: settings.bot_token.clone(),
+            api_origin,
+        })
+    }
+
+    fn token(&self) -> Result<SlackApiToken, SlackError> {
+        let token = self.bot_token.as_ref().ok_or(SlackError::NoToken)?;
+        Ok(SlackApiToken::new(token.expose_secret().to_owned().into()))
+    }
+
+    /// Runs `call` again after a 429, up to [`RATE_LIMIT_MAX_RETRIES`] times.
+    async fn with_retry<T, F, Fut>(&self, method: &'static str, call: F) -> Result<T, SlackError>
+    where
+        F: Fn(SlackApiToken) -> Fut,
+        Fut: std::future::Future<Output = Result<T, SlackClientError>>,
+    {
+        let token = self.token()?;
+        let mut attempt = 0;
+        loop {
+            match call(token.clone()).await.map_err(SlackError::from) {
+                Err(SlackError::RateLimited { retry_after })
+                    if attempt < RATE_LIMIT_MAX_RETRIES =>
+                {
+                    let wait = retry_after.unwrap_or(Duration::from_secs(1));
+                    if wait.as_secs() > RATE_LIMIT_MAX_WAIT_SECS {
+                        return Err(SlackError::RateLimited { retry_after });
+                    }
+                    attempt += 1;
+                    tracing::warn!(
+                        method,
+                        attempt,
+                        wait_secs = wait.as_secs_f64(),
+                        "Slack rate limit; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// `chat.postMessage`; returns where the message landed.
+    #[tracing::instrument(skip(self, message))]
+    pub async fn post_message(
+        &self,
+        channel: &SlackChannelId,
+        message: Message,
+    ) -> Result<(SlackChannelId, String), SlackError> {
+        let content = message.into_content();
+        let api = &self.api;
+        let posted = self
+            .with_retry("chat.postMessage", |token| {
+                let req =
+                    SlackApiChatPostMessageRequest::new(channel.as_str().into(), content.clone());
+                async move { api.open_session(&token).chat_post_message(&req).await }
+            })
+            .await?;
+        let channel = SlackChannelId::parse(posted.channel.to_string())
+            .map_err(|e| SlackError::Transport(format!("Slack returned a strange channel: {e}")))?;
+        Ok((channel, posted.ts.to_string()))
+    }
+
+    /// `chat.update`. The blocks are always sent, so old buttons never survive an update.
+    #[tracing::instrument(skip(self, message))]
+    pub async fn update_message(
+        &self,
+        channel: &SlackChannelId,
+        ts: &str,
+        message: Message,
+    ) -> Result<(), SlackError> {
+        let content = message.into_content();
+        let api = &self.api;
+        self.with_retry("chat.update", |token| {
+            let req =
+                SlackApiChatUpdateRequest::new(channel.as_str().into(), content.clone(), ts.into());
+            async move { api.open_session(&token).chat_update(&req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `chat.postEphemeral`: visible to `user` only.
+    #[tracing::instrument(skip(self, message))]
+    pub async fn post_ephemeral(
+        &self,
+        channel: &SlackChannelId,
+        user: &SlackUserId,
+        message: Message,
+    ) -> Result<(), SlackError> {
+        let content = message.into_content();
+        let api = &self.api;
+        self.with_retry("chat.postEphemeral", |token| {
+            let req = SlackApiChatPostEphemeralRequest::new(
+                channel.as_str().into(),
+                user.as_str().into(),
+                content.clone(),
+            );
+            async move { api.open_session(&token).chat_post_ephemeral(&req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `views.open` with a trigger from a command or click (valid for 3 s).
+    #[tracing::instrument(skip(self, view))]
+    pub async fn open_view(&self, trigger_id: &str, view: SlackView) -> Result<(), SlackError> {
+        let api = &self.api;
+        self.with_retry("views.open", |token| {
+            let req = SlackApiViewsOpenRequest::new(trigger_id.into(), view.clone());
+            async move { api.open_session(&token).views_open(&req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `usergroups.users.list`: the members of a user group such as an approvers group.
+    #[tracing::instrument(skip(self))]
+    pub async fn usergroup_members(&self, group_id: &str) -> Result<Vec<SlackUserId>, SlackError> {
+        let api = &self.api;
+        let listed = self
+            .with_retry("usergroups.users.list", |token| {
+                let req = SlackApiUserGroupsUsersListRequest::new(group_id.into());
+                async move { api.open_session(&token).usergroups_users_list(&req).await }
+            })
+            .await?;
+        listed
+            .users
+            .into_iter()
+            .map(|u| {
+                SlackUserId::parse(u.to_string()).map_err(|e| {
+                    SlackError::Transport(format!("Slack returned a strange user id: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    /// `auth.test`: whether the token works. Used by readiness checks and `steward check`.
+    #[tracing::instrument(skip(self))]
+    pub async fn auth_test(&self) -> Result<(), SlackError> {
+        let api = &self.api;
+        self.with_retry("auth.test", |token| async move {
+            api.open_session(&token).auth_test().await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// POSTs to a `response_url` (no token is sent; the URL itself is the credential).
+    #[tracing::instrument(skip(self, payload, response_url))]
+    pub async fn respond(
+        &self,
+        response_url: &str,
+        payload: &ResponsePayload,
+    ) -> Result<(), SlackError> {
+        let url = self.check_response_url(response_url)?;
+        let mut attempt = 0;
+        loop {
+            let resp = self
+                .http
+                .post(url.clone())
+                .json(payload)
+                .send()
+                .await
+                .map_err(|e| SlackError::Transport(e.without_url().to_string()))?;
+            let status = resp.status();
+            if status == reqwest::StatusCode::TOO_MANY_REQUESTS && attempt < RATE_LIMIT_MAX_RETRIES
+            {
+                let wait = retry_after(resp.headers()).unwrap_or(Duration::from_secs(1));
+                if wait.as_secs() > RATE_LIMIT_MAX_WAIT_SECS {
+                    return Err(SlackError::RateLimited {
+                        retry_after: Some(wait),
+                    });
+                }
+                attempt += 1;
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let body = resp.text().await.unwrap_or_default();
+            if !status.is_success() {
+                return Err(SlackError::Respond {
+                    status: status.as_u16(),
+                    body: body.chars().take(200).collect(),
+                });
+            }
+            // Slack answers `ok` as text or `{"ok":true}`; a JSON `ok:false` is still a failure.
+            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&body)
+                && json["ok"] == serde_json::Value::Bool(false)
+            {
+                let code = json["error"].as_str().unwrap_or("unknown").to_owned();
+                return Err(SlackError::Api { code });
+            }
+            return Ok(());
+        }
+    }
+
+    /// A response_url must be `https://hooks.slack.com/...` or on the configured API's origin
+    /// (the fake Slack in tests), so a forged payload cannot make us POST anywhere else.
+    pub fn check_response_url(&self, response_url: &str) -> Result<Url, SlackError> {
+        let url = Url::parse(response_url).map_err(|_| SlackError::BadResponseUrl)?;
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let is_slack = url.scheme() == "https" && host == SLACK_HOOKS_HOST;
+        let is_configured = self.api_origin.as_ref().is_some_and(|(scheme, h, port)| {
+            scheme == url.scheme() && *h == host && *port == url.port_or_known_default()
+        });
+        if is_slack || is_configured {
+            Ok(url)
+        } else {
+            Err(SlackError::ForeignResponseUrl { host })
+        }
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(api_url: &str) -> SlackClient {
+        SlackClient::new(&SlackSettings {
+            api_url: api_url.into(),
+            bot_token: Some(SecretString::from("xoxb-very-secret".to_owned())),
+            signing_secret: None,
+            templates_dir: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn response_urls_must_point_at_slack_or_the_configured_api() {
+        let prod = client("https://slack.com/api");
+        assert!(
+            prod.check_response_url("https://hooks.slack.com/commands/T1/2/3")
+                .is_ok()
+        );
+        assert!(
+            prod.check_response_url("http://hooks.slack.com/commands/T1/2/3")
+                .is_err()
+        );
+        assert!(
+            prod.check_response_url("https://evil.example.com/hooks")
+                .is_err()
+        );
+        assert!(
+            prod.check_response_url("https://hooks.slack.com.evil.com/x")
+                .is_err()
+        );
+        assert!(prod.check_response_url("not a url").is_err());
+        let fake = client("http://127.0.0.1:4000/api");
+        assert!(
+            fake.check_response_url("http://127.0.0.1:4000/hooks/a")
+                .is_ok()
+        );
+        assert!(
+            fake.check_response_url("http://127.0.0.1:4001/hooks/a")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_token_stays_out_of_debug_output() {
+        let shown = format!("{:?}", client("https://slack.com/api"));
+        assert!(!shown.contains("very-secret"), "{shown}");
+    }
+}

@@ -1,0 +1,250 @@
+//! Small pure text helpers for Slack messages: mrkdwn escaping, sparklines, human durations
+//! and sizes, monospace tables cut to Slack's limits.
+//!
+//! Nothing here knows about templates or E2B types; it turns numbers and strings into text.
+use std::time::Duration;
+
+/// Slack refuses a section whose text is longer than this.
+pub const SECTION_TEXT_MAX_CHARS: usize = 3000;
+/// Slack refuses a message with more blocks than this.
+pub const MESSAGE_MAX_BLOCKS: usize = 50;
+/// Room kept free in a section for the code fence and a heading line.
+const SECTION_MARGIN_CHARS: usize = 100;
+
+/// Escapes the three characters Slack's mrkdwn treats as control characters.
+pub fn escape_mrkdwn(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Length in characters of `text` once mrkdwn-escaped; Slack's limits count the escaped text.
+pub fn escaped_len(text: &str) -> usize {
+    text.chars()
+        .map(|c| match c {
+            '&' => 5,
+            '<' | '>' => 4,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Keeps text inside a ``` code block from closing it early.
+pub fn defuse_code_fence(text: &str) -> String {
+    text.replace("```", "'''")
+}
+
+const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A one-line chart of `values`, scaled between `floor` and the larger of `ceiling` and the
+/// data's maximum. At most `width` characters: longer series are averaged into buckets.
+pub fn sparkline(values: &[f64], floor: f64, ceiling: f64, width: usize) -> String {
+    if values.is_empty() || width == 0 {
+        return String::new();
+    }
+    let buckets: Vec<f64> = if values.len() <= width {
+        values.to_vec()
+    } else {
+        (0..width)
+            .map(|i| {
+                let start = i * values.len() / width;
+                let end = ((i + 1) * values.len() / width).max(start + 1);
+                let slice = &values[start..end];
+                slice.iter().sum::<f64>() / slice.len() as f64
+            })
+            .collect()
+    };
+    let top = buckets.iter().copied().fold(ceiling, f64::max);
+    let span = (top - floor).max(f64::EPSILON);
+    buckets
+        .iter()
+        .map(|v| {
+            let ratio = ((v - floor) / span).clamp(0.0, 1.0);
+            SPARK[((ratio * 7.0).round() as usize).min(7)]
+        })
+        .collect()
+}
+
+/// Minimum, mean and maximum; `None` for an empty series.
+pub fn min_avg_max(values: &[f64]) -> Option<(f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let avg = values.iter().sum::<f64>() / values.len() as f64;
+    Some((min, avg, max))
+}
+
+/// `1d 3h`, `2h 5m`, `4m 10s`, `12s`: the two largest units, good enough to read at a glance.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (days, hours, mins, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match () {
+        _ if days > 0 => format!("{days}d {hours}h"),
+        _ if hours > 0 => format!("{hours}h {mins}m"),
+        _ if mins > 0 => format!("{mins}m {s}s"),
+        _ => format!("{s}s"),
+    }
+}
+
+/// Bytes as `512 MiB`, `1.5 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value >= 100.0 || value.fract() < 0.05 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Lays out rows as a left-aligned monospace table, then cuts the lines into chunks that each
+/// fit one section once escaped and fenced. Cells are truncated to `max_cell` characters.
+pub fn table(header: &[&str], rows: &[Vec<String>], max_cell: usize) -> Vec<String> {
+    let cut = |s: &str| -> String {
+        if s.chars().count() > max_cell {
+            let mut t: String = s.chars().take(max_cell.saturating_sub(1)).collect();
+            t.push('…');
+            t
+        } else {
+            s.to_owned()
+        }
+    };
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| cut(&defuse_code_fence(c))).collect())
+        .collect();
+    let columns = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate().take(columns) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate().take(columns) {
+            out.push_str(cell);
+            if i + 1 < columns {
+                let pad = widths[i] - cell.chars().count() + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut lines = vec![line(&header)];
+    lines.extend(rows.iter().map(|r| line(r)));
+    chunk_lines(&lines, SECTION_TEXT_MAX_CHARS - SECTION_MARGIN_CHARS)
+}
+
+/// Joins lines with newlines into chunks whose escaped length stays within `max_chars`.
+/// A single line longer than the limit is cut.
+pub fn chunk_lines(lines: &[String], max_chars: usize) -> Vec<String> {
+    let mut chunks = Vec::new();
+    let mut current = String::new();
+    let mut current_len = 0;
+    for line in lines {
+        let line = truncate_escaped(line, max_chars);
+        let len = escaped_len(&line);
+        if !current.is_empty() && current_len + 1 + len > max_chars {
+            chunks.push(std::mem::take(&mut current));
+            current_len = 0;
+        }
+        if !current.is_empty() {
+            current.push('\n');
+            current_len += 1;
+        }
+        current.push_str(&line);
+        current_len += len;
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+/// Cuts `text` so its escaped length is at most `max_chars`, marking the cut with `…`.
+pub fn truncate_escaped(text: &str, max_chars: usize) -> String {
+    if escaped_len(text) <= max_chars {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut len = 0;
+    for c in text.chars() {
+        let l = escaped_len(c.encode_utf8(&mut [0; 4]));
+        if len + l + 1 > max_chars {
+            break;
+        }
+        out.push(c);
+        len += l;
+    }
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mrkdwn_control_characters_are_escaped() {
+        assert_eq!(
+            escape_mrkdwn("a<b>&c <@U1>"),
+            "a&lt;b&gt;&amp;c &lt;@U1&gt;"
+        );
+        assert_eq!(escaped_len("a<&"), 10);
+    }
+
+    #[test]
+    fn sparklines_scale_between_floor_and_ceiling() {
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0], 0.0, 100.0, 10), "▁▅█");
+        assert_eq!(sparkline(&[], 0.0, 100.0, 10), "");
+        let long: Vec<f64> = (0..100).map(f64::from).collect();
+        assert_eq!(sparkline(&long, 0.0, 1.0, 8).chars().count(), 8);
+    }
+
+    #[test]
+    fn durations_and_sizes_read_naturally() {
+        assert_eq!(human_duration(Duration::from_secs(12)), "12s");
+        assert_eq!(human_duration(Duration::from_secs(250)), "4m 10s");
+        assert_eq!(human_duration(Duration::from_secs(7500)), "2h 5m");
+        assert_eq!(human_duration(Duration::from_secs(97200)), "1d 3h");
+        assert_eq!(human_bytes(512 * 1024 * 1024), "512 MiB");
+        assert_eq!(human_bytes(1536 * 1024 * 1024), "1.5 GiB");
+    }
+
+    #[test]
+    fn tables_align_columns_and_split_within_section_limits() {
+        let rows: Vec<Vec<String>> = (0..200)
+            .map(|i| vec![format!("i{i}"), "base & <x>".into()])
+            .collect();
+        let chunks = table(&["id", "template"], &rows, 30);
+        assert!(chunks.len() > 1);
+        assert!(chunks[0].starts_with("id    template\ni0    base & <x>"));
+        for c in &chunks {
+            assert!(escaped_len(c) <= SECTION_TEXT_MAX_CHARS - 100);
+        }
+        assert_eq!(chunks.iter().map(|c| c.lines().count()).sum::<usize>(), 201);
+    }
+
+    #[test]
+    fn truncation_counts_escaped_characters() {
+        let t = truncate_escaped(&"<".repeat(100), 21);
+        assert_eq!(t, "<<<<<…");
+        assert!(escaped_len(&t) <= 21);
+    }
+}

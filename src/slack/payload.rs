@@ -1,0 +1,281 @@
+//! What Slack sends us: slash-command forms, interaction payloads, Events API envelopes, and
+//! the `action_id`s our buttons carry.
+//!
+//! Types here are parsed only from bodies whose signature was already verified. Only the fields
+//! Steward uses are modelled; everything else is ignored. This module must not do I/O.
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{SlackChannelId, SlackUserId};
+
+/// `action_id` of the "Next page" button under `/sandbox list`.
+pub const LIST_NEXT_PAGE: &str = "list_next_page";
+
+/// Why a payload could not be understood.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error("the slash-command form is missing or malformed: {0}")]
+    Command(#[source] serde_urlencoded::de::Error),
+    #[error("the interaction form has no `payload` field")]
+    NoInteractionPayload,
+    #[error("the interaction payload is not valid JSON: {0}")]
+    Interaction(#[source] serde_json::Error),
+    #[error("the event body is not valid JSON: {0}")]
+    Event(#[source] serde_json::Error),
+}
+
+/// A slash-command invocation (`application/x-www-form-urlencoded`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CommandForm {
+    pub command: String,
+    #[serde(default)]
+    pub text: String,
+    pub user_id: SlackUserId,
+    pub channel_id: SlackChannelId,
+    #[serde(default)]
+    pub team_id: Option<String>,
+    pub response_url: String,
+    #[serde(default)]
+    pub trigger_id: Option<String>,
+}
+
+impl CommandForm {
+    pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
+        serde_urlencoded::from_bytes(body).map_err(PayloadError::Command)
+    }
+}
+
+/// Whether a form body is exactly Slack's certificate probe (`ssl_check=1`, optionally with the
+/// legacy `token`) and nothing else. Those are answered without a signature check, as Bolt
+/// does; any other field makes it an ordinary request that must be signed.
+pub fn is_ssl_check(body: &[u8]) -> bool {
+    let mut ssl_check = false;
+    for (key, value) in form_urlencoded::parse(body) {
+        match key.as_ref() {
+            "ssl_check" if value == "1" && !ssl_check => ssl_check = true,
+            "token" => {}
+            _ => return false,
+        }
+    }
+    ssl_check
+}
+
+/// An interaction (button click, ...). Only `block_actions` is acted upon today.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Interaction {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub user: InteractionUser,
+    #[serde(default)]
+    pub response_url: Option<String>,
+    #[serde(default)]
+    pub trigger_id: Option<String>,
+    #[serde(default)]
+    pub channel: Option<InteractionChannel>,
+    #[serde(default)]
+    pub container: Option<Container>,
+    #[serde(default)]
+    pub actions: Vec<BlockAction>,
+}
+
+impl Interaction {
+    /// Parses the `payload=<json>` form Slack posts to the interactivity URL.
+    pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
+        let payload = form_urlencoded::parse(body)
+            .find(|(k, _)| k == "payload")
+            .map(|(_, v)| v.into_owned())
+            .ok_or(PayloadError::NoInteractionPayload)?;
+        serde_json::from_str(&payload).map_err(PayloadError::Interaction)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct InteractionUser {
+    pub id: SlackUserId,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct InteractionChannel {
+    pub id: SlackChannelId,
+}
+
+/// Where the clicked component lives.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Container {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub message_ts: Option<String>,
+    #[serde(default)]
+    pub channel_id: Option<String>,
+    #[serde(default)]
+    pub is_ephemeral: Option<bool>,
+}
+
+/// One clicked element.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BlockAction {
+    pub action_id: String,
+    #[serde(default)]
+    pub block_id: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+/// What a click asks for, dispatched in one `match` by the interactions handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// "Next page" under `/sandbox list`.
+    ListNextPage(ListCursor),
+    /// An `action_id` we do not (yet) handle, or a value we cannot read.
+    Unknown { action_id: String },
+}
+
+impl Action {
+    pub fn from_block_action(action: &BlockAction) -> Self {
+        let unknown = || Self::Unknown {
+            action_id: action.action_id.clone(),
+        };
+        match action.action_id.as_str() {
+            LIST_NEXT_PAGE => action
+                .value
+                .as_deref()
+                .and_then(ListCursor::decode)
+                .map(Self::ListNextPage)
+                .unwrap_or_else(unknown),
+            _ => unknown(),
+        }
+    }
+}
+
+/// Everything needed to fetch the next page of a listing, carried in the button's `value`
+/// (at most 2000 characters) so no server state is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCursor {
+    /// The `/sandbox list` arguments as typed, re-parsed on click.
+    #[serde(rename = "a")]
+    pub args: String,
+    /// E2B's next-page token.
+    #[serde(rename = "n")]
+    pub next_token: String,
+    /// 1-based number of the page this cursor leads to.
+    #[serde(rename = "p")]
+    pub page: u32,
+}
+
+/// Slack's limit on a button value.
+pub const BUTTON_VALUE_MAX_CHARS: usize = 2000;
+
+impl ListCursor {
+    /// The button value, or `None` when it would not fit in a button.
+    pub fn encode(&self) -> Option<String> {
+        let s = serde_json::to_string(self).ok()?;
+        (s.chars().count() <= BUTTON_VALUE_MAX_CHARS).then_some(s)
+    }
+
+    pub fn decode(value: &str) -> Option<Self> {
+        serde_json::from_str(value).ok()
+    }
+}
+
+/// An Events API request body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventEnvelope {
+    UrlVerification {
+        challenge: String,
+    },
+    EventCallback {
+        #[serde(default)]
+        event_id: Option<String>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+impl EventEnvelope {
+    pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
+        serde_json::from_slice(body).map_err(PayloadError::Event)
+    }
+}
+
+/// Slack's retry headers, recorded for handlers (Events API redeliveries carry them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlackRetry {
+    pub num: Option<u32>,
+    pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slash_command_form_parses() {
+        let body = b"token=x&team_id=T1&channel_id=C1&user_id=U1&user_name=bob&command=%2Fsandbox&text=list+running&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2F1&trigger_id=1.2.3";
+        let form = CommandForm::parse(body).unwrap();
+        assert_eq!(form.command, "/sandbox");
+        assert_eq!(form.text, "list running");
+        assert_eq!(form.user_id.as_str(), "U1");
+        assert_eq!(form.response_url, "https://hooks.slack.com/commands/1");
+        assert!(CommandForm::parse(b"command=%2Fsandbox").is_err());
+    }
+
+    #[test]
+    fn only_a_bare_ssl_check_counts_as_one() {
+        assert!(is_ssl_check(b"ssl_check=1&token=abc"));
+        assert!(is_ssl_check(b"ssl_check=1"));
+        assert!(!is_ssl_check(b"ssl_check=0"));
+        assert!(!is_ssl_check(
+            b"ssl_check=1&command=%2Fsandbox&text=pause+i1"
+        ));
+        assert!(!is_ssl_check(b"ssl_check=1&ssl_check=1"));
+        assert!(!is_ssl_check(b""));
+    }
+
+    #[test]
+    fn a_block_action_payload_parses_into_an_action() {
+        let cursor = ListCursor {
+            args: "list running".into(),
+            next_token: "tok".into(),
+            page: 2,
+        };
+        let payload = serde_json::json!({
+            "type": "block_actions",
+            "user": {"id": "U1"},
+            "response_url": "https://hooks.slack.com/actions/1",
+            "container": {"type": "message", "message_ts": "1.2", "channel_id": "C1", "is_ephemeral": true},
+            "actions": [{"action_id": LIST_NEXT_PAGE, "block_id": "b", "value": cursor.encode().unwrap()}],
+        });
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &payload.to_string())
+            .finish();
+        let interaction = Interaction::parse(body.as_bytes()).unwrap();
+        assert_eq!(interaction.kind, "block_actions");
+        assert_eq!(
+            Action::from_block_action(&interaction.actions[0]),
+            Action::ListNextPage(cursor)
+        );
+        let other = BlockAction {
+            action_id: "kill".into(),
+            block_id: None,
+            value: None,
+        };
+        assert_eq!(
+            Action::from_block_action(&other),
+            Action::Unknown {
+                action_id: "kill".into()
+            }
+        );
+        assert!(Interaction::parse(b"nothing=1").is_err());
+    }
+
+    #[test]
+    fn events_distinguish_url_verification() {
+        let e =
+            EventEnvelope::parse(br#"{"type":"url_verification","challenge":"abc","token":"t"}"#)
+                .unwrap();
+        assert!(matches!(e, EventEnvelope::UrlVerification { challenge } if challenge == "abc"));
+        let e = EventEnvelope::parse(br#"{"type":"app_rate_limited"}"#).unwrap();
+        assert!(matches!(e, EventEnvelope::Other));
+    }
+}

@@ -1,0 +1,722 @@
+//! Block Kit messages rendered from templates in `templates/`, one file per message.
+//!
+//! Each message has a typed params struct implementing [`MessageParams`]; rendering fills the
+//! template with minijinja and parses the output into slack-morphism's Block Kit types, so a
+//! broken template fails loudly instead of reaching Slack. Every interpolated string is
+//! mrkdwn-escaped (`&`, `<`, `>`) and JSON-escaped by default; `|safe` skips only the mrkdwn
+//! escaping (for ids in plain_text fields and opaque button values).
+//!
+//! The templates are embedded in the binary; `STEWARD_TEMPLATES` names a directory whose files
+//! override embedded ones by file name. This module must not call Slack or E2B.
+use std::path::Path;
+
+use minijinja::value::Value;
+use minijinja::{Environment, UndefinedBehavior};
+use serde::{Deserialize, Serialize};
+use slack_morphism::prelude::{SlackBlock, SlackMessageContent};
+
+use super::format::{self, MESSAGE_MAX_BLOCKS, SECTION_TEXT_MAX_CHARS};
+
+/// The templates compiled into the binary: file name and source.
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("help.json.j2", include_str!("../../templates/help.json.j2")),
+    (
+        "problem.json.j2",
+        include_str!("../../templates/problem.json.j2"),
+    ),
+    (
+        "working.json.j2",
+        include_str!("../../templates/working.json.j2"),
+    ),
+    (
+        "failure.json.j2",
+        include_str!("../../templates/failure.json.j2"),
+    ),
+    ("done.json.j2", include_str!("../../templates/done.json.j2")),
+    (
+        "approval_needed.json.j2",
+        include_str!("../../templates/approval_needed.json.j2"),
+    ),
+    (
+        "sandbox_list.json.j2",
+        include_str!("../../templates/sandbox_list.json.j2"),
+    ),
+    (
+        "sandbox.json.j2",
+        include_str!("../../templates/sandbox.json.j2"),
+    ),
+    (
+        "sandbox_logs.json.j2",
+        include_str!("../../templates/sandbox_logs.json.j2"),
+    ),
+    (
+        "sandbox_metrics.json.j2",
+        include_str!("../../templates/sandbox_metrics.json.j2"),
+    ),
+    ("team.json.j2", include_str!("../../templates/team.json.j2")),
+    (
+        "snapshots.json.j2",
+        include_str!("../../templates/snapshots.json.j2"),
+    ),
+    (
+        "templates.json.j2",
+        include_str!("../../templates/templates.json.j2"),
+    ),
+    (
+        "template.json.j2",
+        include_str!("../../templates/template.json.j2"),
+    ),
+];
+
+/// Why a message could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("could not read template override {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("template {name} is invalid: {source}")]
+    Template {
+        name: &'static str,
+        #[source]
+        source: minijinja::Error,
+    },
+    #[error("template {name} did not produce a Block Kit message: {source}")]
+    Shape {
+        name: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("template {name} produced block {index}, which is not valid Block Kit: {block}")]
+    NotBlockKit {
+        name: &'static str,
+        index: usize,
+        block: String,
+    },
+    #[error("template {name} exceeds a Slack limit: {limit}")]
+    Limit { name: &'static str, limit: String },
+}
+
+/// A message ready for Slack: fallback text (notifications, screen readers) plus blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub text: String,
+    pub blocks: Vec<SlackBlock>,
+}
+
+impl Message {
+    /// A message with fallback text only, used when a template itself is broken.
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self {
+            text: format::escape_mrkdwn(&text.into()),
+            blocks: Vec::new(),
+        }
+    }
+
+    pub fn into_content(self) -> SlackMessageContent {
+        SlackMessageContent::new()
+            .with_text(self.text)
+            .with_blocks(self.blocks)
+    }
+}
+
+/// Parameters of one message; `TEMPLATE` names its file in `templates/`.
+pub trait MessageParams: Serialize {
+    const TEMPLATE: &'static str;
+}
+
+/// The loaded template set. Cheap to share behind an `Arc`.
+pub struct Templates {
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for Templates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Templates").finish_non_exhaustive()
+    }
+}
+
+impl Templates {
+    /// The embedded templates only.
+    pub fn embedded() -> Self {
+        Self::load(None).expect("embedded templates compile (checked by tests)")
+    }
+
+    /// The embedded templates, each replaced by `dir/<file name>` when that file exists.
+    pub fn load(dir: Option<&Path>) -> Result<Self, RenderError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_formatter(|out, _state, value| {
+            if value.is_none() || value.is_undefined() {
+                return Ok(());
+            }
+            let text = value.to_string();
+            let text = if value.is_safe() {
+                text
+            } else {
+                format::escape_mrkdwn(&text)
+            };
+            out.write_str(&json_string_body(&text)).map_err(|e| {
+                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
+            })
+        });
+        for &(name, embedded) in EMBEDDED {
+            let source = match dir.map(|d| d.join(name)) {
+                Some(path) if path.exists() => {
+                    std::fs::read_to_string(&path).map_err(|source| RenderError::Read {
+                        path: path.display().to_string(),
+                        source,
+                    })?
+                }
+                _ => embedded.to_owned(),
+            };
+            env.add_template_owned(name, source)
+                .map_err(|source| RenderError::Template { name, source })?;
+        }
+        Ok(Self { env })
+    }
+
+    /// Renders `params` with its template and checks the result against Block Kit and
+    /// Slack's size limits.
+    pub fn render<P: MessageParams>(&self, params: &P) -> Result<Message, RenderError> {
+        let name = P::TEMPLATE;
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|source| RenderError::Template { name, source })?;
+        let json = template
+            .render(Value::from(minijinja::value::Serde(params)))
+            .map_err(|source| RenderError::Template { name, source })?;
+        let message: Message =
+            serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
+        check_limits(name, &json, &message)?;
+        Ok(message)
+    }
+
+    /// Like [`render`](Self::render), but a broken template degrades to a plain sentence
+    /// (and a logged error) instead of leaving the user without an answer.
+    pub fn render_or_plain<P: MessageParams>(&self, params: &P) -> Message {
+        self.render(params).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "message template failed");
+            Message::plain(format!(
+                "Steward could not format this reply (template {} is broken); an operator has to fix it.",
+                P::TEMPLATE
+            ))
+        })
+    }
+}
+
+/// A string's JSON encoding without the surrounding quotes, so templates can interpolate
+/// inside string literals.
+fn json_string_body(text: &str) -> String {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    quoted[1..quoted.len() - 1].to_owned()
+}
+
+fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(), RenderError> {
+    if message.blocks.len() > MESSAGE_MAX_BLOCKS {
+        return Err(RenderError::Limit {
+            name,
+            limit: format!(
+                "{} blocks (at most {MESSAGE_MAX_BLOCKS})",
+                message.blocks.len()
+            ),
+        });
+    }
+    let raw: serde_json::Value =
+        serde_json::from_str(json).map_err(|source| RenderError::Shape { name, source })?;
+    let raw_blocks = raw["blocks"].as_array().cloned().unwrap_or_default();
+    // slack-morphism parses blocks leniently (unknown shapes land in `Unknown`, unknown fields
+    // are dropped), so a block only counts as valid if it survives a round trip unchanged.
+    for (index, (typed, raw_block)) in message.blocks.iter().zip(&raw_blocks).enumerate() {
+        let back = serde_json::to_value(typed).unwrap_or_default();
+        if matches!(typed, SlackBlock::Unknown(_)) || &back != raw_block {
+            return Err(RenderError::NotBlockKit {
+                name,
+                index,
+                block: raw_block.to_string(),
+            });
+        }
+    }
+    // Section texts are checked on the raw JSON so every kind of block is covered alike.
+    for block in &raw_blocks {
+        if let Some(text) = block["text"]["text"].as_str() {
+            let len = text.chars().count();
+            if len > SECTION_TEXT_MAX_CHARS {
+                return Err(RenderError::Limit {
+                    name,
+                    limit: format!("a text of {len} characters (at most {SECTION_TEXT_MAX_CHARS})"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Declares a params struct's template.
+macro_rules! message {
+    ($ty:ty, $file:literal) => {
+        impl MessageParams for $ty {
+            const TEMPLATE: &'static str = $file;
+        }
+    };
+}
+
+/// `/sandbox help`.
+#[derive(Debug, Serialize)]
+pub struct HelpParams {
+    /// The slash command as the user typed it, e.g. `/sandbox`.
+    pub command: String,
+}
+message!(HelpParams, "help.json.j2");
+
+/// Input we could not understand.
+#[derive(Debug, Serialize)]
+pub struct ProblemParams {
+    pub command: String,
+    pub problem: String,
+}
+message!(ProblemParams, "problem.json.j2");
+
+/// The immediate answer to a command that needs E2B.
+#[derive(Debug, Serialize)]
+pub struct WorkingParams {
+    pub command: String,
+    pub input: String,
+}
+message!(WorkingParams, "working.json.j2");
+
+/// A command that failed, as one sentence.
+#[derive(Debug, Serialize)]
+pub struct FailureParams {
+    pub sentence: String,
+}
+message!(FailureParams, "failure.json.j2");
+
+/// A direct action that succeeded.
+#[derive(Debug, Serialize)]
+pub struct DoneParams {
+    pub headline: String,
+    pub details: Option<String>,
+}
+message!(DoneParams, "done.json.j2");
+
+/// kill / delete-template: they open approval cases.
+#[derive(Debug, Serialize)]
+pub struct ApprovalNeededParams {
+    pub action: String,
+    pub target: String,
+}
+message!(ApprovalNeededParams, "approval_needed.json.j2");
+
+/// `/sandbox list`.
+#[derive(Debug, Serialize)]
+pub struct SandboxListParams {
+    /// What was asked for, e.g. `running · template=base`.
+    pub filter: String,
+    pub shown: usize,
+    pub total_running: Option<u64>,
+    /// 1-based page number.
+    pub page: u32,
+    /// Table text, one chunk per section.
+    pub table: Vec<String>,
+    /// The opaque button value for the next page, when there is one.
+    pub next_page: Option<String>,
+    pub next_page_action: &'static str,
+}
+message!(SandboxListParams, "sandbox_list.json.j2");
+
+/// One metadata entry.
+#[derive(Debug, Serialize)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: String,
+}
+
+/// `/sandbox get`.
+#[derive(Debug, Serialize)]
+pub struct SandboxParams {
+    pub id: String,
+    pub state: String,
+    pub template: String,
+    pub alias: Option<String>,
+    pub cpu_count: u32,
+    pub memory: String,
+    pub disk: Option<String>,
+    pub started_at: String,
+    pub age: String,
+    pub end_at: String,
+    pub ends_in: Option<String>,
+    pub lifecycle: String,
+    pub metadata: Vec<KeyValue>,
+}
+message!(SandboxParams, "sandbox.json.j2");
+
+/// `/sandbox logs`.
+#[derive(Debug, Serialize)]
+pub struct SandboxLogsParams {
+    pub id: String,
+    pub filter: Option<String>,
+    pub shown: usize,
+    pub total: usize,
+    pub truncated: bool,
+    pub chunks: Vec<String>,
+}
+message!(SandboxLogsParams, "sandbox_logs.json.j2");
+
+/// One resource's series in `/sandbox metrics`.
+#[derive(Debug, Serialize)]
+pub struct SeriesParams {
+    pub name: String,
+    pub sparkline: String,
+    pub min: String,
+    pub avg: String,
+    pub max: String,
+}
+
+/// `/sandbox metrics`.
+#[derive(Debug, Serialize)]
+pub struct SandboxMetricsParams {
+    pub id: String,
+    pub window: String,
+    pub points: usize,
+    pub series: Vec<SeriesParams>,
+}
+message!(SandboxMetricsParams, "sandbox_metrics.json.j2");
+
+/// `/sandbox team`.
+#[derive(Debug, Serialize)]
+pub struct TeamParams {
+    pub window: String,
+    pub concurrent_now: u64,
+    pub concurrent_peak: u64,
+    pub peak_at: Option<String>,
+    pub start_rate: String,
+    pub start_rate_peak: String,
+    pub sparkline: Option<String>,
+}
+message!(TeamParams, "team.json.j2");
+
+/// `/sandbox snapshots`.
+#[derive(Debug, Serialize)]
+pub struct SnapshotsParams {
+    pub sandbox: Option<String>,
+    pub count: usize,
+    pub table: Vec<String>,
+}
+message!(SnapshotsParams, "snapshots.json.j2");
+
+/// `/sandbox templates`.
+#[derive(Debug, Serialize)]
+pub struct TemplatesParams {
+    pub count: usize,
+    pub table: Vec<String>,
+}
+message!(TemplatesParams, "templates.json.j2");
+
+/// `/sandbox template`.
+#[derive(Debug, Serialize)]
+pub struct TemplateParams {
+    pub id: String,
+    pub aliases: Option<String>,
+    pub public: String,
+    pub cpu_count: u32,
+    pub memory: String,
+    pub disk: Option<String>,
+    pub build_status: String,
+    pub created_at: String,
+    pub spawn_count: u64,
+    pub last_spawned_at: Option<String>,
+}
+message!(TemplateParams, "template.json.j2");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render<P: MessageParams>(p: &P) -> serde_json::Value {
+        let message = Templates::embedded().render(p).unwrap();
+        serde_json::to_value(message).unwrap()
+    }
+
+    fn table(rows: &[&[&str]]) -> Vec<String> {
+        let rows: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .collect();
+        format::table(&["id", "template", "state"], &rows, 40)
+    }
+
+    #[test]
+    fn help_lists_every_subcommand() {
+        let json = render(&HelpParams {
+            command: "/sandbox".into(),
+        });
+        let text = json.to_string();
+        for verb in [
+            "list",
+            "get",
+            "logs",
+            "metrics",
+            "team",
+            "pause",
+            "resume",
+            "timeout",
+            "refresh",
+            "snapshot ",
+            "snapshots",
+            "templates",
+            "template <id>",
+            "kill",
+            "delete-template",
+        ] {
+            assert!(
+                text.contains(&format!("/sandbox {verb}")),
+                "help lacks {verb}"
+            );
+        }
+        insta::assert_json_snapshot!("help", json);
+    }
+
+    #[test]
+    fn problem_and_working_and_failure_render() {
+        insta::assert_json_snapshot!(
+            "problem",
+            render(&ProblemParams {
+                command: "/sandbox".into(),
+                problem: "I don't know the subcommand `destroy`.".into()
+            })
+        );
+        insta::assert_json_snapshot!(
+            "working",
+            render(&WorkingParams {
+                command: "/sandbox".into(),
+                input: "list running".into()
+            })
+        );
+        insta::assert_json_snapshot!(
+            "failure",
+            render(&FailureParams {
+                sentence: "E2B is rate-limiting us; try again in 4 s.".into()
+            })
+        );
+    }
+
+    #[test]
+    fn done_and_approval_needed_render() {
+        insta::assert_json_snapshot!(
+            "done",
+            render(&DoneParams {
+                headline: "Paused `i1`.".into(),
+                details: Some("Resume it with `/sandbox resume i1`.".into())
+            })
+        );
+        insta::assert_json_snapshot!(
+            "done_without_details",
+            render(&DoneParams {
+                headline: "Refreshed `i1`.".into(),
+                details: None
+            })
+        );
+        insta::assert_json_snapshot!(
+            "approval_needed",
+            render(&ApprovalNeededParams {
+                action: "kill".into(),
+                target: "i1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn list_renders_a_table_and_a_next_page_button() {
+        let params = SandboxListParams {
+            filter: "running · template=base".into(),
+            shown: 2,
+            total_running: Some(7),
+            page: 1,
+            table: table(&[&["i1", "base", "running"], &["i2", "base", "running"]]),
+            next_page: Some(r#"{"n":"tok&1","s":"running"}"#.into()),
+            next_page_action: "list_next_page",
+        };
+        let json = render(&params);
+        let button = &json["blocks"][2]["elements"][0];
+        assert_eq!(button["action_id"], "list_next_page");
+        assert_eq!(button["value"], r#"{"n":"tok&1","s":"running"}"#);
+        insta::assert_json_snapshot!("sandbox_list", json);
+        let empty = SandboxListParams {
+            shown: 0,
+            table: vec![],
+            next_page: None,
+            total_running: None,
+            ..params
+        };
+        insta::assert_json_snapshot!("sandbox_list_empty", render(&empty));
+    }
+
+    #[test]
+    fn sandbox_details_render_with_escaped_metadata() {
+        let json = render(&SandboxParams {
+            id: "i1".into(),
+            state: "running".into(),
+            template: "base".into(),
+            alias: Some("python".into()),
+            cpu_count: 2,
+            memory: "512 MiB".into(),
+            disk: Some("1 GiB".into()),
+            started_at: "2025-01-01 10:00 UTC".into(),
+            age: "2h 5m".into(),
+            end_at: "2025-01-01 13:00 UTC".into(),
+            ends_in: Some("55m 0s".into()),
+            lifecycle: "pauses on timeout; auto-resume off".into(),
+            metadata: vec![KeyValue {
+                key: "owner".into(),
+                value: "<@U1> & \"friends\"".into(),
+            }],
+        });
+        let text = json.to_string();
+        assert!(text.contains("&lt;@U1&gt; &amp; \\\"friends\\\""), "{text}");
+        insta::assert_json_snapshot!("sandbox", json);
+    }
+
+    #[test]
+    fn logs_metrics_and_team_render() {
+        insta::assert_json_snapshot!(
+            "sandbox_logs",
+            render(&SandboxLogsParams {
+                id: "i1".into(),
+                filter: Some("level ≥ warn".into()),
+                shown: 2,
+                total: 2,
+                truncated: false,
+                chunks: vec!["10:00:02 WARN disk <90%>\n10:00:01 ERROR boom".into()],
+            })
+        );
+        insta::assert_json_snapshot!(
+            "sandbox_metrics",
+            render(&SandboxMetricsParams {
+                id: "i1".into(),
+                window: "2h 0m".into(),
+                points: 3,
+                series: vec![SeriesParams {
+                    name: "CPU".into(),
+                    sparkline: format::sparkline(&[1.0, 50.0, 99.0], 0.0, 100.0, 40),
+                    min: "1%".into(),
+                    avg: "50%".into(),
+                    max: "99%".into(),
+                }],
+            })
+        );
+        insta::assert_json_snapshot!(
+            "team",
+            render(&TeamParams {
+                window: "1d 0h".into(),
+                concurrent_now: 3,
+                concurrent_peak: 9,
+                peak_at: Some("2025-01-01 12:00 UTC".into()),
+                start_rate: "0.5 per minute".into(),
+                start_rate_peak: "4.0 per minute".into(),
+                sparkline: Some("▁▃█▅".into()),
+            })
+        );
+    }
+
+    #[test]
+    fn snapshot_and_template_listings_render() {
+        insta::assert_json_snapshot!(
+            "snapshots",
+            render(&SnapshotsParams {
+                sandbox: Some("i1".into()),
+                count: 1,
+                table: table(&[&["team/snap:default", "i1", "ready"]])
+            })
+        );
+        insta::assert_json_snapshot!(
+            "snapshots_empty",
+            render(&SnapshotsParams {
+                sandbox: None,
+                count: 0,
+                table: vec![]
+            })
+        );
+        insta::assert_json_snapshot!(
+            "templates",
+            render(&TemplatesParams {
+                count: 1,
+                table: table(&[&["base", "python", "ready"]])
+            })
+        );
+        insta::assert_json_snapshot!(
+            "template",
+            render(&TemplateParams {
+                id: "base".into(),
+                aliases: Some("python, py".into()),
+                public: "no".into(),
+                cpu_count: 2,
+                memory: "512 MiB".into(),
+                disk: None,
+                build_status: "ready".into(),
+                created_at: "2025-01-01 10:00 UTC".into(),
+                spawn_count: 12,
+                last_spawned_at: None,
+            })
+        );
+    }
+
+    #[test]
+    fn an_override_directory_replaces_a_template_by_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("failure.json.j2"),
+            r#"{"text": "custom: {{ sentence }}", "blocks": []}"#,
+        )
+        .unwrap();
+        let templates = Templates::load(Some(dir.path())).unwrap();
+        let m = templates
+            .render(&FailureParams {
+                sentence: "a<b".into(),
+            })
+            .unwrap();
+        assert_eq!(m.text, "custom: a&lt;b");
+        // Other templates stay the embedded ones.
+        assert!(
+            templates
+                .render(&HelpParams {
+                    command: "/sandbox".into()
+                })
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_template_that_is_not_block_kit_fails_to_render() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("failure.json.j2"),
+            r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
+        )
+        .unwrap();
+        let templates = Templates::load(Some(dir.path())).unwrap();
+        let err = templates
+            .render(&FailureParams {
+                sentence: "x".into(),
+            })
+            .unwrap_err();
+        assert!(matches!(err, RenderError::NotBlockKit { .. }), "{err}");
+        let fallback = templates.render_or_plain(&FailureParams {
+            sentence: "x".into(),
+        });
+        assert!(fallback.text.contains("failure.json.j2"));
+    }
+
+    #[test]
+    fn oversized_sections_are_refused() {
+        let err = Templates::embedded()
+            .render(&FailureParams {
+                sentence: "x".repeat(SECTION_TEXT_MAX_CHARS + 1),
+            })
+            .unwrap_err();
+        assert!(matches!(err, RenderError::Limit { .. }), "{err}");
+    }
+}

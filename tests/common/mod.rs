@@ -1,0 +1,314 @@
+//! Test helpers shared by every test binary: `spawn_app()` starts Steward on port 0 against the
+//! E2B simulator and the fake Slack (each on its own random port), and `TestApp` signs and
+//! sends Slack requests the way Slack does.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sandbox_steward::config::Settings;
+use sandbox_steward::e2b::RetryPolicy;
+use sandbox_steward::http::AppState;
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::slack::{Recorded, SlackSim, SlackSimOptions};
+use sandbox_steward::slack::signature;
+use sandbox_steward::startup::Application;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub const SIGNING_SECRET: &str = "test-signing-secret-8f742231b10e";
+pub const BOT_TOKEN: &str = "xoxb-test-bot-token";
+pub const E2B_KEY: &str = "e2b_test_key_0123456789";
+/// How long to wait for a background task to reach the fake Slack before failing a test.
+const WAIT_FOR_POST: Duration = Duration::from_secs(20);
+
+/// What to start.
+pub struct TestAppOptions {
+    /// Seeded sandboxes in the E2B simulator.
+    pub sandboxes: usize,
+    /// Whether to configure E2B at all (false leaves E2B_API_KEY unset).
+    pub with_e2b: bool,
+    /// Extra or overriding environment variables.
+    pub env: Vec<(String, String)>,
+    /// Retry policy of the app's E2B client; tests that force failures make it short.
+    pub e2b_retry: RetryPolicy,
+}
+
+impl Default for TestAppOptions {
+    fn default() -> Self {
+        Self {
+            sandboxes: 5,
+            with_e2b: true,
+            env: Vec::new(),
+            e2b_retry: RetryPolicy {
+                max_attempts: 2,
+                base_delay: Duration::from_millis(10),
+                max_delay: Duration::from_millis(50),
+                max_retry_after: Duration::from_millis(50),
+            },
+        }
+    }
+}
+
+/// A running Steward with its fakes.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT` of Steward.
+    pub address: String,
+    pub port: u16,
+    pub slack: SlackSim,
+    pub e2b: SimServer,
+    pub signing_secret: String,
+    pub state: AppState,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(TestAppOptions::default()).await
+}
+
+pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
+    sandbox_steward::telemetry::init("error");
+    let slack = SlackSim::start(SlackSimOptions::default())
+        .await
+        .expect("fake Slack starts");
+    let e2b = SimServer::start(SimOptions {
+        sandboxes: opts.sandboxes,
+        api_key: Some(E2B_KEY.into()),
+        ..SimOptions::default()
+    })
+    .await
+    .expect("E2B simulator starts");
+    let mut env: HashMap<String, String> = [
+        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+        ("SLACK_API_URL", slack.api_url()),
+        ("SLACK_BOT_TOKEN", BOT_TOKEN.to_owned()),
+        ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
+        ("E2B_API_URL", e2b.base_url()),
+        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if opts.with_e2b {
+        env.insert("E2B_API_KEY".into(), E2B_KEY.into());
+    }
+    env.extend(opts.env);
+    let settings = Settings::load(&env).expect("test settings load");
+    let signing_secret = env.get("SLACK_SIGNING_SECRET").cloned().unwrap_or_default();
+    let mut app = Application::build(settings).await.expect("app builds");
+    if let Some(client) = app.state_mut().e2b.take() {
+        app.state_mut().e2b = Some(client.with_retry_policy(opts.e2b_retry));
+    }
+    let port = app.port();
+    let state = app.state().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        address: format!("http://127.0.0.1:{port}"),
+        port,
+        slack,
+        e2b,
+        signing_secret,
+        state,
+        http: reqwest::Client::new(),
+        stop: Some(stop),
+    }
+}
+
+pub fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// A slash-command form as Slack sends it.
+pub fn command_form(text: &str, user: &str, response_url: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("token", "legacy-verification-token")
+        .append_pair("team_id", "T0001")
+        .append_pair("team_domain", "example")
+        .append_pair("channel_id", "C0001")
+        .append_pair("channel_name", "ops")
+        .append_pair("user_id", user)
+        .append_pair("user_name", "someone")
+        .append_pair("command", "/sandbox")
+        .append_pair("text", text)
+        .append_pair("response_url", response_url)
+        .append_pair("trigger_id", "13345224609.738474920.8088930838d88f008e0")
+        .append_pair("api_app_id", "A0001")
+        .finish()
+}
+
+/// An interaction form (`payload=<json>`).
+pub fn interaction_form(payload: &Value) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("payload", &payload.to_string())
+        .finish()
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// `X-Slack-Signature` for `body` at `timestamp` with the app's secret.
+    pub fn sign(&self, timestamp: i64, body: &[u8]) -> String {
+        signature::sign(&self.signing_secret, timestamp, body)
+    }
+
+    /// POSTs a correctly signed body (timestamp: now).
+    pub async fn post_signed(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: String,
+    ) -> reqwest::Response {
+        let ts = unix_now();
+        let sig = self.sign(ts, body.as_bytes());
+        self.http
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .header("x-slack-request-timestamp", ts.to_string())
+            .header("x-slack-signature", sig)
+            .body(body)
+            .send()
+            .await
+            .expect("request reaches the app")
+    }
+
+    /// A signed `/sandbox <text>` from user U0001 whose response_url is the fake's
+    /// `hooks/<hook>`.
+    pub async fn post_command_to(&self, text: &str, hook: &str) -> reqwest::Response {
+        let body = command_form(text, "U0001", &self.slack.response_url(hook));
+        self.post_signed("/slack/commands", "application/x-www-form-urlencoded", body)
+            .await
+    }
+
+    /// A signed `/sandbox <text>`; the response_url is `hooks/cmd`.
+    pub async fn post_command(&self, text: &str) -> reqwest::Response {
+        self.post_command_to(text, "cmd").await
+    }
+
+    /// Posts `/sandbox <text>`, checks the immediate answer is the "Working on it…" ack, and
+    /// returns what the background task posted to the response_url.
+    pub async fn run_deferred(&self, text: &str) -> Recorded {
+        let hook = format!("h{}", uuid::Uuid::new_v4().simple());
+        let resp = self.post_command_to(text, &hook).await;
+        assert_eq!(resp.status(), 200);
+        let ack: Value = resp.json().await.unwrap();
+        assert!(
+            ack["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Working on it"),
+            "{ack}"
+        );
+        self.wait_for_hook(&hook).await
+    }
+
+    /// A signed interaction.
+    pub async fn post_interaction(&self, payload: &Value) -> reqwest::Response {
+        self.post_signed(
+            "/slack/interactions",
+            "application/x-www-form-urlencoded",
+            interaction_form(payload),
+        )
+        .await
+    }
+
+    /// Waits until something was posted to `hooks/<name>` and returns the first post.
+    pub async fn wait_for_hook(&self, name: &str) -> Recorded {
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_POST;
+        loop {
+            if let Some(first) = self.slack.hook_posts(name).into_iter().next() {
+                return first;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nothing was posted to hooks/{name}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// API calls the E2B simulator has counted, by operation.
+    pub async fn e2b_calls(&self) -> HashMap<String, u64> {
+        let v: Value = self
+            .http
+            .get(format!("{}/_sim/calls", self.e2b.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        serde_json::from_value(v["calls"].clone()).unwrap_or_default()
+    }
+
+    /// Seeds one sandbox in the E2B simulator.
+    pub async fn seed_sandbox(&self, body: Value) -> Value {
+        let resp = self
+            .http
+            .post(format!("{}/_sim/sandboxes", self.e2b.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "seeding {body}");
+        resp.json().await.unwrap()
+    }
+
+    /// Queues a fault in the E2B simulator.
+    pub async fn e2b_fault(&self, body: Value) {
+        let resp = self
+            .http
+            .post(format!("{}/_sim/faults", self.e2b.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "fault {body}");
+    }
+}
+
+/// All the text a recorded Slack post shows: fallback text plus every block's text.
+pub fn visible_text(rec: &Recorded) -> String {
+    let mut out = rec.text.clone().unwrap_or_default();
+    if let Some(blocks) = &rec.blocks {
+        collect_text(blocks, &mut out);
+    }
+    out
+}
+
+/// All the text of an inline JSON answer.
+pub fn visible_json_text(v: &Value) -> String {
+    let mut out = v["text"].as_str().unwrap_or_default().to_owned();
+    collect_text(&v["blocks"], &mut out);
+    out
+}
+
+fn collect_text(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if let (true, Some(s)) = (k == "text", v.as_str()) {
+                    out.push('\n');
+                    out.push_str(s);
+                    continue;
+                }
+                collect_text(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect_text(i, out)),
+        _ => {}
+    }
+}

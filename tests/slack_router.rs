@@ -1,0 +1,258 @@
+//! The routes that answer inline: health, readiness, events, help, parse errors, and the
+//! acknowledgement of interactions.
+mod common;
+
+use common::{TestAppOptions, spawn_app, spawn_app_with, visible_json_text};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn healthz_says_alive() {
+    let app = spawn_app().await;
+    let resp = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<Value>().await.unwrap()["status"], "alive");
+}
+
+#[tokio::test]
+async fn readyz_is_ready_when_every_secret_is_configured() {
+    let app = spawn_app().await;
+    let resp = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["ready"], true);
+    assert_eq!(body["checks"]["slack_bot_token"], "ok");
+}
+
+#[tokio::test]
+async fn readyz_names_what_is_missing_with_503() {
+    let app = spawn_app_with(TestAppOptions {
+        with_e2b: false,
+        env: vec![("SLACK_BOT_TOKEN".into(), "".into())],
+        ..Default::default()
+    })
+    .await;
+    let resp = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["missing"], json!(["SLACK_BOT_TOKEN", "E2B_API_KEY"]));
+    assert_eq!(body["checks"]["slack_signing_secret"], "ok");
+    // No secret value leaks into the report.
+    assert!(!body.to_string().contains(common::SIGNING_SECRET));
+}
+
+#[tokio::test]
+async fn url_verification_is_answered_with_the_challenge() {
+    let app = spawn_app().await;
+    let body = json!({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"});
+    let resp = app
+        .post_signed("/slack/events", "application/json", body.to_string())
+        .await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    );
+}
+
+#[tokio::test]
+async fn other_events_are_acknowledged_and_ignored() {
+    let app = spawn_app().await;
+    let body = json!({"type": "event_callback", "event_id": "Ev1", "event": {"type": "app_home_opened", "user": "U1"}});
+    let resp = app
+        .http
+        .post(app.url("/slack/events"))
+        .header("content-type", "application/json")
+        .header("x-slack-retry-num", "1")
+        .header("x-slack-retry-reason", "http_timeout")
+        .header("x-slack-request-timestamp", common::unix_now().to_string())
+        .header(
+            "x-slack-signature",
+            app.sign(common::unix_now(), body.to_string().as_bytes()),
+        )
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(app.slack.messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_signed_event_that_is_not_json_is_a_bad_request() {
+    let app = spawn_app().await;
+    let resp = app
+        .post_signed("/slack/events", "application/json", "not json".into())
+        .await;
+    assert_eq!(resp.status(), 400);
+}
+
+#[tokio::test]
+async fn help_is_answered_inline_and_lists_every_subcommand() {
+    let app = spawn_app().await;
+    for text in ["help", ""] {
+        let resp = app.post_command(text).await;
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["response_type"], "ephemeral");
+        let shown = visible_json_text(&answer);
+        for sub in [
+            "list",
+            "get",
+            "logs",
+            "metrics",
+            "team",
+            "pause",
+            "resume",
+            "timeout",
+            "refresh",
+            "snapshot",
+            "snapshots",
+            "templates",
+            "template",
+            "kill",
+            "delete-template",
+        ] {
+            assert!(
+                shown.contains(&format!("/sandbox {sub}")),
+                "help lacks {sub}"
+            );
+        }
+    }
+    // Help needs neither Slack's API nor E2B.
+    assert!(app.slack.messages().is_empty());
+    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
+}
+
+#[tokio::test]
+async fn unknown_input_gets_an_explanation_that_points_to_help() {
+    let app = spawn_app().await;
+    let answer: Value = app
+        .post_command("destroy everything")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let shown = visible_json_text(&answer);
+    assert!(
+        shown.contains("I don't know the subcommand `destroy`"),
+        "{shown}"
+    );
+    assert!(shown.contains("/sandbox help"), "{shown}");
+    let answer: Value = app
+        .post_command("timeout sbx1 forever")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(visible_json_text(&answer).contains("not a duration"));
+}
+
+#[tokio::test]
+async fn user_text_in_replies_is_escaped_for_mrkdwn() {
+    let app = spawn_app().await;
+    let answer: Value = app
+        .post_command("<!channel>&more")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let shown = visible_json_text(&answer);
+    assert!(shown.contains("&lt;!channel&gt;&amp;more"), "{shown}");
+    assert!(!shown.contains("<!channel>"), "{shown}");
+}
+
+#[tokio::test]
+async fn kill_and_delete_template_say_they_need_approval_and_touch_nothing() {
+    let app = spawn_app().await;
+    for (text, target) in [("kill sbx1", "sbx1"), ("delete-template base", "base")] {
+        let answer: Value = app.post_command(text).await.json().await.unwrap();
+        let shown = visible_json_text(&answer);
+        assert!(shown.contains("approval case"), "{shown}");
+        assert!(shown.contains(target), "{shown}");
+    }
+    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
+}
+
+#[tokio::test]
+async fn a_malformed_command_form_is_a_bad_request() {
+    let app = spawn_app().await;
+    let resp = app
+        .post_signed(
+            "/slack/commands",
+            "application/x-www-form-urlencoded",
+            "command=%2Fsandbox&text=help".into(),
+        )
+        .await;
+    assert_eq!(resp.status(), 400);
+}
+
+#[tokio::test]
+async fn a_command_whose_response_url_is_not_slack_is_not_run() {
+    let app = spawn_app().await;
+    let body = common::command_form("pause sbx1", "U0001", "https://evil.example.com/hook");
+    let answer: Value = app
+        .post_signed("/slack/commands", "application/x-www-form-urlencoded", body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(visible_json_text(&answer).contains("without a usable reply address"));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
+}
+
+#[tokio::test]
+async fn unknown_actions_are_acknowledged_without_effect() {
+    let app = spawn_app().await;
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": "U0001"},
+        "response_url": app.slack.response_url("act"),
+        "container": {"type": "message", "message_ts": "1.2", "channel_id": "C0001"},
+        "actions": [{"action_id": "something_new", "value": "x"}],
+    });
+    let resp = app.post_interaction(&payload).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(app.slack.messages().is_empty());
+}
+
+#[tokio::test]
+async fn an_interaction_without_a_payload_is_a_bad_request() {
+    let app = spawn_app().await;
+    let resp = app
+        .post_signed(
+            "/slack/interactions",
+            "application/x-www-form-urlencoded",
+            "nothing=here".into(),
+        )
+        .await;
+    assert_eq!(resp.status(), 400);
+}
+
+#[tokio::test]
+async fn the_manifest_points_at_routes_we_serve() {
+    let app = spawn_app().await;
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifest.yml")).unwrap();
+    for path in ["/slack/commands", "/slack/interactions", "/slack/events"] {
+        assert!(
+            manifest.contains(&format!("https://steward.example.com{path}")),
+            "{path} missing from manifest"
+        );
+        // The route exists (an unsigned request is refused, not unknown).
+        let resp = app
+            .http
+            .post(app.url(path))
+            .body("x=1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+    }
+    assert!(manifest.contains("command: /sandbox"));
+    assert!(manifest.contains("should_escape: true"));
+}

@@ -1,0 +1,228 @@
+//! Every Slack route refuses unsigned, forged, stale, future, malformed and oversized requests
+//! before doing anything: nothing reaches the fake Slack and no call reaches E2B.
+mod common;
+
+use common::{TestApp, command_form, spawn_app, unix_now};
+use sandbox_steward::slack::signature::sign;
+
+/// A command that would call E2B and post to Slack if it were ever run.
+fn pause_body(app: &TestApp) -> String {
+    command_form("pause sbx1", "U0001", &app.slack.response_url("cmd"))
+}
+
+async fn send(
+    app: &TestApp,
+    path: &str,
+    body: String,
+    ts: Option<String>,
+    sig: Option<String>,
+) -> reqwest::Response {
+    let mut req = app
+        .http
+        .post(app.url(path))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body);
+    if let Some(ts) = ts {
+        req = req.header("x-slack-request-timestamp", ts);
+    }
+    if let Some(sig) = sig {
+        req = req.header("x-slack-signature", sig);
+    }
+    req.send().await.unwrap()
+}
+
+/// Nothing was posted to the fake Slack and E2B saw no call.
+async fn assert_no_side_effects(app: &TestApp) {
+    // Give a (wrongly) spawned task the chance to show itself before looking.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        app.slack.messages().is_empty(),
+        "Slack saw {:?}",
+        app.slack.messages()
+    );
+    let calls = app.e2b_calls().await;
+    assert!(calls.values().all(|n| *n == 0), "E2B saw {calls:?}");
+}
+
+#[tokio::test]
+async fn a_correctly_signed_command_is_accepted() {
+    let app = spawn_app().await;
+    let resp = app.post_command("help").await;
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn a_request_signed_with_another_secret_is_refused_on_every_route() {
+    let app = spawn_app().await;
+    for path in ["/slack/commands", "/slack/interactions", "/slack/events"] {
+        let body = pause_body(&app);
+        let ts = unix_now();
+        let forged = sign("someone-elses-secret", ts, body.as_bytes());
+        let resp = send(&app, path, body, Some(ts.to_string()), Some(forged)).await;
+        assert_eq!(resp.status(), 401, "{path}");
+    }
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn a_body_changed_after_signing_is_refused() {
+    let app = spawn_app().await;
+    let body = pause_body(&app);
+    let ts = unix_now();
+    let sig = app.sign(ts, body.as_bytes());
+    let tampered = body.replace("pause", "resume");
+    let resp = send(
+        &app,
+        "/slack/commands",
+        tampered,
+        Some(ts.to_string()),
+        Some(sig),
+    )
+    .await;
+    assert_eq!(resp.status(), 401);
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn stale_and_future_timestamps_are_refused() {
+    let app = spawn_app().await;
+    for skew in [-301, -3600, 301, 3600] {
+        let body = pause_body(&app);
+        let ts = unix_now() + skew;
+        let sig = app.sign(ts, body.as_bytes());
+        let resp = send(
+            &app,
+            "/slack/commands",
+            body,
+            Some(ts.to_string()),
+            Some(sig),
+        )
+        .await;
+        assert_eq!(resp.status(), 401, "skew {skew}");
+    }
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn unsigned_and_malformed_requests_are_refused() {
+    let app = spawn_app().await;
+    let body = pause_body(&app);
+    let ts = unix_now();
+    let good = app.sign(ts, body.as_bytes());
+    let cases = [
+        (None, None),
+        (Some(ts.to_string()), None),
+        (None, Some(good.clone())),
+        (Some("yesterday".to_owned()), Some(good.clone())),
+        (Some(ts.to_string()), Some("v0=nothex".to_owned())),
+        (Some(ts.to_string()), Some(good.replacen("v0=", "v1=", 1))),
+        (
+            Some(ts.to_string()),
+            Some(good[..good.len() - 1].to_owned()),
+        ),
+    ];
+    for (ts, sig) in cases {
+        let resp = send(
+            &app,
+            "/slack/commands",
+            body.clone(),
+            ts.clone(),
+            sig.clone(),
+        )
+        .await;
+        assert_eq!(resp.status(), 401, "ts {ts:?} sig {sig:?}");
+        let json: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(json["error"], "invalid request");
+    }
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_with_413_even_when_correctly_signed() {
+    let app = spawn_app().await;
+    let mut body = pause_body(&app);
+    body.push_str(&format!("&padding={}", "x".repeat(70 * 1024)));
+    let ts = unix_now();
+    let sig = app.sign(ts, body.as_bytes());
+    let resp = send(
+        &app,
+        "/slack/commands",
+        body.clone(),
+        Some(ts.to_string()),
+        Some(sig.clone()),
+    )
+    .await;
+    assert_eq!(resp.status(), 413);
+
+    // Without a Content-Length (chunked), the limit is enforced while reading. reqwest always
+    // knows the length of a buffered body, so this request is written by hand.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", app.port))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /slack/commands HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-www-form-urlencoded\r\n\
+         x-slack-request-timestamp: {ts}\r\nx-slack-signature: {sig}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.as_bytes().chunks(8192) {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+        // The server may answer and close before the whole body is sent.
+        if tcp.write_all(&framed).await.is_err() {
+            break;
+        }
+    }
+    let _ = tcp.write_all(b"0\r\n\r\n").await;
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn a_bare_ssl_check_is_answered_without_a_signature() {
+    let app = spawn_app().await;
+    let resp = send(
+        &app,
+        "/slack/commands",
+        "ssl_check=1&token=legacy".into(),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "");
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn an_ssl_check_carrying_a_command_still_needs_a_signature() {
+    let app = spawn_app().await;
+    let body = format!("ssl_check=1&{}", pause_body(&app));
+    let resp = send(&app, "/slack/commands", body, None, None).await;
+    assert_eq!(resp.status(), 401);
+    assert_no_side_effects(&app).await;
+}
+
+#[tokio::test]
+async fn without_a_configured_signing_secret_everything_is_refused() {
+    let app = common::spawn_app_with(common::TestAppOptions {
+        env: vec![("SLACK_SIGNING_SECRET".into(), "".into())],
+        ..Default::default()
+    })
+    .await;
+    // The test secret is empty too, so this is what a caller guessing "no secret" would send.
+    let body = pause_body(&app);
+    let ts = unix_now();
+    let sig = sign("", ts, body.as_bytes());
+    let resp = send(
+        &app,
+        "/slack/commands",
+        body,
+        Some(ts.to_string()),
+        Some(sig),
+    )
+    .await;
+    assert_eq!(resp.status(), 401);
+    assert_no_side_effects(&app).await;
+}

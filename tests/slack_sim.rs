@@ -1,0 +1,313 @@
+//! The Slack Web API client against the fake Slack, over real sockets: what it sends, what the
+//! fake records, and how rate limits and errors come back.
+use sandbox_steward::config::SlackSettings;
+use sandbox_steward::ids::{SlackChannelId, SlackUserId};
+use sandbox_steward::sim::slack::{Fault, SlackSim, SlackSimOptions};
+use sandbox_steward::slack::client::{ResponsePayload, SlackClient, SlackError};
+use sandbox_steward::slack::render::{DoneParams, FailureParams, Templates};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use slack_morphism::prelude::*;
+
+async fn setup(token: Option<&str>) -> (SlackSim, SlackClient) {
+    let sim = SlackSim::start(SlackSimOptions::default()).await.unwrap();
+    let client = SlackClient::new(&SlackSettings {
+        api_url: sim.api_url(),
+        bot_token: token.map(|t| SecretString::from(t.to_owned())),
+        signing_secret: None,
+        templates_dir: None,
+    })
+    .unwrap();
+    (sim, client)
+}
+
+fn channel() -> SlackChannelId {
+    SlackChannelId::parse("C0001").unwrap()
+}
+
+fn done(text: &str) -> sandbox_steward::slack::render::Message {
+    Templates::embedded()
+        .render(&DoneParams {
+            headline: text.into(),
+            details: None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_posted_message_is_recorded_with_its_blocks_and_the_bot_token() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let (ch, ts) = client
+        .post_message(&channel(), done("Paused `i1`."))
+        .await
+        .unwrap();
+    assert_eq!(ch, channel());
+    let calls = sim.messages();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, "chat.postMessage");
+    assert!(calls[0].authorized);
+    assert_eq!(calls[0].ts.as_deref(), Some(ts.as_str()));
+    assert_eq!(calls[0].text.as_deref(), Some("Paused `i1`."));
+    let blocks = calls[0].blocks.clone().unwrap();
+    assert_eq!(blocks[0]["type"], "section");
+}
+
+#[tokio::test]
+async fn ts_values_increase_and_chat_update_edits_the_stored_message() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let (_, ts1) = client
+        .post_message(&channel(), done("first"))
+        .await
+        .unwrap();
+    let (_, ts2) = client
+        .post_message(&channel(), done("second"))
+        .await
+        .unwrap();
+    assert!(ts2.parse::<f64>().unwrap() > ts1.parse::<f64>().unwrap());
+    client
+        .update_message(&channel(), &ts1, done("first, edited"))
+        .await
+        .unwrap();
+    let stored = sim.message("C0001", &ts1).unwrap();
+    assert_eq!(stored.text.as_deref(), Some("first, edited"));
+    assert_eq!(
+        sim.message("C0001", &ts2).unwrap().text.as_deref(),
+        Some("second")
+    );
+    // Updating a message that does not exist is Slack's message_not_found.
+    let err = client
+        .update_message(&channel(), "1.000000", done("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::Api { ref code } if code == "message_not_found"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn ephemeral_posts_views_and_auth_test_are_answered() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let user = SlackUserId::parse("U0001").unwrap();
+    client
+        .post_ephemeral(&channel(), &user, done("only you"))
+        .await
+        .unwrap();
+    let view = SlackView::Modal(SlackModalView::new(pt!("Confirm"), vec![]));
+    client.open_view("123.456.abc", view).await.unwrap();
+    client.auth_test().await.unwrap();
+    let methods: Vec<String> = sim.messages().into_iter().map(|c| c.method).collect();
+    assert_eq!(methods, ["chat.postEphemeral", "views.open", "auth.test"]);
+    assert_eq!(sim.messages()[0].body["user"], "U0001");
+}
+
+#[tokio::test]
+async fn usergroup_members_come_from_the_seeded_group() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    sim.add_usergroup("S1", &["U1", "U2"]);
+    let members = client.usergroup_members("S1").await.unwrap();
+    assert_eq!(
+        members,
+        vec![
+            SlackUserId::parse("U1").unwrap(),
+            SlackUserId::parse("U2").unwrap()
+        ]
+    );
+    let err = client.usergroup_members("S404").await.unwrap_err();
+    assert!(
+        matches!(err, SlackError::Api { ref code } if code == "no_such_subteam"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn usergroups_can_be_seeded_and_messages_read_over_http() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("{}/_sim/usergroups", sim.base_url()))
+        .json(&json!({"id": "S2", "users": ["U9"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(client.usergroup_members("S2").await.unwrap().len(), 1);
+    let (_, ts) = client
+        .post_message(&channel(), done("hello"))
+        .await
+        .unwrap();
+    let all: Vec<Value> = http
+        .get(format!("{}/_sim/messages", sim.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    let one: Value = http
+        .get(format!("{}/_sim/messages/C0001/{ts}", sim.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["text"], "hello");
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_waited_out_and_retried() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    sim.add_fault(Fault {
+        method: "chat.postMessage".into(),
+        status: 429,
+        retry_after_secs: Some(1),
+        count: 1,
+        error: None,
+    });
+    client
+        .post_message(&channel(), done("eventually"))
+        .await
+        .unwrap();
+    let calls: Vec<_> = sim
+        .messages()
+        .into_iter()
+        .filter(|c| c.method == "chat.postMessage")
+        .collect();
+    assert_eq!(calls.len(), 2, "one refused, one accepted");
+    assert!(
+        sim.message("C0001", calls[1].ts.as_deref().unwrap())
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_persistent_rate_limit_surfaces_as_an_error() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    // Longer than the client is willing to wait inside one request.
+    sim.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 429,
+        retry_after_secs: Some(120),
+        count: 1,
+        error: None,
+    });
+    let err = client
+        .update_message(&channel(), "1.0", done("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SlackError::RateLimited { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn faults_can_be_api_errors_and_are_programmed_over_http() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/faults", sim.base_url()))
+        .json(&json!({"method": "chat.postMessage", "status": 200, "error": "channel_not_found", "count": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let err = client
+        .post_message(&channel(), done("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::Api { ref code } if code == "channel_not_found"),
+        "{err}"
+    );
+    // The fault was used up.
+    client.post_message(&channel(), done("x")).await.unwrap();
+}
+
+#[tokio::test]
+async fn without_a_token_nothing_is_sent_and_the_fake_refuses_unauthenticated_calls() {
+    let (sim, client) = setup(None).await;
+    let err = client
+        .post_message(&channel(), done("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SlackError::NoToken));
+    assert!(sim.messages().is_empty());
+    let resp: Value = reqwest::Client::new()
+        .post(format!("{}/chat.postMessage", sim.api_url()))
+        .json(&json!({"channel": "C1", "text": "x"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resp, json!({"ok": false, "error": "not_authed"}));
+    assert!(!sim.messages()[0].authorized);
+}
+
+#[tokio::test]
+async fn response_url_posts_carry_no_token_and_keep_response_type_and_replace_original() {
+    let (sim, client) = setup(Some("xoxb-secret-value")).await;
+    let templates = Templates::embedded();
+    let msg = templates
+        .render(&FailureParams {
+            sentence: "nope".into(),
+        })
+        .unwrap();
+    client
+        .respond(
+            &sim.response_url("a"),
+            &ResponsePayload::ephemeral(msg.clone()),
+        )
+        .await
+        .unwrap();
+    client
+        .respond(&sim.response_url("a"), &ResponsePayload::replacing(msg))
+        .await
+        .unwrap();
+    let posts = sim.hook_posts("a");
+    assert_eq!(posts.len(), 2);
+    assert!(!posts[0].authorized);
+    assert_eq!(posts[0].response_type.as_deref(), Some("ephemeral"));
+    assert_eq!(posts[1].replace_original, Some(true));
+    assert!(!posts[0].body.to_string().contains("xoxb"));
+}
+
+#[tokio::test]
+async fn a_response_url_elsewhere_is_refused_before_any_request() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let other = SlackSim::start(SlackSimOptions::default()).await.unwrap();
+    let msg = done("x");
+    let err = client
+        .respond(&other.response_url("a"), &ResponsePayload::ephemeral(msg))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::ForeignResponseUrl { .. }),
+        "{err}"
+    );
+    assert!(other.messages().is_empty());
+    assert!(sim.messages().is_empty());
+}
+
+#[tokio::test]
+async fn an_expired_response_url_is_an_error() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    sim.add_fault(Fault {
+        method: "hooks".into(),
+        status: 404,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("expired_url".into()),
+    });
+    let err = client
+        .respond(
+            &sim.response_url("old"),
+            &ResponsePayload::ephemeral(done("x")),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::Respond { status: 404, .. }),
+        "{err}"
+    );
+}
