@@ -256,3 +256,27 @@ async fn the_manifest_points_at_routes_we_serve() {
     assert!(manifest.contains("command: /sandbox"));
     assert!(manifest.contains("should_escape: true"));
 }
+
+#[tokio::test]
+async fn a_template_in_steward_templates_overrides_the_embedded_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("help.json.j2"),
+        r#"{"text": "Ask #ops-help", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "Our own help for {{ command }}"}}]}"#,
+    )
+    .unwrap();
+    let app = spawn_app_with(TestAppOptions {
+        env: vec![(
+            "STEWARD_TEMPLATES".into(),
+            dir.path().to_string_lossy().into_owned(),
+        )],
+        ..TestAppOptions::default()
+    })
+    .await;
+    let answer: Value = app.post_command("help").await.json().await.unwrap();
+    let shown = visible_json_text(&answer);
+    assert!(shown.contains("Our own help for /sandbox"), "{shown}");
+    // Templates that were not overridden still render from the embedded copy.
+    let unknown: Value = app.post_command("frobnicate").await.json().await.unwrap();
+    assert!(visible_json_text(&unknown).contains("help"));
+}
