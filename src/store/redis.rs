@@ -631,7 +631,7 @@ impl RedisStore {
         let mut cursor = "0-0".to_owned();
         let mut taken = Vec::new();
         loop {
-            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+            let reply: Result<StreamAutoClaimReply, RedisError> = redis::cmd("XAUTOCLAIM")
                 .arg(self.keys().jobs())
                 .arg(JOB_GROUP)
                 .arg(consumer)
@@ -640,8 +640,17 @@ impl RedisStore {
                 .arg("COUNT")
                 .arg(PAGE)
                 .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
+                .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                // No group yet (a lazily connected store, or the stream was deleted): nobody
+                // can have claimed anything, so there is nothing to take over.
+                Err(e) if e.code() == Some("NOGROUP") => {
+                    self.ensure_group().await?;
+                    return Ok(taken);
+                }
+                Err(e) => return Err(map_err(e)),
+            };
             for entry in reply.claimed {
                 match self.decode_job(&entry) {
                     Ok(job) => {
