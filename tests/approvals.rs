@@ -889,3 +889,46 @@ async fn history_and_audit_export_show_the_timeline() {
             .all(|l| l["time"].is_string() && l["actor"].is_object())
     );
 }
+
+#[tokio::test]
+async fn steward_starts_while_redis_is_down_and_becomes_ready_when_it_comes_up() {
+    // Reserve a port, release it, and point Steward at it before any Redis listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = spawn_app_with(TestAppOptions {
+        redis_url: Some(format!("redis://127.0.0.1:{port}")),
+        ..options("")
+    })
+    .await;
+    let health = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready: Value = app
+        .http
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["checks"]["redis"], "unreachable", "{ready}");
+
+    let _redis = common::ThrowawayRedis::start_on(port);
+    eventually("readiness sees Redis", || async {
+        app.http
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+    seed(&app, "late1", "base").await;
+    let case = open_kill_case(&app, "late1").await;
+    click(&app, &case, "case_pause", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+}

@@ -393,6 +393,11 @@ impl ThrowawayRedis {
             .local_addr()
             .unwrap()
             .port();
+        Self::start_on(port)
+    }
+
+    /// Starts the server on `port` and waits until it answers.
+    pub fn start_on(port: u16) -> Self {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
