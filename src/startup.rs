@@ -1,6 +1,7 @@
 //! Assembly: [`Application::build`] binds the listener (port 0 picks a free one, which tests
-//! use) and builds the state; [`Application::run_until_stopped`] serves until the shutdown
-//! future completes. `serve_from_env` is `steward serve`.
+//! use) and builds the state; [`Application::run_until_stopped`] serves HTTP and runs this
+//! replica's queue worker and expiry loop until the shutdown future completes.
+//! `serve_from_env` is `steward serve`.
 //!
 //! This module wires things together; it must not contain request handling or business rules.
 use std::future::Future;
@@ -9,6 +10,7 @@ use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
+use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::http::{AppState, router};
 
@@ -17,6 +19,7 @@ pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     state: AppState,
+    loops: LoopSettings,
 }
 
 impl Application {
@@ -31,6 +34,7 @@ impl Application {
             listener,
             addr,
             state,
+            loops: LoopSettings::new(),
         })
     }
 
@@ -53,15 +57,52 @@ impl Application {
         &mut self.state
     }
 
-    /// Serves until `shutdown` completes, then lets open requests finish.
+    /// Lets tests tune (or switch off) the worker and expiry loops before serving.
+    pub fn loops_mut(&mut self) -> &mut LoopSettings {
+        &mut self.loops
+    }
+
+    /// Serves until `shutdown` completes, then lets open requests finish and the worker finish
+    /// its current job.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        tracing::info!(addr = %self.addr, "Steward listening");
-        axum::serve(self.listener, router(self.state))
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        tracing::info!(addr = %self.addr, consumer = %self.loops.worker.consumer, "Steward listening");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let signal = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        };
+        let svc = self.state.services();
+        let mut loops = Vec::new();
+        if self.loops.worker_enabled {
+            loops.push(tokio::spawn(worker::run_worker(
+                svc.clone(),
+                self.loops.worker.clone(),
+                signal(),
+            )));
+        }
+        loops.push(tokio::spawn(worker::run_expiry(
+            svc,
+            self.loops.expire_every,
+            signal(),
+        )));
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let served = axum::serve(self.listener, router(self.state))
+            .with_graceful_shutdown(signal())
+            .await;
+        for handle in loops {
+            if let Err(e) = handle.await {
+                tracing::error!(error = %e, "a background loop panicked");
+            }
+        }
+        served?;
         Ok(())
     }
 }

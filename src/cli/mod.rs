@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod audit;
 pub mod e2b;
 
 #[derive(Debug, Parser)]
@@ -29,6 +30,8 @@ pub enum Command {
     E2b(e2b::E2bArgs),
     /// Say which settings are missing or invalid.
     Check,
+    /// Read the audit log of approval cases.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -47,6 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
         Command::E2b(args) => e2b::run(args).await,
         Command::Check => check(),
+        Command::Audit(args) => audit::run(args).await,
     }
 }
 
