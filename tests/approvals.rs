@@ -8,6 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::approvals::worker::{RECONCILE_GRACE, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::jobs::StepLog;
@@ -842,6 +843,89 @@ async fn a_failed_kill_offers_retry_and_retry_finishes_it() {
         "the retry resumes after the snapshot"
     );
     assert!(!sandbox_exists(&app, "victim13").await);
+}
+
+#[tokio::test]
+async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kills_once() {
+    // This replica records the decision but runs no worker: the test loses its job.
+    let first = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..options("")
+    })
+    .await;
+    seed(&first, "victim15", "base").await;
+    let case = open_kill_case(&first, "victim15").await;
+    let before = views_opened(&first).len();
+    click(&first, &case, "case_kill", "U0002", &hook()).await;
+    let view = opened_modal(&first, before).await;
+    submit(&first, &view, "U0002", "it costs too much", None).await;
+
+    let store = &first.state.store;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let queued = loop {
+        if let Some(job) = store.claim("lost-worker", Duration::ZERO).await.unwrap() {
+            break job;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decision was never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(queued.job.case_id(), &case);
+    // Acknowledged without running: as if the replica died before queueing it.
+    store.ack(&queued.id).await.unwrap();
+    assert!(matches!(
+        state_of(&first, &case).await,
+        CaseState::Decided { .. }
+    ));
+
+    let svc = first.state.services();
+    let now = chrono::Utc::now();
+    assert!(
+        reconcile_once(&svc, now).await.unwrap().is_empty(),
+        "a fresh decision is left to its own job"
+    );
+    let grace = chrono::Duration::from_std(RECONCILE_GRACE).unwrap();
+    let later = now + grace + chrono::Duration::seconds(1);
+    // A worker holding the case's execution lease is still on it: leave it be.
+    let lease = sandbox_steward::jobs::execution_lease(&case);
+    let busy = Duration::from_secs(60);
+    assert!(
+        store
+            .acquire_lease(&lease, "busy-worker", busy)
+            .await
+            .unwrap()
+    );
+    assert!(reconcile_once(&svc, later).await.unwrap().is_empty());
+    assert!(store.release_lease(&lease, "busy-worker").await.unwrap());
+    assert_eq!(
+        reconcile_once(&svc, later).await.unwrap(),
+        vec![case.clone()]
+    );
+    assert!(
+        reconcile_once(&svc, later).await.unwrap().is_empty(),
+        "re-queued once, not on every pass"
+    );
+    assert!(
+        audit_actions(&first, &case)
+            .await
+            .contains(&"requeue re-queued after a lost job".to_owned())
+    );
+    assert!(sandbox_exists(&first, "victim15").await);
+
+    // A replica with a worker picks the re-queued job up.
+    let _second = first.spawn_peer(options("")).await;
+    wait_done(&first, &case).await;
+    assert!(!sandbox_exists(&first, "victim15").await);
+    assert_eq!(calls(&first, "kill").await, 1);
+    let much_later = later + grace * 10;
+    assert!(
+        reconcile_once(&svc, much_later).await.unwrap().is_empty(),
+        "finished work is never queued again"
+    );
+    assert!(store.decided_before(much_later).await.unwrap().is_empty());
+    assert_eq!(calls(&first, "kill").await, 1);
 }
 
 #[tokio::test]

@@ -87,6 +87,7 @@ suite!(
     due_cases_are_expired_exactly_once_by_concurrent_expirers,
     the_audit_log_answers_by_case_subject_and_time,
     leases_are_exclusive_and_expire,
+    decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpones_each,
     the_worker_loop_runs_jobs_until_shutdown,
 );
 
@@ -663,15 +664,170 @@ async fn the_audit_log_answers_by_case_subject_and_time(store: Store) {
     assert_eq!(since, vec![events[2].clone(), step]);
 }
 
+/// Applies `event` at `at`, expecting it to be accepted.
+async fn apply(store: &Store, case: &CaseId, event: Event, at: DateTime<Utc>) -> Case {
+    match store.apply_event(case, event, at).await.unwrap() {
+        Updated::Applied(case) => case,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpones_each(
+    store: Store,
+) {
+    let far = t(1_000_000);
+    let listed = |cutoff: DateTime<Utc>| {
+        let store = store.clone();
+        async move { store.decided_before(cutoff).await.unwrap() }
+    };
+    let unfinished = |cutoff: DateTime<Utc>| {
+        let store = store.clone();
+        async move {
+            let cases = store.unfinished_decided(cutoff).await.unwrap();
+            cases.into_iter().map(|u| u.case.id).collect::<Vec<_>>()
+        }
+    };
+    let opened = |subject: Subject| {
+        let store = store.clone();
+        async move {
+            let case = case_for(&subject, Some(t(500_000)), t(500));
+            store.open_case(case).await.unwrap().case().clone()
+        }
+    };
+
+    // Decided, then done.
+    let done = opened(new_sandbox()).await;
+    assert!(
+        listed(far).await.is_empty(),
+        "a pending case is not decided"
+    );
+    apply(
+        &store,
+        &done.id,
+        decide(DecisionOption::Kill, "U1"),
+        t(1_000),
+    )
+    .await;
+    assert!(
+        listed(t(999)).await.is_empty(),
+        "indexed at its decision time"
+    );
+    assert_eq!(listed(t(1_000)).await, vec![done.id.clone()]);
+    assert_eq!(unfinished(t(1_000)).await, vec![done.id.clone()]);
+    apply(&store, &done.id, Event::StartExecuting, t(5_000)).await;
+    assert_eq!(
+        listed(t(1_000)).await,
+        vec![done.id.clone()],
+        "executing keeps the time it was decided"
+    );
+    let step = Event::StepDone {
+        step: Step::Kill,
+        outcome: StepOutcome::Killed,
+    };
+    apply(&store, &done.id, step, t(5_001)).await;
+    assert_eq!(unfinished(far).await, vec![done.id.clone()]);
+    apply(&store, &done.id, Event::Finish, t(5_002)).await;
+    assert!(listed(far).await.is_empty(), "done is gone from the index");
+    assert!(unfinished(far).await.is_empty());
+
+    // Failed leaves the index; a retry comes back at the retry's time.
+    let retried = opened(new_sandbox()).await;
+    apply(
+        &store,
+        &retried.id,
+        decide(DecisionOption::Kill, "U1"),
+        t(2_000),
+    )
+    .await;
+    let fail = Event::Fail {
+        error: "E2B said no".into(),
+    };
+    apply(&store, &retried.id, fail, t(2_001)).await;
+    assert!(
+        listed(far).await.is_empty(),
+        "failed is gone from the index"
+    );
+    apply(
+        &store,
+        &retried.id,
+        Event::Retry { by: user("U1") },
+        t(3_000),
+    )
+    .await;
+    assert!(listed(t(2_999)).await.is_empty());
+    assert_eq!(listed(t(3_000)).await, vec![retried.id.clone()]);
+
+    // Of several replicas re-queueing the same entry at once, exactly one moves it.
+    let movers: Vec<_> = (0..10)
+        .map(|_| {
+            let store = store.clone();
+            let id = retried.id.clone();
+            tokio::spawn(async move {
+                store
+                    .postpone_decided(&id, t(3_000), t(4_000))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut moved = 0;
+    for mover in movers {
+        moved += usize::from(mover.await.unwrap());
+    }
+    assert_eq!(moved, 1);
+    assert!(
+        listed(t(3_999)).await.is_empty(),
+        "postponed to its re-queue time"
+    );
+    assert_eq!(listed(t(4_000)).await, vec![retried.id.clone()]);
+
+    // Stale evidence sends a decided case back to Pending: out of the index too.
+    let asked_again = opened(new_sandbox()).await;
+    apply(
+        &store,
+        &asked_again.id,
+        decide(DecisionOption::Pause, "U1"),
+        t(1_500),
+    )
+    .await;
+    apply(&store, &asked_again.id, Event::StartExecuting, t(1_501)).await;
+    assert_eq!(
+        listed(far).await,
+        vec![asked_again.id.clone(), retried.id.clone()],
+        "oldest first"
+    );
+    let changed = Event::EvidenceChanged {
+        evidence: Box::new(Evidence::default()),
+        note: "it is active again".into(),
+        decide_by: t(600_000),
+    };
+    apply(&store, &asked_again.id, changed, t(1_600)).await;
+    assert_eq!(listed(far).await, vec![retried.id.clone()]);
+
+    // Leave closes a case without any work: never indexed.
+    let left = opened(new_sandbox()).await;
+    apply(
+        &store,
+        &left.id,
+        decide(DecisionOption::Leave, "U1"),
+        t(1_700),
+    )
+    .await;
+    assert_eq!(unfinished(far).await, vec![retried.id.clone()]);
+}
+
 async fn leases_are_exclusive_and_expire(store: Store) {
     let name = format!("scheduler-{}", uuid::Uuid::new_v4());
     let long = Duration::from_secs(60);
+    assert!(!store.lease_held(&name).await.unwrap());
     assert!(store.acquire_lease(&name, "a", long).await.unwrap());
+    assert!(store.lease_held(&name).await.unwrap());
     assert!(!store.acquire_lease(&name, "b", long).await.unwrap());
     assert!(!store.renew_lease(&name, "b", long).await.unwrap());
     assert!(!store.release_lease(&name, "b").await.unwrap());
     assert!(store.renew_lease(&name, "a", long).await.unwrap());
     assert!(store.release_lease(&name, "a").await.unwrap());
+    assert!(!store.lease_held(&name).await.unwrap());
     assert!(
         store
             .acquire_lease(&name, "b", Duration::from_millis(50))
@@ -679,6 +835,10 @@ async fn leases_are_exclusive_and_expire(store: Store) {
             .unwrap()
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !store.lease_held(&name).await.unwrap(),
+        "an expired lease is free"
+    );
     assert!(
         !store.renew_lease(&name, "b", long).await.unwrap(),
         "an expired lease cannot be renewed"

@@ -305,7 +305,8 @@ async fn after_decision(svc: &Services, case: Case) {
             attempt: *attempt,
         };
         if let Err(e) = svc.store.enqueue(&job).await {
-            // Without a job the case would sit "running" forever: fail it so Retry appears.
+            // The reconcile pass would queue it after its grace period, but failing now tells
+            // people at once and lets them Retry.
             let error = format!("Steward could not queue the work ({e})");
             tracing::error!(case = %case.id, %error, "enqueue failed");
             if let Ok(Updated::Applied(failed)) = svc

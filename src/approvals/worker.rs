@@ -1,5 +1,6 @@
-//! The E2B side of a decision: the job handler every replica's worker runs, and the expiry
-//! pass that closes cases nobody decided.
+//! The E2B side of a decision: the job handler every replica's worker runs, the expiry pass
+//! that closes cases nobody decided, and the reconcile pass that re-queues decided work whose
+//! job was lost (a replica died between recording a decision and queueing it).
 //!
 //! Before any destructive call the subject is read again: gone means "already gone", changed
 //! means "ask again" (the case goes back to Pending with a refreshed card). Snapshot-then-kill
@@ -13,12 +14,18 @@ use chrono::{DateTime, Utc};
 use super::{Services, audit, evidence, refresh_card};
 use crate::cases::{Case, CaseState, Step, StepOutcome, StepRecord, Subject};
 use crate::e2b::{E2bClient, E2bError, SandboxState};
-use crate::jobs::{self, JobError, StepFailure, StepLog, WorkerConfig};
-use crate::store::{Actor, ClaimedJob, StoreError};
+use crate::ids::CaseId;
+use crate::jobs::{self, Job, JobError, StepFailure, StepLog, WorkerConfig};
+use crate::store::{Actor, ClaimedJob, StoreError, Unfinished};
 
 /// Deliveries of one job after which a transient E2B failure fails the case (with Retry)
 /// instead of waiting for another attempt.
 pub const MAX_TRANSIENT_DELIVERIES: u64 = 3;
+
+/// How long a decided case may go without a running job before the reconcile pass queues
+/// another. Queueing normally follows the decision within milliseconds; the margin also covers
+/// a job waiting its turn behind a busy queue, whose duplicate would be harmless but noisy.
+pub const RECONCILE_GRACE: Duration = Duration::from_secs(2 * 60);
 
 /// How the background loops of one replica run.
 #[derive(Debug, Clone)]
@@ -26,7 +33,7 @@ pub struct LoopSettings {
     /// Start the queue worker (off only in tests that play a worker by hand).
     pub worker_enabled: bool,
     pub worker: WorkerConfig,
-    /// How often to look for cases past their deadline.
+    /// How often to look for cases past their deadline and for decided work without a job.
     pub expire_every: Duration,
 }
 
@@ -328,12 +335,70 @@ pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>
     Ok(expired)
 }
 
-/// Runs [`expire_once`] every `every` until `shutdown`.
+/// One reconcile pass: queues a job again for every case that entered Decided more than
+/// [`RECONCILE_GRACE`] before `now`, is still Decided or Executing, and that no worker is
+/// running (its execution lease is free). Returns the cases it re-queued.
+///
+/// Every replica runs this; the case's index time moves to `now` when it is re-queued, so one
+/// replica queues it, at most once per grace period. A job that was not lost after all (still queued, or pending with a
+/// dead worker) meets its duplicate in [`jobs::execute_decision`], which runs a case on one
+/// worker at a time and resumes after the last finished step, so nothing runs twice.
+pub async fn reconcile_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
+    let grace = chrono::Duration::from_std(RECONCILE_GRACE).unwrap_or(chrono::Duration::MAX);
+    let mut requeued = Vec::new();
+    for Unfinished { case, since } in svc.store.unfinished_decided(now - grace).await? {
+        let (CaseState::Decided {
+            decision, attempt, ..
+        }
+        | CaseState::Executing {
+            decision, attempt, ..
+        }) = &case.state
+        else {
+            continue;
+        };
+        if svc
+            .store
+            .lease_held(&jobs::execution_lease(&case.id))
+            .await?
+        {
+            continue;
+        }
+        // Moving the case's index time to `now` both picks one replica to queue it and gives
+        // the new job a fresh grace period.
+        if !svc.store.postpone_decided(&case.id, since, now).await? {
+            continue;
+        }
+        let job = Job::RunDecision {
+            case_id: case.id.clone(),
+            option: decision.option,
+            attempt: *attempt,
+        };
+        svc.store.enqueue(&job).await?;
+        tracing::warn!(case = %case.id, state = case.state.name(), "re-queued decided work whose job was lost");
+        audit(
+            &svc.store,
+            &case,
+            Actor::Steward {
+                part: "reconcile".into(),
+            },
+            "requeue",
+            "re-queued after a lost job",
+        )
+        .await;
+        requeued.push(case.id.clone());
+    }
+    Ok(requeued)
+}
+
+/// Runs [`expire_once`] and [`reconcile_once`] every `every` until `shutdown`.
 pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         if let Err(e) = expire_once(&svc, Utc::now()).await {
             tracing::warn!(error = %e, "expiry pass failed");
+        }
+        if let Err(e) = reconcile_once(&svc, Utc::now()).await {
+            tracing::warn!(error = %e, "reconcile pass failed");
         }
         tokio::select! {
             () = &mut shutdown => break,

@@ -127,12 +127,20 @@ pub enum StepFailure {
     },
 }
 
+/// The name of the lease a worker holds while it runs `case_id`'s steps.
+pub fn execution_lease(case_id: &CaseId) -> String {
+    format!("execute:{case_id}")
+}
+
 /// Runs a decided case's remaining steps with `run_step(step, steps_done_so_far)`.
 ///
 /// Holds the case's execution lease while running, so two workers never run the same case at
 /// once; resumes after the last step in the store's step log; mirrors each step into the case
 /// (`Executing{steps}`), and ends the case `Done`, `Failed` or (stale evidence) `Pending`.
 /// A case that is not Decided or Executing is returned unchanged: the job was a duplicate.
+/// A duplicate that finds the case Decided or Executing with the lease free resumes it; the
+/// step log (first record of a step wins) keeps it from repeating a finished step, and the
+/// lease is renewed before every step so a worker that outlived its lease stops there.
 pub async fn execute_decision<F, Fut>(
     store: &Store,
     case_id: &CaseId,
@@ -142,7 +150,7 @@ where
     F: FnMut(Step, Vec<StepRecord>) -> Fut,
     Fut: Future<Output = Result<StepOutcome, StepFailure>>,
 {
-    let lease = format!("execute:{case_id}");
+    let lease = execution_lease(case_id);
     let holder = uuid::Uuid::new_v4().to_string();
     if !store
         .acquire_lease(&lease, &holder, EXECUTION_LEASE)
@@ -152,7 +160,11 @@ where
             "another worker is running case {case_id}"
         )));
     }
-    let result = execute_holding_lease(store, case_id, &mut run_step).await;
+    let held = Held {
+        lease: &lease,
+        holder: &holder,
+    };
+    let result = execute_holding_lease(store, case_id, held, &mut run_step).await;
     // A failed release only delays a takeover until the lease expires.
     if let Err(e) = store.release_lease(&lease, &holder).await {
         tracing::warn!(case = %case_id, error = %e, "could not release the execution lease");
@@ -160,9 +172,17 @@ where
     result
 }
 
+/// The execution lease this worker holds.
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    lease: &'a str,
+    holder: &'a str,
+}
+
 async fn execute_holding_lease<F, Fut>(
     store: &Store,
     case_id: &CaseId,
+    held: Held<'_>,
     run_step: &mut F,
 ) -> Result<Case, JobError>
 where
@@ -190,6 +210,16 @@ where
         let Some(step) = cases::remaining_steps(option, &done).first().copied() else {
             break;
         };
+        // A worker whose lease ran out may have been replaced: running the step too could
+        // do it twice.
+        if !store
+            .renew_lease(held.lease, held.holder, EXECUTION_LEASE)
+            .await?
+        {
+            return Err(JobError::Transient(format!(
+                "lost the execution lease of case {case_id}"
+            )));
+        }
         match run_step(step, done).await {
             Ok(outcome) => {
                 let record = log.record(step, outcome, Utc::now()).await?;

@@ -34,10 +34,6 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("done.json.j2", include_str!("../../templates/done.json.j2")),
     (
-        "approval_needed.json.j2",
-        include_str!("../../templates/approval_needed.json.j2"),
-    ),
-    (
         "sandbox_list.json.j2",
         include_str!("../../templates/sandbox_list.json.j2"),
     ),
@@ -346,14 +342,6 @@ pub struct DoneParams {
 }
 message!(DoneParams, "done.json.j2");
 
-/// kill / delete-template: they open approval cases.
-#[derive(Debug, Serialize)]
-pub struct ApprovalNeededParams {
-    pub action: String,
-    pub target: String,
-}
-message!(ApprovalNeededParams, "approval_needed.json.j2");
-
 /// `/sandbox list`.
 #[derive(Debug, Serialize)]
 pub struct SandboxListParams {
@@ -548,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn done_and_approval_needed_render() {
+    fn done_renders_with_and_without_details() {
         insta::assert_json_snapshot!(
             "done",
             render(&DoneParams {
@@ -561,13 +549,6 @@ mod tests {
             render(&DoneParams {
                 headline: "Refreshed `i1`.".into(),
                 details: None
-            })
-        );
-        insta::assert_json_snapshot!(
-            "approval_needed",
-            render(&ApprovalNeededParams {
-                action: "kill".into(),
-                target: "i1".into()
             })
         );
     }

@@ -11,6 +11,10 @@
 //! - `P:steps:{<case_id>}` (hash step -> record): the step log of a case's execution.
 //! - `P:due` (sorted set, score = decide_by in ms): open cases by deadline; an index only,
 //!   every entry is re-checked by an atomic transition before anything happens.
+//! - `P:decided` (sorted set, score = ms when the case entered Decided or its job was last
+//!   re-queued): decided cases whose work has not finished (Decided or Executing). Written
+//!   before a case enters Decided and removed after it leaves, so it may hold strays but never
+//!   misses a case; an index only.
 //! - `P:jobs` (stream, group [`JOB_GROUP`]): the durable work queue.
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
@@ -83,6 +87,10 @@ impl Keys {
 
     pub fn due(&self) -> String {
         format!("{}:due", self.prefix)
+    }
+
+    pub fn decided(&self) -> String {
+        format!("{}:decided", self.prefix)
     }
 
     pub fn jobs(&self) -> String {

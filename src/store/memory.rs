@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{AuditEvent, ClaimedJob, JobId, Opened, StoreError, Swap};
+use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, Opened, StoreError, Swap};
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::CaseId;
 use crate::jobs::Job;
@@ -31,6 +31,8 @@ struct State {
     /// Subject key -> its open case.
     open: HashMap<String, CaseId>,
     due: HashMap<CaseId, DateTime<Utc>>,
+    /// Decided-but-unfinished cases -> when they entered Decided (ms, like Redis scores).
+    decided: HashMap<CaseId, DateTime<Utc>>,
     steps: HashMap<CaseId, BTreeMap<Step, StepRecord>>,
     dedupe: HashMap<String, Instant>,
     leases: HashMap<String, (String, Instant)>,
@@ -54,6 +56,11 @@ struct Delivery {
     consumer: String,
     at: Instant,
     count: u64,
+}
+
+/// Truncates to whole milliseconds, as Redis keeps index scores.
+fn whole_ms(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
 }
 
 fn job_id(seq: u64) -> JobId {
@@ -104,7 +111,12 @@ impl MemoryStore {
         Ok(self.lock().open.get(&subject.key()).cloned())
     }
 
-    pub(crate) async fn swap_case(&self, expected: u64, next: &Case) -> Result<Swap, StoreError> {
+    pub(crate) async fn swap_case(
+        &self,
+        expected: u64,
+        next: &Case,
+        decided: DecidedMark,
+    ) -> Result<Swap, StoreError> {
         let mut s = self.lock();
         let Some(current) = s.cases.get(&next.id) else {
             return Ok(Swap::Missing);
@@ -127,6 +139,17 @@ impl MemoryStore {
         } else {
             s.due.remove(&next.id);
         }
+        match decided {
+            DecidedMark::Enter(at) => {
+                s.decided.insert(next.id.clone(), whole_ms(at));
+            }
+            DecidedMark::Keep(at) => {
+                s.decided.entry(next.id.clone()).or_insert(whole_ms(at));
+            }
+            DecidedMark::Leave => {
+                s.decided.remove(&next.id);
+            }
+        }
         s.cases.insert(next.id.clone(), next.clone());
         Ok(Swap::Written)
     }
@@ -146,6 +169,49 @@ impl MemoryStore {
     pub(crate) async fn forget_due(&self, id: &CaseId) -> Result<(), StoreError> {
         self.lock().due.remove(id);
         Ok(())
+    }
+
+    pub(crate) async fn decided_ids(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<Vec<(CaseId, DateTime<Utc>)>, StoreError> {
+        let s = self.lock();
+        let mut decided: Vec<(DateTime<Utc>, CaseId)> = s
+            .decided
+            .iter()
+            .filter(|(_, at)| **at <= whole_ms(cutoff))
+            .map(|(id, at)| (*at, id.clone()))
+            .collect();
+        decided.sort();
+        Ok(decided.into_iter().map(|(at, id)| (id, at)).collect())
+    }
+
+    pub(crate) async fn forget_decided(
+        &self,
+        id: &CaseId,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.decided.get(id) == Some(&at) {
+            s.decided.remove(id);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn postpone_decided(
+        &self,
+        id: &CaseId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        match s.decided.get_mut(id) {
+            Some(at) if *at == since => {
+                *at = whole_ms(until);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     pub(crate) async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
@@ -174,6 +240,13 @@ impl MemoryStore {
         s.leases
             .insert(name.to_owned(), (holder.to_owned(), now + ttl));
         Ok(true)
+    }
+
+    pub(crate) async fn lease_held(&self, name: &str) -> Result<bool, StoreError> {
+        let s = self.lock();
+        Ok(s.leases
+            .get(name)
+            .is_some_and(|(_, until)| *until > Instant::now()))
     }
 
     pub(crate) async fn renew_lease(

@@ -134,6 +134,43 @@ pub(crate) enum Swap {
     Missing,
 }
 
+/// A case whose decided work has not finished, from [`Store::unfinished_decided`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unfinished {
+    pub case: Case,
+    /// Its index time: when it entered Decided, or when its job was last re-queued.
+    pub since: DateTime<Utc>,
+}
+
+/// How one case write moves the decided-but-unfinished index (`P:decided`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DecidedMark {
+    /// The case enters Decided (a decision or a Retry): index it at this time.
+    Enter(DateTime<Utc>),
+    /// It stays Decided or Executing: keep its entry (re-adding it at this time if missing).
+    Keep(DateTime<Utc>),
+    /// It is not (or no longer) Decided or Executing: drop any entry.
+    Leave,
+}
+
+impl DecidedMark {
+    fn between(current: &cases::CaseState, next: &cases::CaseState, now: DateTime<Utc>) -> Self {
+        match (is_unfinished(current), is_unfinished(next)) {
+            (_, false) => DecidedMark::Leave,
+            (false, true) => DecidedMark::Enter(now),
+            (true, true) => DecidedMark::Keep(now),
+        }
+    }
+}
+
+/// Decided work that has not ended yet.
+fn is_unfinished(state: &cases::CaseState) -> bool {
+    matches!(
+        state,
+        cases::CaseState::Decided { .. } | cases::CaseState::Executing { .. }
+    )
+}
+
 /// The one handle to Steward's state. Cloning is cheap (both variants are handles).
 #[derive(Clone)]
 pub enum Store {
@@ -240,7 +277,20 @@ impl Store {
     /// Reads the case, computes the next one with `change`, and writes it only if nobody wrote
     /// in between; on a lost race it re-reads and calls `change` again on the newer case.
     /// `change` must not alter the case's id or subject.
-    pub async fn update_case<F>(&self, id: &CaseId, mut change: F) -> Result<Updated, StoreError>
+    pub async fn update_case<F>(&self, id: &CaseId, change: F) -> Result<Updated, StoreError>
+    where
+        F: FnMut(&Case) -> Result<Case, TransitionError>,
+    {
+        self.update_case_at(id, Utc::now(), change).await
+    }
+
+    /// [`Store::update_case`] with the time a move into Decided is indexed at.
+    async fn update_case_at<F>(
+        &self,
+        id: &CaseId,
+        now: DateTime<Utc>,
+        mut change: F,
+    ) -> Result<Updated, StoreError>
     where
         F: FnMut(&Case) -> Result<Case, TransitionError>,
     {
@@ -256,7 +306,8 @@ impl Store {
                 ));
             }
             next.version = current.version + 1;
-            let swap: Swap = delegate!(self.swap_case(current.version, &next))?;
+            let mark = DecidedMark::between(&current.state, &next.state, now);
+            let swap: Swap = delegate!(self.swap_case(current.version, &next, mark))?;
             match swap {
                 Swap::Written => return Ok(Updated::Applied(next)),
                 Swap::Stale(newer) => current = *newer,
@@ -281,7 +332,7 @@ impl Store {
         event: Event,
         now: DateTime<Utc>,
     ) -> Result<Updated, StoreError> {
-        self.update_case(id, |case| cases::apply(case, event.clone(), now))
+        self.update_case_at(id, now, |case| cases::apply(case, event.clone(), now))
             .await
     }
 
@@ -312,6 +363,48 @@ impl Store {
         Ok(expired)
     }
 
+    /// Ids of cases that entered Decided (by a decision or a Retry, or were last re-queued) at
+    /// or before `cutoff`, oldest first. An index only: it may name cases that have finished
+    /// meanwhile.
+    pub async fn decided_before(&self, cutoff: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
+        let indexed: Vec<(CaseId, DateTime<Utc>)> = delegate!(self.decided_ids(cutoff))?;
+        Ok(indexed.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// The cases still Decided or Executing whose index time is at or before `cutoff`, oldest
+    /// first. Index entries of cases that have moved on are dropped here.
+    pub async fn unfinished_decided(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<Vec<Unfinished>, StoreError> {
+        let mut unfinished = Vec::new();
+        let indexed: Vec<(CaseId, DateTime<Utc>)> = delegate!(self.decided_ids(cutoff))?;
+        for (id, at) in indexed {
+            let found: Option<Case> = delegate!(self.load_case(&id))?;
+            match found {
+                Some(case) if is_unfinished(&case.state) => {
+                    unfinished.push(Unfinished { case, since: at })
+                }
+                // Dropped only if still indexed at `at`: a case that is being decided again
+                // right now has just been re-indexed at a later time and keeps its entry.
+                _ => delegate!(self.forget_decided(&id, at))?,
+            }
+        }
+        Ok(unfinished)
+    }
+
+    /// Moves a case's entry in the decided index from `since` to `until`, if it is still at
+    /// `since`. Of several callers that read the same entry, exactly one gets true: that is
+    /// how one replica (not all) re-queues a case's lost job.
+    pub async fn postpone_decided(
+        &self,
+        id: &CaseId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        delegate!(self.postpone_decided(id, since, until))
+    }
+
     // ----- deduplication and leases -----
 
     /// True the first time `key` is seen within `ttl`; false for repeats (Slack retries).
@@ -337,6 +430,11 @@ impl Store {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         delegate!(self.renew_lease(name, holder, ttl))
+    }
+
+    /// Whether anyone holds the lease `name` right now.
+    pub async fn lease_held(&self, name: &str) -> Result<bool, StoreError> {
+        delegate!(self.lease_held(name))
     }
 
     /// Gives the lease up if `holder` holds it. False when someone else held it.

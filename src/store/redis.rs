@@ -19,7 +19,7 @@ use redis::streams::{
 use redis::{AsyncConnectionConfig, RedisError, Script};
 
 use super::keys::{AUDIT_MAX_ENTRIES, CASE_RETENTION, JOB_GROUP, Keys};
-use super::{AuditEvent, ClaimedJob, JobId, Opened, StoreError, Swap, decode, encode};
+use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, Opened, StoreError, Swap, decode, encode};
 use crate::cases::{Case, CaseState, StepRecord, Subject};
 use crate::ids::CaseId;
 use crate::jobs::Job;
@@ -120,6 +120,35 @@ static RELEASE_LEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
+end
+return 0
+"#,
+    )
+});
+
+/// Drops an index entry only if its score is still the one read.
+/// KEYS: sorted set. ARGV: member, score.
+static FORGET_IF_SCORE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"#,
+    )
+});
+
+/// Moves an index entry to a new score only if its score is still the one read.
+/// KEYS: sorted set. ARGV: member, old score, new score. Returns 1 when moved.
+static MOVE_IF_SCORE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+  return 1
 end
 return 0
 "#,
@@ -358,11 +387,33 @@ impl RedisStore {
             .transpose()
     }
 
-    pub(crate) async fn swap_case(&self, expected: u64, next: &Case) -> Result<Swap, StoreError> {
+    pub(crate) async fn swap_case(
+        &self,
+        expected: u64,
+        next: &Case,
+        decided: DecidedMark,
+    ) -> Result<Swap, StoreError> {
         let keys = self.keys();
         let mut conn = self.conn();
         let pending = next.state == CaseState::Pending;
-        // Index first (see open_case): a stray index entry is harmless, a missing one is not.
+        // Indexes first (see open_case): a stray index entry is harmless, a missing one is
+        // not. The indexes are global keys, outside the case's Cluster slot, so they cannot
+        // join the script; every reader re-checks the case itself.
+        let index_decided = match decided {
+            DecidedMark::Enter(at) => Some((None, at)),
+            DecidedMark::Keep(at) => Some((Some("NX"), at)),
+            DecidedMark::Leave => None,
+        };
+        if let Some((flag, at)) = index_decided {
+            let _: i64 = redis::cmd("ZADD")
+                .arg(keys.decided())
+                .arg(flag)
+                .arg(at.timestamp_millis())
+                .arg(next.id.as_str())
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+        }
         if pending {
             let _: i64 = redis::cmd("ZADD")
                 .arg(keys.due())
@@ -388,6 +439,14 @@ impl RedisStore {
             1 => {
                 if !pending {
                     self.forget_due(&next.id).await?;
+                }
+                if decided == DecidedMark::Leave {
+                    let _: i64 = redis::cmd("ZREM")
+                        .arg(keys.decided())
+                        .arg(next.id.as_str())
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(map_err)?;
                 }
                 Ok(Swap::Written)
             }
@@ -436,6 +495,62 @@ impl RedisStore {
         Ok(())
     }
 
+    pub(crate) async fn decided_ids(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<Vec<(CaseId, DateTime<Utc>)>, StoreError> {
+        let flat: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys().decided())
+            .arg("-inf")
+            .arg(cutoff.timestamp_millis())
+            .arg("BYSCORE")
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        flat.into_iter()
+            .map(|(id, at)| {
+                let id = CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                // Scores are whole milliseconds, exact in a double.
+                let at = DateTime::from_timestamp_millis(at as i64)
+                    .ok_or_else(|| StoreError::Corrupt(format!("decided index score {at}")))?;
+                Ok((id, at))
+            })
+            .collect()
+    }
+
+    pub(crate) async fn forget_decided(
+        &self,
+        id: &CaseId,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let _: i64 = FORGET_IF_SCORE
+            .key(self.keys().decided())
+            .arg(id.as_str())
+            .arg(at.timestamp_millis())
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    pub(crate) async fn postpone_decided(
+        &self,
+        id: &CaseId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let moved: i64 = MOVE_IF_SCORE
+            .key(self.keys().decided())
+            .arg(id.as_str())
+            .arg(since.timestamp_millis())
+            .arg(until.timestamp_millis())
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        Ok(moved == 1)
+    }
+
     // ----- deduplication and leases -----
 
     pub(crate) async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
@@ -467,6 +582,15 @@ impl RedisStore {
             .await
             .map_err(map_err)?;
         Ok(set.is_some())
+    }
+
+    pub(crate) async fn lease_held(&self, name: &str) -> Result<bool, StoreError> {
+        let held: i64 = redis::cmd("EXISTS")
+            .arg(self.keys().lease(name))
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        Ok(held == 1)
     }
 
     pub(crate) async fn renew_lease(
