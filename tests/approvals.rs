@@ -1016,3 +1016,35 @@ async fn steward_starts_while_redis_is_down_and_becomes_ready_when_it_comes_up()
     click(&app, &case, "case_pause", "U0002", &hook()).await;
     wait_done(&app, &case).await;
 }
+
+#[tokio::test]
+async fn a_reason_form_is_answered_while_a_slow_slack_holds_up_the_decision() {
+    let app = spawn_app_with(options("")).await;
+    app.slack.add_usergroup("S0KILLERS", &["U0042"]);
+    seed(&app, "slowpoke1", "base").await;
+    let case = open_kill_case(&app, "slowpoke1").await;
+    let before = views_opened(&app).len();
+    click(&app, &case, "case_kill", "U0042", &hook()).await;
+    let view = opened_modal(&app, before).await;
+
+    // Slack now rate-limits the approver-group lookup for longer than it waits for an answer.
+    app.slack.add_fault(sandbox_steward::sim::slack::Fault {
+        method: "usergroups.users.list".into(),
+        status: 429,
+        retry_after_secs: Some(5),
+        count: 1,
+        error: None,
+    });
+    let answer = submit(&app, &view, "U0042", "the load test is over", None).await;
+    assert_eq!(answer, Value::Null, "the form is closed");
+    assert_eq!(
+        state_of(&app, &case).await,
+        CaseState::Pending,
+        "the answer did not wait for the decision"
+    );
+
+    // The decision still completes once Slack answers.
+    wait_done(&app, &case).await;
+    assert!(!sandbox_exists(&app, "slowpoke1").await);
+    assert_eq!(calls(&app, "kill").await, 1);
+}

@@ -355,20 +355,40 @@ async fn view_submission(state: &AppState, interaction: &Interaction) -> Respons
     let until = view
         .input(CASE_UNTIL_BLOCK, CASE_UNTIL_ACTION)
         .and_then(|v| v.selected_date.as_deref());
-    let submission = decide::Submission {
-        user: &interaction.user.id,
-        view_id: &view.id,
-        case_id: &meta.case_id,
-        option: meta.option,
-        reason,
-        until,
-    };
-    let reply = decide::reason_submitted(&state.services(), submission, chrono::Utc::now()).await;
-    match reply {
-        SubmissionReply::Close => StatusCode::OK.into_response(),
-        SubmissionReply::Error { block, message } => modal_error(block, &message),
+    let svc = state.services();
+    let user = interaction.user.id.clone();
+    let view_id = view.id.clone();
+    let (reason, until) = (reason.map(str::to_owned), until.map(str::to_owned));
+    let decision = tokio::spawn(async move {
+        let submission = decide::Submission {
+            user: &user,
+            view_id: &view_id,
+            case_id: &meta.case_id,
+            option: meta.option,
+            reason: reason.as_deref(),
+            until: until.as_deref(),
+        };
+        decide::reason_submitted(&svc, submission, chrono::Utc::now()).await
+    });
+    // Slack wants the answer within 3 s. Deciding may have to ask Slack for an approver group's
+    // members, which can be slow or rate-limited: past the budget the form closes and the
+    // decision finishes on its own (the card shows the outcome; a refusal is audited).
+    match tokio::time::timeout(MODAL_ANSWER_BUDGET, decision).await {
+        Ok(Ok(SubmissionReply::Error { block, message })) => modal_error(block, &message),
+        Ok(Ok(SubmissionReply::Close)) => StatusCode::OK.into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "a reason submission panicked");
+            StatusCode::OK.into_response()
+        }
+        Err(_) => {
+            tracing::warn!("a reason submission took longer than Slack waits; closing the form");
+            StatusCode::OK.into_response()
+        }
     }
 }
+
+/// How long a modal submission may take before the form is closed without waiting for it.
+const MODAL_ANSWER_BUDGET: std::time::Duration = std::time::Duration::from_millis(2500);
 
 fn modal_error(block: &str, message: &str) -> Response {
     Json(json!({ "response_action": "errors", "errors": { block: message } })).into_response()
