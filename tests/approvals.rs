@@ -654,11 +654,7 @@ async fn with_redis_stopped_clicks_and_commands_get_a_clear_error_and_e2b_hears_
     seed(&app, "victim9", "base").await;
     let case = open_kill_case(&app, "victim8").await;
     drop(redis);
-    app.http
-        .post(format!("{}/_sim/calls/reset", app.e2b.base_url()))
-        .send()
-        .await
-        .unwrap();
+    app.e2b.hooks().reset_calls().await.unwrap();
 
     let reply = hook();
     click(&app, &case, "case_snapshot_then_kill", "U0002", &reply).await;
@@ -826,11 +822,7 @@ async fn a_failed_kill_offers_retry_and_retry_finishes_it() {
     })
     .await;
     assert!(sandbox_exists(&app, "victim13").await);
-    app.http
-        .delete(format!("{}/_sim/faults", app.e2b.base_url()))
-        .send()
-        .await
-        .unwrap();
+    app.e2b.hooks().clear_faults().await.unwrap();
 
     let reply = hook();
     click(&app, &case, "case_retry", "U0003", &reply).await;

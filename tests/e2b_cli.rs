@@ -2,7 +2,7 @@
 //! errors, and the confirmation that guards irreversible actions.
 use std::process::Stdio;
 
-use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::e2b::{SimHooks, SimOptions, SimServer};
 use serde_json::{Value, json};
 
 const KEY: &str = "e2b_0123456789abcdef";
@@ -22,7 +22,7 @@ impl Run {
 
 struct Cli {
     sim: SimServer,
-    admin: reqwest::Client,
+    hooks: SimHooks,
 }
 
 async fn start(sandboxes: usize) -> Cli {
@@ -34,8 +34,8 @@ async fn start(sandboxes: usize) -> Cli {
     .await
     .expect("simulator starts");
     Cli {
+        hooks: sim.hooks(),
         sim,
-        admin: reqwest::Client::new(),
     }
 }
 
@@ -63,42 +63,16 @@ impl Cli {
         }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.sim.base_url())
-    }
-
-    async fn admin_post(&self, path: &str, body: Value) -> Value {
-        let resp = self
-            .admin
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success(), "{path}: {}", resp.status());
-        resp.json().await.unwrap_or(Value::Null)
-    }
-
     async fn calls(&self, op: &str) -> u64 {
-        let v: Value = self
-            .admin
-            .get(self.url("/_sim/calls"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["calls"][op].as_u64().unwrap_or(0)
+        self.hooks.calls_of(op).await.unwrap()
     }
 
     async fn seed(&self, state: &str) -> String {
         let v = self
-            .admin_post(
-                "/_sim/sandboxes",
-                json!({"templateID": "base", "state": state, "metadata": {"owner": "cli-test"}}),
-            )
-            .await;
+            .hooks
+            .seed(json!({"templateID": "base", "state": state, "metadata": {"owner": "cli-test"}}))
+            .await
+            .unwrap();
         v["sandboxID"].as_str().unwrap().to_owned()
     }
 }
@@ -277,8 +251,7 @@ async fn every_sandbox_action_runs_from_the_terminal() {
 #[tokio::test]
 async fn endless_paging_is_stopped_and_reported() {
     let cli = start(10).await;
-    cli.admin_post("/_sim/paging", json!({"mode": "endless"}))
-        .await;
+    cli.hooks.paging("endless").await.unwrap();
     let run = cli
         .run(&["list", "--limit", "2", "--max-pages", "3", "--json"])
         .await;

@@ -9,7 +9,7 @@ use sandbox_steward::e2b::{
     StateFilter, TeamMaxMetric,
 };
 use sandbox_steward::ids::{SandboxId, TemplateId};
-use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::e2b::{SimHooks, SimOptions, SimServer};
 use serde_json::{Value, json};
 
 const KEY: &str = "e2b_0123456789abcdef";
@@ -17,7 +17,7 @@ const KEY: &str = "e2b_0123456789abcdef";
 struct Harness {
     sim: SimServer,
     client: E2bClient,
-    admin: reqwest::Client,
+    hooks: SimHooks,
 }
 
 /// Retries with millisecond backoff so tests do not wait; Retry-After up to 2 s is honoured.
@@ -44,80 +44,40 @@ async fn start(sandboxes: usize) -> Harness {
         .expect("client builds")
         .with_retry_policy(quick_retries());
     Harness {
+        hooks: sim.hooks(),
         sim,
         client,
-        admin: reqwest::Client::new(),
     }
 }
 
 impl Harness {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.sim.base_url())
-    }
-
-    async fn admin_post(&self, path: &str, body: Value) -> Value {
-        let resp = self
-            .admin
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success(), "{path}: {}", resp.status());
-        resp.json().await.unwrap_or(Value::Null)
-    }
-
     /// How many API requests the simulator counted for `op`.
     async fn calls(&self, op: &str) -> u64 {
-        let v: Value = self
-            .admin
-            .get(self.url("/_sim/calls"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["calls"][op].as_u64().unwrap_or(0)
+        self.hooks.calls_of(op).await.unwrap()
     }
 
     async fn reset_calls(&self) {
-        let resp = self
-            .admin
-            .post(self.url("/_sim/calls/reset"))
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
+        self.hooks.reset_calls().await.unwrap()
     }
 
     async fn fault(&self, op: &str, status: u16, count: u32, retry_after_secs: u64) {
-        self.admin_post(
-            "/_sim/faults",
-            json!({"op": op, "status": status, "count": count, "retry_after_secs": retry_after_secs}),
-        )
-        .await;
+        self.hooks
+            .fault(Some(op), status, count, retry_after_secs)
+            .await
+            .unwrap()
     }
 
     async fn paging(&self, mode: &str) {
-        self.admin_post("/_sim/paging", json!({ "mode": mode }))
-            .await;
+        self.hooks.paging(mode).await.unwrap()
     }
 
     async fn seed(&self, body: Value) -> SandboxId {
-        let v = self.admin_post("/_sim/sandboxes", body).await;
+        let v = self.hooks.seed(body).await.unwrap();
         SandboxId::parse(v["sandboxID"].as_str().unwrap()).unwrap()
     }
 
     async fn state(&self) -> Value {
-        self.admin
-            .get(self.url("/_sim/state"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.hooks.state().await.unwrap()
     }
 }
 
@@ -308,11 +268,10 @@ async fn each_error_class_comes_back_as_its_own_variant() {
 #[tokio::test]
 async fn a_503_keeps_its_semantic_error_code() {
     let h = start(1).await;
-    h.admin_post(
-        "/_sim/faults",
-        json!({"op": "create", "status": 503, "count": 10, "error_code": "sandbox_capacity_unavailable"}),
-    )
-    .await;
+    h.hooks
+        .fault_from(json!({"op": "create", "status": 503, "count": 10, "error_code": "sandbox_capacity_unavailable"}))
+        .await
+        .unwrap();
     let err = h
         .client
         .create_sandbox(&NewSandbox::new(TemplateId::parse("base").unwrap()))

@@ -308,41 +308,17 @@ impl TestApp {
 
     /// API calls the E2B simulator has counted, by operation.
     pub async fn e2b_calls(&self) -> HashMap<String, u64> {
-        let v: Value = self
-            .http
-            .get(format!("{}/_sim/calls", self.e2b.base_url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        serde_json::from_value(v["calls"].clone()).unwrap_or_default()
+        self.e2b.hooks().calls().await.unwrap()
     }
 
     /// Seeds one sandbox in the E2B simulator.
     pub async fn seed_sandbox(&self, body: Value) -> Value {
-        let resp = self
-            .http
-            .post(format!("{}/_sim/sandboxes", self.e2b.base_url()))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 201, "seeding {body}");
-        resp.json().await.unwrap()
+        self.e2b.hooks().seed(body).await.unwrap()
     }
 
     /// Queues a fault in the E2B simulator.
     pub async fn e2b_fault(&self, body: Value) {
-        let resp = self
-            .http
-            .post(format!("{}/_sim/faults", self.e2b.base_url()))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 201, "fault {body}");
+        self.e2b.hooks().fault_from(body).await.unwrap()
     }
 }
 

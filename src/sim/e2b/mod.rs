@@ -35,6 +35,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use self::hooks::SimHooks;
 use self::model::{Ms, World};
 use self::series::{mix, unit};
 use self::wire::{ApiError, encode_token};
@@ -42,6 +43,7 @@ use self::wire::{ApiError, encode_token};
 mod admin;
 mod api;
 mod fleet;
+mod hooks;
 mod model;
 mod series;
 mod wire;
@@ -419,6 +421,11 @@ impl SimServer {
     }
 
     /// The team the simulated API key belongs to.
+    /// A client for this simulator's `/_sim/` test hooks.
+    pub fn hooks(&self) -> SimHooks {
+        SimHooks::new(&self.base_url())
+    }
+
     pub fn team_id(&self) -> &str {
         &self.team_id
     }
