@@ -92,8 +92,9 @@ return {1, ''}
     )
 });
 
-/// Drops a dangling open pointer only if it still names the given case.
-static CLEAR_POINTER: LazyLock<Script> = LazyLock::new(|| {
+/// Deletes a key only if it still holds the given value: clears a dangling open pointer that
+/// still names its case, and releases a lease only for its holder.
+static DELETE_IF_EQUAL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -109,17 +110,6 @@ static RENEW_LEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"#,
-    )
-});
-
-static RELEASE_LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
 end
 return 0
 "#,
@@ -325,7 +315,7 @@ impl RedisStore {
                     return Ok(Opened::Existing(existing));
                 }
                 _ => {
-                    let _: i64 = CLEAR_POINTER
+                    let _: i64 = DELETE_IF_EQUAL
                         .key(keys.open_case(&case.subject))
                         .arg(existing_id.as_str())
                         .invoke_async(&mut conn)
@@ -610,7 +600,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
-        let released: i64 = RELEASE_LEASE
+        let released: i64 = DELETE_IF_EQUAL
             .key(self.keys().lease(name))
             .arg(holder)
             .invoke_async(&mut self.conn())
