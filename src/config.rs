@@ -163,6 +163,7 @@ impl RedisSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
     pub channels: Channels,
+    pub hygiene: crate::hygiene::HygieneConfig,
 }
 
 /// Where Steward posts.

@@ -75,11 +75,11 @@ impl Default for Prices {
     }
 }
 
-/// The whole idle policy, as configured under `[hygiene]` in `steward.toml`.
+/// The whole idle policy, as configured under `[hygiene.idle]` in `steward.toml`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdlePolicy {
-    /// The default thresholds, written at the top of `[hygiene]`.
+    /// The default thresholds, written at the top of `[hygiene.idle]`.
     pub cpu_threshold_pct: f64,
     #[serde(with = "humantime_serde_compat")]
     pub idle_window: Duration,
