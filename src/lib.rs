@@ -13,11 +13,13 @@
 //! - [`http`]: the one route table and the HTTP error type.
 //! - [`slack`]: request signatures, payloads, the Web API client, message templates.
 //! - [`e2b`]: the typed client for E2B's control-plane API.
+//! - [`approvals`]: opening cases, deciding on clicks, the decision worker, expiry, audit.
 //! - [`cases`]: the approval-case state machine (pure, no I/O).
 //! - [`store`]: the only module that knows Redis keys and scripts.
 //! - [`hygiene`]: idle detection (pure policy) and the fleet sweep.
 //! - [`jobs`]: the durable work queue and its workers.
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
+pub mod approvals;
 pub mod cases;
 pub mod cli;
 pub mod config;

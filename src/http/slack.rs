@@ -172,7 +172,8 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
     for block_action in &interaction.actions {
         match Action::from_block_action(block_action) {
             Action::ListNextPage(cursor) => next_page(&state, &interaction, cursor),
-            Action::Unknown { action_id } => {
+            Action::CaseOption { .. } | Action::CaseRetry { .. } | Action::Unknown { .. } => {
+                let action_id = &block_action.action_id;
                 tracing::info!(%action_id, user = %interaction.user.id, "no handler for this action");
             }
         }

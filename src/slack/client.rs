@@ -197,12 +197,24 @@ impl SlackClient {
         channel: &SlackChannelId,
         message: Message,
     ) -> Result<(SlackChannelId, String), SlackError> {
+        self.post_message_in_thread(channel, None, message).await
+    }
+
+    /// `chat.postMessage` as a reply in the thread of `thread_ts` (top level when `None`).
+    #[tracing::instrument(skip(self, message))]
+    pub async fn post_message_in_thread(
+        &self,
+        channel: &SlackChannelId,
+        thread_ts: Option<&str>,
+        message: Message,
+    ) -> Result<(SlackChannelId, String), SlackError> {
         let content = message.into_content();
         let api = &self.api;
         let posted = self
             .with_retry("chat.postMessage", |token| {
-                let req =
+                let mut req =
                     SlackApiChatPostMessageRequest::new(channel.as_str().into(), content.clone());
+                req.thread_ts = thread_ts.map(|ts| ts.into());
                 async move { api.open_session(&token).chat_post_message(&req).await }
             })
             .await?;

@@ -5,10 +5,31 @@
 //! Steward uses are modelled; everything else is ignored. This module must not do I/O.
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{SlackChannelId, SlackUserId};
+use std::collections::HashMap;
+
+use crate::cases::DecisionOption;
+use crate::ids::{CaseId, SlackChannelId, SlackUserId};
 
 /// `action_id` of the "Next page" button under `/sandbox list`.
 pub const LIST_NEXT_PAGE: &str = "list_next_page";
+/// Prefix of a case card's option buttons: `case_<option>`, e.g. `case_snapshot_then_kill`.
+/// The button's `value` is the case id.
+pub const CASE_OPTION_PREFIX: &str = "case_";
+/// `action_id` of the Retry button on a failed case (value: the case id).
+pub const CASE_RETRY: &str = "case_retry";
+/// `callback_id` of the modal that asks for a decision's reason.
+pub const CASE_REASON_MODAL: &str = "case_reason";
+/// `block_id` and `action_id` of the reason input in that modal.
+pub const CASE_REASON_BLOCK: &str = "reason";
+pub const CASE_REASON_ACTION: &str = "reason_text";
+/// `block_id` and `action_id` of the optional "don't ask again before" date.
+pub const CASE_UNTIL_BLOCK: &str = "until";
+pub const CASE_UNTIL_ACTION: &str = "until_date";
+
+/// The `action_id` of the button for `option` on a case card.
+pub fn case_option_action_id(option: DecisionOption) -> String {
+    format!("{CASE_OPTION_PREFIX}{}", option.as_str())
+}
 
 /// Why a payload could not be understood.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +96,65 @@ pub struct Interaction {
     pub container: Option<Container>,
     #[serde(default)]
     pub actions: Vec<BlockAction>,
+    /// The submitted modal of a `view_submission`.
+    #[serde(default)]
+    pub view: Option<ViewPayload>,
+}
+
+/// A modal as submitted: where it came from and what was typed.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ViewPayload {
+    pub id: String,
+    #[serde(default)]
+    pub callback_id: String,
+    #[serde(default)]
+    pub private_metadata: String,
+    #[serde(default)]
+    pub hash: Option<String>,
+    #[serde(default)]
+    pub state: ViewState,
+}
+
+/// `view.state`: block id -> action id -> value.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ViewState {
+    #[serde(default)]
+    pub values: HashMap<String, HashMap<String, InputValue>>,
+}
+
+/// One input's value: text inputs fill `value`, date pickers `selected_date` (YYYY-MM-DD).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct InputValue {
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub selected_date: Option<String>,
+}
+
+impl ViewPayload {
+    /// The input at `block`/`action`, if the modal had one.
+    pub fn input(&self, block: &str, action: &str) -> Option<&InputValue> {
+        self.state.values.get(block)?.get(action)
+    }
+}
+
+/// What a reason modal carries in `private_metadata` so its submission finds the case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModalMetadata {
+    #[serde(rename = "c")]
+    pub case_id: CaseId,
+    #[serde(rename = "o")]
+    pub option: DecisionOption,
+}
+
+impl ModalMetadata {
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
 }
 
 impl Interaction {
@@ -119,6 +199,9 @@ pub struct BlockAction {
     pub block_id: Option<String>,
     #[serde(default)]
     pub value: Option<String>,
+    /// When Slack saw the click; with the user it identifies one click across redeliveries.
+    #[serde(default)]
+    pub action_ts: Option<String>,
 }
 
 /// What a click asks for, dispatched in one `match` by the interactions handler.
@@ -126,6 +209,13 @@ pub struct BlockAction {
 pub enum Action {
     /// "Next page" under `/sandbox list`.
     ListNextPage(ListCursor),
+    /// An option button on a case card.
+    CaseOption {
+        case_id: CaseId,
+        option: DecisionOption,
+    },
+    /// Retry on a failed case.
+    CaseRetry { case_id: CaseId },
     /// An `action_id` we do not (yet) handle, or a value we cannot read.
     Unknown { action_id: String },
 }
@@ -135,7 +225,20 @@ impl Action {
         let unknown = || Self::Unknown {
             action_id: action.action_id.clone(),
         };
+        let case_id = || action.value.as_deref().and_then(|v| CaseId::parse(v).ok());
         match action.action_id.as_str() {
+            CASE_RETRY => case_id()
+                .map(|case_id| Self::CaseRetry { case_id })
+                .unwrap_or_else(unknown),
+            id if id.starts_with(CASE_OPTION_PREFIX) => {
+                match (
+                    DecisionOption::parse(&id[CASE_OPTION_PREFIX.len()..]),
+                    case_id(),
+                ) {
+                    (Some(option), Some(case_id)) => Self::CaseOption { case_id, option },
+                    _ => unknown(),
+                }
+            }
             LIST_NEXT_PAGE => action
                 .value
                 .as_deref()
@@ -259,7 +362,37 @@ mod tests {
             action_id: "kill".into(),
             block_id: None,
             value: None,
+            action_ts: None,
         };
+        let kill = BlockAction {
+            action_id: case_option_action_id(DecisionOption::Kill),
+            block_id: None,
+            value: Some("case_1".into()),
+            action_ts: Some("1.2".into()),
+        };
+        assert_eq!(
+            Action::from_block_action(&kill),
+            Action::CaseOption {
+                case_id: CaseId::parse("case_1").unwrap(),
+                option: DecisionOption::Kill
+            }
+        );
+        let retry = BlockAction {
+            action_id: CASE_RETRY.into(),
+            ..kill.clone()
+        };
+        assert!(matches!(
+            Action::from_block_action(&retry),
+            Action::CaseRetry { .. }
+        ));
+        let nonsense = BlockAction {
+            action_id: "case_nuke".into(),
+            ..kill
+        };
+        assert!(matches!(
+            Action::from_block_action(&nonsense),
+            Action::Unknown { .. }
+        ));
         assert_eq!(
             Action::from_block_action(&other),
             Action::Unknown {

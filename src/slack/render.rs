@@ -13,7 +13,7 @@ use std::path::Path;
 use minijinja::value::Value;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
-use slack_morphism::prelude::{SlackBlock, SlackMessageContent};
+use slack_morphism::prelude::{SlackBlock, SlackMessageContent, SlackView};
 
 use super::format::{self, MESSAGE_MAX_BLOCKS, SECTION_TEXT_MAX_CHARS};
 
@@ -65,6 +65,22 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     (
         "template.json.j2",
         include_str!("../../templates/template.json.j2"),
+    ),
+    (
+        "case_card.json.j2",
+        include_str!("../../templates/case_card.json.j2"),
+    ),
+    (
+        "case_modal.json.j2",
+        include_str!("../../templates/case_modal.json.j2"),
+    ),
+    (
+        "case_history.json.j2",
+        include_str!("../../templates/case_history.json.j2"),
+    ),
+    (
+        "case_opened.json.j2",
+        include_str!("../../templates/case_opened.json.j2"),
     ),
 ];
 
@@ -182,17 +198,44 @@ impl Templates {
     /// Slack's size limits.
     pub fn render<P: MessageParams>(&self, params: &P) -> Result<Message, RenderError> {
         let name = P::TEMPLATE;
-        let template = self
-            .env
-            .get_template(name)
-            .map_err(|source| RenderError::Template { name, source })?;
-        let json = template
-            .render(Value::from(minijinja::value::Serde(params)))
-            .map_err(|source| RenderError::Template { name, source })?;
+        let json = self.render_raw(params)?;
         let message: Message =
             serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
         check_limits(name, &json, &message)?;
         Ok(message)
+    }
+
+    /// Renders a modal (or other view) template into slack-morphism's view type.
+    pub fn render_view<P: MessageParams>(&self, params: &P) -> Result<SlackView, RenderError> {
+        let name = P::TEMPLATE;
+        let json = self.render_raw(params)?;
+        let view: SlackView =
+            serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
+        // As for messages: a block that does not survive the round trip is not Block Kit.
+        let raw: serde_json::Value =
+            serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
+        let back = serde_json::to_value(&view).unwrap_or_default();
+        for (index, raw_block) in raw["blocks"].as_array().into_iter().flatten().enumerate() {
+            if back["blocks"].get(index) != Some(raw_block) {
+                return Err(RenderError::NotBlockKit {
+                    name,
+                    index,
+                    block: raw_block.to_string(),
+                });
+            }
+        }
+        Ok(view)
+    }
+
+    fn render_raw<P: MessageParams>(&self, params: &P) -> Result<String, RenderError> {
+        let name = P::TEMPLATE;
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|source| RenderError::Template { name, source })?;
+        template
+            .render(Value::from(minijinja::value::Serde(params)))
+            .map_err(|source| RenderError::Template { name, source })
     }
 
     /// Like [`render`](Self::render), but a broken template degrades to a plain sentence
@@ -329,7 +372,7 @@ pub struct SandboxListParams {
 message!(SandboxListParams, "sandbox_list.json.j2");
 
 /// One metadata entry.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct KeyValue {
     pub key: String,
     pub value: String,

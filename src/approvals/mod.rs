@@ -1,0 +1,180 @@
+//! Approval cases at work: opening a case and posting its card, deciding on a click, running
+//! the decision in a worker against E2B, expiring cases nobody decided, and the audit trail.
+//!
+//! `cases/` says which moves are legal, `store/` makes them atomic, `jobs/` runs plans step by
+//! step; this module joins them to Slack and E2B. It must never call a destructive E2B
+//! endpoint except from the worker, for a case whose decision the store recorded.
+use chrono::{DateTime, Utc};
+
+use crate::cases::{Card, Case, CaseDraft, DraftError, Opener};
+use crate::ids::SlackChannelId;
+use crate::slack::client::{SlackClient, SlackError};
+use crate::slack::render::Templates;
+use crate::store::{Actor, AuditEvent, Opened, Store, StoreError};
+
+pub mod card;
+pub mod decide;
+pub mod evidence;
+pub mod history;
+pub mod worker;
+
+/// How long a card may stay unposted before another `open_case` for the subject posts it
+/// (the first poster probably crashed or Slack failed).
+pub const UNPOSTED_CARD_GRACE_SECS: i64 = 60;
+
+/// Where a case card goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardTarget {
+    pub channel: SlackChannelId,
+    /// Post as a reply in this thread; `None` posts at the top level.
+    pub thread_ts: Option<String>,
+}
+
+/// Why an approval step could not be done. `Display` is a sentence for a Slack user.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error(
+        "Steward can't reach its database (Redis), so nothing was done. Try again in a minute."
+    )]
+    StoreUnavailable(String),
+    #[error("Steward's database refused the change: {0}")]
+    Store(StoreError),
+    #[error("The case could not be opened: {0}.")]
+    Draft(#[from] DraftError),
+    #[error("The case was opened but its card could not be posted to Slack: {0}.")]
+    Slack(#[from] SlackError),
+    #[error("The case card could not be formatted: {0}.")]
+    Render(String),
+}
+
+impl From<StoreError> for ApprovalError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(reason) => ApprovalError::StoreUnavailable(reason),
+            other => ApprovalError::Store(other),
+        }
+    }
+}
+
+/// Who did it, for the audit log.
+pub fn actor_of(opener: &Opener) -> Actor {
+    match opener {
+        Opener::Person { user } => Actor::Person { user: user.clone() },
+        Opener::Sweep => Actor::Steward {
+            part: "sweep".into(),
+        },
+        Opener::PushTest { .. } => Actor::Steward {
+            part: "push-test".into(),
+        },
+    }
+}
+
+/// Appends one audit event about `case`. A failed append is logged, not raised: the action it
+/// records has already happened and must still be reported to people.
+pub async fn audit(store: &Store, case: &Case, actor: Actor, action: &str, outcome: &str) {
+    let event = AuditEvent {
+        time: Utc::now(),
+        case: Some(case.id.clone()),
+        subject: Some(case.subject.clone()),
+        actor,
+        action: action.to_owned(),
+        outcome: outcome.to_owned(),
+    };
+    if let Err(e) = store.append_audit(&event).await {
+        tracing::error!(case = %case.id, action, outcome, error = %e, "could not write the audit log");
+    }
+}
+
+/// Renders the card of `case` as it stands now.
+pub fn render_card(
+    templates: &Templates,
+    case: &Case,
+) -> Result<crate::slack::render::Message, ApprovalError> {
+    templates
+        .render(&card::card_params(case))
+        .map_err(|e| ApprovalError::Render(e.to_string()))
+}
+
+/// Opens a case (or finds the open one for the same subject), posts its card to `target`,
+/// records the card, writes the audit event.
+///
+/// An existing case is returned as it is: its card is not posted again and its deadline is not
+/// extended (unless its card was never posted at all, in which case it is posted now).
+pub async fn open_case(
+    store: &Store,
+    slack: &SlackClient,
+    templates: &Templates,
+    draft: CaseDraft,
+    target: CardTarget,
+    now: DateTime<Utc>,
+) -> Result<Opened, ApprovalError> {
+    let case = draft.into_case(now)?;
+    let actor = actor_of(&case.opener);
+    let (case, created) = match store.open_case(case).await? {
+        Opened::Created(case) => {
+            audit(store, &case, actor, "open", &case.reason.clone()).await;
+            (case, true)
+        }
+        Opened::Existing(existing) => {
+            let abandoned = existing.card.is_none()
+                && (now - existing.created_at).num_seconds() > UNPOSTED_CARD_GRACE_SECS;
+            if !abandoned {
+                return Ok(Opened::Existing(existing));
+            }
+            (existing, false)
+        }
+    };
+    let message = render_card(templates, &case)?;
+    let posted = slack
+        .post_message_in_thread(&target.channel, target.thread_ts.as_deref(), message)
+        .await;
+    let (channel, ts) = match posted {
+        Ok(posted) => posted,
+        Err(e) => {
+            audit(
+                store,
+                &case,
+                Actor::Steward {
+                    part: "slack".into(),
+                },
+                "post_card",
+                &format!("failed: {e}"),
+            )
+            .await;
+            return Err(e.into());
+        }
+    };
+    let stored = store.set_card(&case.id, Card { channel, ts }).await?;
+    // A case that changed while the card was being posted (a very fast decision) needs the
+    // card to match it.
+    if stored.state != case.state {
+        refresh_card(slack, templates, &stored).await;
+    }
+    Ok(if created {
+        Opened::Created(stored)
+    } else {
+        Opened::Existing(stored)
+    })
+}
+
+/// Rewrites the case's card (`chat.update`) to show its current state. Returns false (after
+/// logging) when there is no card or Slack refused; the store stays the source of truth.
+pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Case) -> bool {
+    let Some(card) = &case.card else {
+        return false;
+    };
+    let result = match render_card(templates, case) {
+        Ok(message) => slack
+            .update_message(&card.channel, &card.ts, message)
+            .await
+            .map_err(ApprovalError::from),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(case = %case.id, error = %e, "could not update the case card");
+            false
+        }
+    }
+}
