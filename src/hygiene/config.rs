@@ -264,14 +264,18 @@ mod tests {
             .to_string();
         assert!(err.contains("not a time zone"), "{err}");
         assert!(parse("kill_share_guard = 1.5\n").is_err());
-        assert!(parse("cpu_threshold_pct = 3.0\n").is_err(), "idle knobs live in [hygiene.idle]");
+        assert!(
+            parse("cpu_threshold_pct = 3.0\n").is_err(),
+            "idle knobs live in [hygiene.idle]"
+        );
         assert!(parse("[idle]\ncpu_threshold = 3.0\n").is_err());
         assert!(parse("[owners]\nalice = \"not a user\"\n").is_err());
     }
 
     #[test]
     fn owners_map_to_slack_users_and_slack_ids_map_to_themselves() {
-        let c = parse("[owners]\nalice = \"U0ALICE01\"\n[idle]\ncpu_threshold_pct = 3.0\n").unwrap();
+        let c =
+            parse("[owners]\nalice = \"U0ALICE01\"\n[idle]\ncpu_threshold_pct = 3.0\n").unwrap();
         assert_eq!(c.idle.cpu_threshold_pct, 3.0);
         assert_eq!(c.slack_user_for("alice").unwrap().as_str(), "U0ALICE01");
         assert_eq!(c.slack_user_for("U0BOB0001").unwrap().as_str(), "U0BOB0001");

@@ -237,6 +237,8 @@ pub struct IdleEvidence {
     pub samples: usize,
     pub cpu_p95_pct: Option<f64>,
     pub cpu_max_pct: Option<f64>,
+    /// The newest sample's CPU.
+    pub cpu_latest_pct: Option<f64>,
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
     pub disk_used: Option<u64>,
@@ -452,6 +454,7 @@ fn evidence_from(policy: &IdlePolicy, seen: &Observed, window: &[Sample]) -> Idl
         samples: window.len(),
         cpu_p95_pct: percentile(&cpu, 0.95),
         cpu_max_pct: cpu.last().copied(),
+        cpu_latest_pct: last.map(|s| s.cpu_pct),
         mem_used: last.map(|s| s.mem_used),
         mem_total: last.map(|s| s.mem_total),
         disk_used: last.map(|s| s.disk_used),

@@ -67,6 +67,14 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../templates/template.json.j2"),
     ),
     (
+        "sweep_digest.json.j2",
+        include_str!("../../templates/sweep_digest.json.j2"),
+    ),
+    (
+        "sweep_owner.json.j2",
+        include_str!("../../templates/sweep_owner.json.j2"),
+    ),
+    (
         "case_card.json.j2",
         include_str!("../../templates/case_card.json.j2"),
     ),
