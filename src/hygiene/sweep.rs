@@ -64,6 +64,10 @@ pub enum SweepError {
     NoChannel,
     #[error("the digest could not be posted to Slack: {0}")]
     Digest(String),
+    #[error("another sweep is running right now; try again when it has finished")]
+    AlreadyRunning,
+    #[error("the sweep lease was lost mid-sweep, so the sweep was stopped: {0}")]
+    LeaseLost(String),
 }
 
 /// Explicit handles for one pass, so tests and the benchmark can build it without a server.
