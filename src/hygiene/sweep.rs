@@ -10,10 +10,10 @@
 //! Nothing here kills, pauses or snapshots anything: a live sweep only opens cases through
 //! `approvals::open_case`, and a dry run writes nothing at all (no case, no Slack message).
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
@@ -68,6 +68,8 @@ pub enum SweepError {
     AlreadyRunning,
     #[error("the sweep lease was lost mid-sweep, so the sweep was stopped: {0}")]
     LeaseLost(String),
+    #[error("judging a page of sandboxes failed: {0}")]
+    Judge(String),
 }
 
 /// Explicit handles for one pass, so tests and the benchmark can build it without a server.
@@ -397,56 +399,89 @@ impl Judged {
     }
 }
 
+/// What the pager hands to the judges.
+enum Paged {
+    Page(Vec<ListedSandbox>),
+    /// Paging stopped before E2B said the list was complete, for this reason.
+    Stopped(String),
+}
+
+/// Aborts a spawned task when dropped, so a cancelled sweep leaves nothing running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Pages through the fleet and judges each page while the next one is fetched.
+///
+/// The pager runs in its own task and every page is judged in a task of its own: decoding a
+/// page's metric windows is real CPU work, and if it shared a task with the pager each page
+/// request would wait behind it, stretching the one part that cannot be parallel.
 async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, SweepError> {
+    let windows = Arc::new(Semaphore::new(ctx.window_concurrency.max(1)));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(PAGES_IN_FLIGHT);
+    let _pager = AbortOnDrop(tokio::spawn(list_pages(ctx.e2b.clone(), tx)));
+    // Dropping the set (an error, or the sweep being cancelled) aborts every judge.
+    let mut judging = tokio::task::JoinSet::new();
+    let mut judged = Judged::default();
+    let mut listing_open = true;
+    loop {
+        tokio::select! {
+            paged = rx.recv(), if listing_open && judging.len() < PAGES_IN_FLIGHT => match paged {
+                Some(Ok(Paged::Page(items))) => {
+                    judging.spawn(judge_page(ctx.clone(), items, now, windows.clone()));
+                }
+                Some(Ok(Paged::Stopped(reason))) => {
+                    judged.problem(format!("The sandbox list may be incomplete: {reason}."));
+                }
+                Some(Err(e)) => return Err(e),
+                None => listing_open = false,
+            },
+            Some(done) = judging.join_next() => {
+                let part = done.map_err(|e| SweepError::Judge(e.to_string()))??;
+                judged = judged.merge(part);
+            }
+            else => break,
+        }
+    }
+    Ok(judged)
+}
+
+/// Sends every page of running and paused sandboxes, in order; the listing is sequential
+/// because each page needs the previous page's token.
+async fn list_pages(e2b: E2bClient, tx: tokio::sync::mpsc::Sender<Result<Paged, SweepError>>) {
     let query = ListQuery {
         state: StateFilter::Both,
         limit: Some(MAX_PAGE_LIMIT),
         ..ListQuery::default()
     };
-    let windows = Semaphore::new(ctx.window_concurrency.max(1));
-    let stopped: Mutex<Option<String>> = Mutex::new(None);
-    // The listing itself is sequential (each page needs the previous page's token).
-    let pages = futures::stream::try_unfold(
-        (PageGuard::new(DEFAULT_MAX_PAGES), None::<String>, false),
-        |(mut guard, token, done)| {
-            let (query, stopped) = (&query, &stopped);
-            async move {
-                if done {
-                    return Ok(None);
-                }
-                let page = ctx
-                    .e2b
-                    .list_sandboxes_page(query, token.as_deref())
-                    .await
-                    .map_err(SweepError::Listing)?;
-                let (next, done) = match guard.after_page(page.next_token.as_deref()) {
-                    Step::Next(next) => (Some(next), false),
-                    Step::Done => (None, true),
-                    Step::Stop(reason) => {
-                        tracing::warn!(%reason, "sweep listing stopped early");
-                        *stopped.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(reason.to_string());
-                        (None, true)
-                    }
-                };
-                Ok(Some((page.items, (guard, next, done))))
+    let mut guard = PageGuard::new(DEFAULT_MAX_PAGES);
+    let mut token: Option<String> = None;
+    loop {
+        let page = match e2b.list_sandboxes_page(&query, token.as_deref()).await {
+            Ok(page) => page,
+            Err(e) => {
+                let _ = tx.send(Err(SweepError::Listing(e))).await;
+                return;
             }
-        },
-    );
-    let judged = pages
-        .map_ok(|items| judge_page(ctx, items, now, &windows))
-        .try_buffer_unordered(PAGES_IN_FLIGHT)
-        .try_fold(
-            Judged::default(),
-            |all, part| async move { Ok(all.merge(part)) },
-        )
-        .await?;
-    let mut judged = judged;
-    if let Some(reason) = stopped.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        judged.problem(format!("The sandbox list may be incomplete: {reason}."));
+        };
+        let step = guard.after_page(page.next_token.as_deref());
+        if tx.send(Ok(Paged::Page(page.items))).await.is_err() {
+            return;
+        }
+        match step {
+            Step::Next(next) => token = Some(next),
+            Step::Done => return,
+            Step::Stop(reason) => {
+                tracing::warn!(%reason, "sweep listing stopped early");
+                let _ = tx.send(Ok(Paged::Stopped(reason.to_string()))).await;
+                return;
+            }
+        }
     }
-    Ok(judged)
 }
 
 fn observed(s: &ListedSandbox) -> Observed {
@@ -481,11 +516,12 @@ fn sample(m: &SandboxMetric) -> Sample {
 
 /// Judges one page: one batch metrics call, one store round trip, windows for candidates.
 async fn judge_page(
-    ctx: &SweepContext,
+    ctx: SweepContext,
     items: Vec<ListedSandbox>,
     now: DateTime<Utc>,
-    windows: &Semaphore,
+    windows: Arc<Semaphore>,
 ) -> Result<Judged, SweepError> {
+    let (ctx, windows) = (&ctx, &*windows);
     let policy = &ctx.config.idle;
     let mut part = Judged {
         pages: 1,
@@ -521,8 +557,9 @@ async fn judge_page(
             }
         }
     };
-    let mut candidates: Vec<(&ListedSandbox, Observed)> = Vec::new();
-    for s in &items {
+    // Indices into `items`, so the concurrent reads below borrow nothing per element.
+    let mut candidates: Vec<(usize, Observed)> = Vec::new();
+    for (i, s) in items.iter().enumerate() {
         if s.state != SandboxState::Running && s.state != SandboxState::Paused {
             continue;
         }
@@ -533,7 +570,7 @@ async fn judge_page(
             continue;
         }
         if policy::is_candidate(policy, &seen, quiet_now.as_ref(), now) {
-            candidates.push((s, seen));
+            candidates.push((i, seen));
         } else {
             part.counts.active += 1;
         }
@@ -543,14 +580,15 @@ async fn judge_page(
     }
     let subjects: Vec<Subject> = candidates
         .iter()
-        .map(|(s, _)| Subject::Sandbox(s.sandbox_id.clone()))
+        .map(|(i, _)| Subject::Sandbox(items[*i].sandbox_id.clone()))
         .collect();
     let (marks, open) = tokio::try_join!(
         ctx.store.left_marks(&subjects),
         ctx.store.open_case_ids(&subjects)
     )?;
     let mut to_read = Vec::new();
-    for (((listed, seen), mark), open) in candidates.into_iter().zip(marks).zip(open) {
+    for (((i, seen), mark), open) in candidates.into_iter().zip(marks).zip(open) {
+        let listed = &items[i];
         if let Some(case) = open {
             part.counts.already_open += 1;
             part.already_open.push(AlreadyOpen {
@@ -570,11 +608,13 @@ async fn judge_page(
                 let verdict = policy::assess(policy, &seen, &[], left_until, now);
                 part.record(ctx, listed, seen, verdict);
             }
-            RunState::Running => to_read.push((listed, seen, left_until)),
+            RunState::Running => to_read.push((i, seen, left_until)),
         }
     }
+    let items = &items;
     let verdicts: Vec<_> = futures::stream::iter(to_read)
-        .map(|(listed, seen, left_until)| async move {
+        .map(|(i, seen, left_until)| async move {
+            let listed = &items[i];
             let window = policy.thresholds_for(&seen.template).idle_window;
             let start = now - chrono::Duration::from_std(window).unwrap_or_default();
             let read = {
@@ -584,12 +624,13 @@ async fn judge_page(
                     .sandbox_metrics(&listed.sandbox_id, Some(start), Some(now))
                     .await
             };
-            (listed, seen, left_until, read)
+            (i, seen, left_until, read)
         })
         .buffer_unordered(ctx.window_concurrency.max(1))
         .collect()
         .await;
-    for (listed, seen, left_until, read) in verdicts {
+    for (i, seen, left_until, read) in verdicts {
+        let listed = &items[i];
         match read {
             Ok(points) => {
                 let mut window: Vec<Sample> = points.iter().map(sample).collect();
