@@ -163,6 +163,9 @@ impl RedisSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
     pub channels: Channels,
+    /// Who may decide which option of a case, and by when (`[approvals]`).
+    pub approvals: crate::cases::ApprovalPolicy,
+    /// The fleet sweep: schedule, channel, guard, owners and the idle policy (`[hygiene]`).
     pub hygiene: crate::hygiene::HygieneConfig,
 }
 
@@ -308,5 +311,11 @@ mod tests {
     fn unknown_policy_keys_are_refused() {
         assert!(Policy::parse("[channels]\napprovals = \"C1\"\n").is_ok());
         assert!(Policy::parse("[chanels]\napprovals = \"C1\"\n").is_err());
+        let policy = Policy::parse(
+            "[approvals]\ntwo_person_rule = false\n[approvals.approvers]\nkill = { users = [\"U1\"] }\n",
+        )
+        .unwrap();
+        assert!(!policy.approvals.two_person_rule);
+        assert!(Policy::parse("[approvals]\ntwo_person = false\n").is_err());
     }
 }

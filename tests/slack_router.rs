@@ -164,18 +164,6 @@ async fn user_text_in_replies_is_escaped_for_mrkdwn() {
 }
 
 #[tokio::test]
-async fn kill_and_delete_template_say_they_need_approval_and_touch_nothing() {
-    let app = spawn_app().await;
-    for (text, target) in [("kill sbx1", "sbx1"), ("delete-template base", "base")] {
-        let answer: Value = app.post_command(text).await.json().await.unwrap();
-        let shown = visible_json_text(&answer);
-        assert!(shown.contains("approval case"), "{shown}");
-        assert!(shown.contains(target), "{shown}");
-    }
-    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
-}
-
-#[tokio::test]
 async fn a_malformed_command_form_is_a_bad_request() {
     let app = spawn_app().await;
     let resp = app

@@ -1,1 +1,362 @@
-//! placeholder
+//! Clicks on a case card and reason-modal submissions: recognise repeats, check the person may
+//! choose the option, record the decision atomically, and hand the work to the queue.
+//!
+//! Of many concurrent clicks exactly one decision is written (the store's compare-and-swap);
+//! the others are told who decided. Nothing here calls E2B: a decision only becomes E2B calls
+//! in the worker. Every refused or repeated attempt is answered, and refusals are audited.
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::{Services, audit, refresh_card};
+use crate::cases::{Case, CaseState, DecisionOption, Event, may_decide};
+use crate::ids::{CaseId, SlackUserGroupId, SlackUserId};
+use crate::jobs::Job;
+use crate::store::{Actor, StoreError, Updated};
+
+/// How long a click or submission is remembered, so Slack's redeliveries are not acted on.
+pub const CLICK_DEDUPE_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// What the person who clicked should see.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Nothing to say (a repeat of a click already handled, or the card says it all).
+    Nothing,
+    /// A sentence only they see.
+    Ephemeral(String),
+    /// Open the reason modal for this case and option.
+    AskReason {
+        case: Box<Case>,
+        option: DecisionOption,
+    },
+}
+
+/// What a modal submission answers: close it, or show an error next to an input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmissionReply {
+    Close,
+    /// `(block_id, message)`: Slack shows the message under that input.
+    Error {
+        block: &'static str,
+        message: String,
+    },
+}
+
+fn person(user: &SlackUserId) -> Actor {
+    Actor::Person { user: user.clone() }
+}
+
+fn unavailable(e: &StoreError) -> Option<String> {
+    matches!(e, StoreError::Unavailable(_)).then(|| {
+        "Steward can't reach its database (Redis), so nothing was done. Try again in a minute."
+            .to_owned()
+    })
+}
+
+fn store_sentence(e: StoreError) -> String {
+    unavailable(&e).unwrap_or_else(|| match e {
+        StoreError::NotFound(_) => "This case no longer exists.".to_owned(),
+        other => format!("Steward could not record that: {other}."),
+    })
+}
+
+/// Says why a case no longer takes `option` from this person.
+pub fn already_sentence(case: &Case) -> String {
+    match &case.state {
+        CaseState::Pending => "This case is waiting for a decision.".to_owned(),
+        CaseState::Decided { decision, .. }
+        | CaseState::Executing { decision, .. }
+        | CaseState::Done { decision, .. }
+        | CaseState::Failed { decision, .. } => format!(
+            "Already decided by <@{}>: {}.",
+            decision.by, decision.option
+        ),
+        CaseState::Left { option, by, .. } => format!("Already decided by <@{by}>: {option}."),
+        CaseState::Expired { .. } => {
+            "This case expired without a decision; nothing was done. Open a new one if needed."
+                .to_owned()
+        }
+    }
+}
+
+/// The user groups listed for `option` that `user` belongs to (asks Slack, one call per group,
+/// only when the user is not already allowed by name).
+async fn groups_of(
+    svc: &Services,
+    user: &SlackUserId,
+    option: DecisionOption,
+) -> Vec<SlackUserGroupId> {
+    let rule = svc.policy.approvers.rule_for(option);
+    if rule.anyone || rule.users.contains(user) {
+        return Vec::new();
+    }
+    let mut member_of = Vec::new();
+    for group in &rule.groups {
+        // A group Slack cannot list counts as one the user is not in: refusing is the safe
+        // side, and the other groups may still let them in.
+        match svc.slack.usergroup_members(group.as_str()).await {
+            Ok(members) if members.contains(user) => member_of.push(group.clone()),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%group, error = %e, "could not list an approver group"),
+        }
+    }
+    member_of
+}
+
+/// Checks `user` may choose `option` on `case`; a refusal is audited and returned as a
+/// sentence.
+async fn authorize(
+    svc: &Services,
+    case: &Case,
+    user: &SlackUserId,
+    option: DecisionOption,
+) -> Result<(), String> {
+    let groups = groups_of(svc, user, option).await;
+    if let Err(refusal) = may_decide(&svc.policy, user, &groups, option, case.opener.requester()) {
+        let sentence = refusal.to_string();
+        audit(
+            &svc.store,
+            case,
+            person(user),
+            &format!("decide:{}", option.as_str()),
+            &format!("refused: {sentence}"),
+        )
+        .await;
+        tracing::info!(case = %case.id, %user, option = option.as_str(), "refused a decision");
+        return Err(format!("You are not an approver for {option}: {sentence}"));
+    }
+    Ok(())
+}
+
+/// Marks a click or submission as seen. `Ok(false)` for a repeat.
+async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
+    svc.store
+        .first_time(key, CLICK_DEDUPE_TTL)
+        .await
+        .map_err(store_sentence)
+}
+
+/// A click on an option button. `dedupe` identifies the click (its `action_ts`, else the
+/// trigger id); `retried` is true when Slack says this is a redelivery.
+pub async fn option_clicked(
+    svc: &Services,
+    user: &SlackUserId,
+    case_id: &CaseId,
+    option: DecisionOption,
+    dedupe: &str,
+) -> Reply {
+    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
+        Ok(true) => {}
+        Ok(false) => return Reply::Nothing,
+        Err(sentence) => return Reply::Ephemeral(sentence),
+    }
+    let case = match svc.store.get_case(case_id).await {
+        Ok(case) => case,
+        Err(e) => return Reply::Ephemeral(store_sentence(e)),
+    };
+    if case.state != CaseState::Pending {
+        return Reply::Ephemeral(already_sentence(&case));
+    }
+    if !case.options.contains(&option) {
+        return Reply::Ephemeral(format!("{option} is not an option of this case."));
+    }
+    if let Err(sentence) = authorize(svc, &case, user, option).await {
+        return Reply::Ephemeral(sentence);
+    }
+    // Leave/Keep and an unsnapshotted kill need a reason first: the modal's submission decides.
+    if option.is_leave() || option == DecisionOption::Kill {
+        return Reply::AskReason {
+            case: Box::new(case),
+            option,
+        };
+    }
+    match decide(svc, case_id, user, option, None, None).await {
+        Ok(()) => Reply::Nothing,
+        Err(sentence) => Reply::Ephemeral(sentence),
+    }
+}
+
+/// A reason modal as submitted.
+#[derive(Debug, Clone)]
+pub struct Submission<'a> {
+    pub user: &'a SlackUserId,
+    /// The modal's id: one submission per opened modal is acted on.
+    pub view_id: &'a str,
+    pub case_id: &'a CaseId,
+    pub option: DecisionOption,
+    pub reason: Option<&'a str>,
+    /// `YYYY-MM-DD` from the date picker.
+    pub until: Option<&'a str>,
+}
+
+/// A submitted reason modal.
+pub async fn reason_submitted(
+    svc: &Services,
+    sub: Submission<'_>,
+    now: DateTime<Utc>,
+) -> SubmissionReply {
+    let Submission {
+        user,
+        view_id,
+        case_id,
+        option,
+        reason,
+        until,
+    } = sub;
+    use crate::slack::payload::{CASE_REASON_BLOCK, CASE_UNTIL_BLOCK};
+    let error = |block, message: String| SubmissionReply::Error { block, message };
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    let Some(reason) = reason else {
+        return error(CASE_REASON_BLOCK, "Please say why.".into());
+    };
+    let until = match until.map(str::trim).filter(|d| !d.is_empty()) {
+        None => None,
+        Some(text) => match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+            Ok(date) => {
+                let at = date.and_hms_opt(0, 0, 0).map(|t| t.and_utc());
+                match at {
+                    Some(at) if at > now => Some(at),
+                    _ => return error(CASE_UNTIL_BLOCK, "Pick a date in the future.".into()),
+                }
+            }
+            Err(_) => return error(CASE_UNTIL_BLOCK, "That is not a date.".into()),
+        },
+    };
+    match first_time(svc, &format!("view:{user}:{view_id}")).await {
+        Ok(true) => {}
+        Ok(false) => return SubmissionReply::Close,
+        Err(sentence) => return error(CASE_REASON_BLOCK, sentence),
+    }
+    let case = match svc.store.get_case(case_id).await {
+        Ok(case) => case,
+        Err(e) => return error(CASE_REASON_BLOCK, store_sentence(e)),
+    };
+    if case.state != CaseState::Pending {
+        return error(CASE_REASON_BLOCK, plain(&already_sentence(&case)));
+    }
+    if let Err(sentence) = authorize(svc, &case, user, option).await {
+        return error(CASE_REASON_BLOCK, sentence);
+    }
+    match decide(svc, case_id, user, option, Some(reason.to_owned()), until).await {
+        Ok(()) => SubmissionReply::Close,
+        Err(sentence) => error(CASE_REASON_BLOCK, plain(&sentence)),
+    }
+}
+
+/// Modal errors are plain text: `<@U1>` would show as is, so name the user id alone.
+fn plain(sentence: &str) -> String {
+    sentence.replace("<@", "@").replace('>', "")
+}
+
+/// Records the decision; on success rewrites the card and queues the work. The loser of a race
+/// gets "already decided by …".
+async fn decide(
+    svc: &Services,
+    case_id: &CaseId,
+    user: &SlackUserId,
+    option: DecisionOption,
+    reason: Option<String>,
+    until: Option<DateTime<Utc>>,
+) -> Result<(), String> {
+    let event = Event::Decide {
+        option,
+        by: user.clone(),
+        reason,
+        until,
+    };
+    let action = format!("decide:{}", option.as_str());
+    let case = match svc.store.apply_event(case_id, event, Utc::now()).await {
+        Ok(Updated::Applied(case)) => case,
+        Ok(Updated::Rejected { current, error }) => {
+            audit(
+                &svc.store,
+                &current,
+                person(user),
+                &action,
+                &format!("refused: {error}"),
+            )
+            .await;
+            return Err(match current.state {
+                CaseState::Pending => format!("That decision could not be recorded: {error}."),
+                _ => already_sentence(&current),
+            });
+        }
+        Err(e) => return Err(store_sentence(e)),
+    };
+    audit(&svc.store, &case, person(user), &action, "ok").await;
+    // The card update and the enqueue may wait on Slack's rate limits: keep them out of the
+    // request that Slack wants answered within 3 s.
+    let svc = svc.clone();
+    tokio::spawn(async move { after_decision(&svc, case).await });
+    Ok(())
+}
+
+/// Shows the decision on the card, then queues the work (in that order, so the worker's later
+/// card updates always land after this one).
+async fn after_decision(svc: &Services, case: Case) {
+    refresh_card(&svc.slack, &svc.templates, &case).await;
+    if let CaseState::Decided {
+        decision, attempt, ..
+    } = &case.state
+    {
+        let job = Job::RunDecision {
+            case_id: case.id.clone(),
+            option: decision.option,
+            attempt: *attempt,
+        };
+        if let Err(e) = svc.store.enqueue(&job).await {
+            // Without a job the case would sit "running" forever: fail it so Retry appears.
+            let error = format!("Steward could not queue the work ({e})");
+            tracing::error!(case = %case.id, %error, "enqueue failed");
+            if let Ok(Updated::Applied(failed)) = svc
+                .store
+                .apply_event(&case.id, Event::Fail { error }, Utc::now())
+                .await
+            {
+                refresh_card(&svc.slack, &svc.templates, &failed).await;
+            }
+        }
+    }
+}
+
+/// A click on Retry under a failed case: authorized like the original option.
+pub async fn retry_clicked(
+    svc: &Services,
+    user: &SlackUserId,
+    case_id: &CaseId,
+    dedupe: &str,
+) -> Reply {
+    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
+        Ok(true) => {}
+        Ok(false) => return Reply::Nothing,
+        Err(sentence) => return Reply::Ephemeral(sentence),
+    }
+    let case = match svc.store.get_case(case_id).await {
+        Ok(case) => case,
+        Err(e) => return Reply::Ephemeral(store_sentence(e)),
+    };
+    let CaseState::Failed { decision, .. } = &case.state else {
+        return Reply::Ephemeral(format!(
+            "This case is {}, so there is nothing to retry.",
+            case.state.name()
+        ));
+    };
+    let option = decision.option;
+    if let Err(sentence) = authorize(svc, &case, user, option).await {
+        return Reply::Ephemeral(sentence);
+    }
+    let event = Event::Retry { by: user.clone() };
+    match svc.store.apply_event(case_id, event, Utc::now()).await {
+        Ok(Updated::Applied(case)) => {
+            audit(&svc.store, &case, person(user), "retry", "ok").await;
+            let svc = svc.clone();
+            tokio::spawn(async move { after_decision(&svc, case).await });
+            Reply::Nothing
+        }
+        Ok(Updated::Rejected { current, .. }) => Reply::Ephemeral(format!(
+            "Someone else already retried it; the case is {} now.",
+            current.state.name()
+        )),
+        Err(e) => Reply::Ephemeral(store_sentence(e)),
+    }
+}

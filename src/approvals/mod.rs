@@ -4,9 +4,12 @@
 //! `cases/` says which moves are legal, `store/` makes them atomic, `jobs/` runs plans step by
 //! step; this module joins them to Slack and E2B. It must never call a destructive E2B
 //! endpoint except from the worker, for a case whose decision the store recorded.
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
-use crate::cases::{Card, Case, CaseDraft, DraftError, Opener};
+use crate::cases::{ApprovalPolicy, Card, Case, CaseDraft, DraftError, Opener};
+use crate::e2b::E2bClient;
 use crate::ids::SlackChannelId;
 use crate::slack::client::{SlackClient, SlackError};
 use crate::slack::render::Templates;
@@ -16,11 +19,25 @@ pub mod card;
 pub mod decide;
 pub mod evidence;
 pub mod history;
+pub mod request;
 pub mod worker;
 
 /// How long a card may stay unposted before another `open_case` for the subject posts it
 /// (the first poster probably crashed or Slack failed).
 pub const UNPOSTED_CARD_GRACE_SECS: i64 = 60;
+
+/// The handles the approval flow works with; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Services {
+    pub store: Store,
+    pub slack: SlackClient,
+    /// `None` when `E2B_API_KEY` is not set: decisions then fail with a sentence saying so.
+    pub e2b: Option<E2bClient>,
+    pub templates: Arc<Templates>,
+    pub policy: Arc<ApprovalPolicy>,
+    /// `[channels] approvals`; `None` posts cards where the command was typed.
+    pub approvals_channel: Option<SlackChannelId>,
+}
 
 /// Where a case card goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

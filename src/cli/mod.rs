@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod audit;
 pub mod e2b;
 pub mod sweep;
 
@@ -32,6 +33,8 @@ pub enum Command {
     Sweep(sweep::SweepArgs),
     /// Say which settings are missing or invalid.
     Check,
+    /// Read the audit log of approval cases.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +54,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::E2b(args) => e2b::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
         Command::Check => check(),
+        Command::Audit(args) => audit::run(args).await,
     }
 }
 

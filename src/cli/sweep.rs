@@ -39,16 +39,8 @@ pub async fn context(settings: &Settings) -> anyhow::Result<SweepContext> {
         .context("the sweep needs Redis for Leave decisions and open cases")?;
     let slack = SlackClient::new(&settings.slack)?;
     let templates = Templates::load(settings.slack.templates_dir.as_deref())?;
-    let hygiene = &settings.policy.hygiene;
-    let channel = hygiene.channel_or(settings.policy.channels.hygiene.as_deref());
-    Ok(SweepContext::new(
-        e2b,
-        store,
-        slack,
-        Arc::new(templates),
-        Arc::new(hygiene.clone()),
-        channel,
-    ))
+    SweepContext::from_settings(settings, e2b, store, slack, Arc::new(templates))
+        .map_err(anyhow::Error::msg)
 }
 
 pub async fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {

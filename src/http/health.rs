@@ -1,7 +1,8 @@
-//! `GET /healthz` (the process is alive) and `GET /readyz` (configuration is complete).
+//! `GET /healthz` (the process is alive) and `GET /readyz` (configuration is complete and
+//! Redis answers).
 //!
-//! Readiness only inspects settings; it must not call Slack or E2B, so probes stay cheap and
-//! never spend rate limits.
+//! Readiness inspects settings and pings Redis (cheap, ours); it must not call Slack or E2B, so
+//! probes never spend their rate limits.
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -31,10 +32,20 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "E2B_API_KEY",
             s.e2b.api_key.is_some() && state.e2b.is_some(),
         ),
+        ("redis", "REDIS_URL", state.store.ping().await.is_ok()),
     ];
     let report: serde_json::Map<String, Value> = checks
         .iter()
-        .map(|(name, _, ok)| (name.to_string(), json!(if *ok { "ok" } else { "missing" })))
+        .map(|(name, _, ok)| {
+            (
+                name.to_string(),
+                json!(match (*ok, *name) {
+                    (true, _) => "ok",
+                    (false, "redis") => "unreachable",
+                    (false, _) => "missing",
+                }),
+            )
+        })
         .collect();
     let missing: Vec<&str> = checks.iter().filter(|c| !c.2).map(|c| c.1).collect();
     let status = if missing.is_empty() {

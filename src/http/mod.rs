@@ -10,10 +10,13 @@ use axum::middleware;
 use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
 
+use crate::approvals::Services;
 use crate::config::Settings;
 use crate::e2b::E2bClient;
+use crate::ids::SlackChannelId;
 use crate::slack::client::SlackClient;
 use crate::slack::render::Templates;
+use crate::store::Store;
 
 pub mod error;
 pub mod health;
@@ -29,6 +32,11 @@ pub struct AppState {
     /// `None` when `E2B_API_KEY` is not set: commands then explain that E2B is not configured.
     pub e2b: Option<E2bClient>,
     pub templates: Arc<Templates>,
+    /// Cases, the job queue, the audit log. Connects lazily, so the service starts (and
+    /// `/readyz` says so) while Redis is down.
+    pub store: Store,
+    /// `[channels] approvals` from steward.toml, checked at startup.
+    pub approvals_channel: Option<SlackChannelId>,
 }
 
 impl AppState {
@@ -41,12 +49,37 @@ impl AppState {
             Some(_) => Some(E2bClient::new(&settings.e2b)?),
             None => None,
         };
+        use secrecy::ExposeSecret;
+        let store = Store::redis_lazy(
+            settings.redis.url.expose_secret(),
+            &settings.redis.key_prefix,
+        )?;
+        let approvals_channel = match &settings.policy.channels.approvals {
+            None => None,
+            Some(text) => Some(SlackChannelId::parse(text.as_str()).map_err(|e| {
+                anyhow::anyhow!("[channels] approvals in steward.toml is not a channel id: {e}")
+            })?),
+        };
         Ok(Self {
             settings: Arc::new(settings),
             slack,
             e2b,
             templates: Arc::new(templates),
+            store,
+            approvals_channel,
         })
+    }
+
+    /// The handles the approval flow needs.
+    pub fn services(&self) -> Services {
+        Services {
+            store: self.store.clone(),
+            slack: self.slack.clone(),
+            e2b: self.e2b.clone(),
+            templates: self.templates.clone(),
+            policy: Arc::new(self.settings.policy.approvals.clone()),
+            approvals_channel: self.approvals_channel.clone(),
+        }
     }
 }
 

@@ -14,13 +14,15 @@ use serde_json::json;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::approvals::decide::{self, Reply, SubmissionReply};
+use crate::approvals::request::{self, CaseRequest};
+use crate::approvals::{Services, card, history};
+use crate::ids::CaseId;
 use crate::slack::client::ResponsePayload;
 use crate::slack::command::SandboxCommand;
 use crate::slack::execute::{self, Context};
 use crate::slack::payload::{self, Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
-use crate::slack::render::{
-    ApprovalNeededParams, FailureParams, HelpParams, Message, ProblemParams, WorkingParams,
-};
+use crate::slack::render::{FailureParams, HelpParams, Message, ProblemParams, WorkingParams};
 use crate::slack::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// Largest body accepted on a Slack route. Slack's own payloads are far smaller.
@@ -113,19 +115,108 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
             command: form.command.clone(),
             problem: problem.clone(),
         }),
-        // Destructive commands never run directly; the approvals issue replaces these two arms
-        // with opening an approval case.
-        SandboxCommand::Kill { id } => templates.render_or_plain(&ApprovalNeededParams {
-            action: "kill".into(),
-            target: id.to_string(),
-        }),
-        SandboxCommand::DeleteTemplate { id } => templates.render_or_plain(&ApprovalNeededParams {
-            action: "delete-template".into(),
-            target: id.to_string(),
-        }),
+        // Destructive commands never run directly: they open an approval case.
+        SandboxCommand::Kill { .. }
+        | SandboxCommand::DeleteTemplate { .. }
+        | SandboxCommand::History { .. } => return Ok(defer_case_command(&state, cmd, &form)),
+        SandboxCommand::Sweep { dry_run } => return Ok(defer_sweep(&state, *dry_run, &form)),
         _ => return Ok(defer(&state, cmd, &form)),
     };
     Ok(inline(message))
+}
+
+/// Acknowledges `kill`, `delete-template` and `history` now; a background task talks to Redis
+/// (and, for a new case, E2B and Slack) and answers via the response_url.
+fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response {
+    if let Err(e) = state.slack.check_response_url(&form.response_url) {
+        tracing::warn!(error = %e, "slash command with an unusable response_url");
+        return inline(state.templates.render_or_plain(&FailureParams {
+            sentence: "Slack sent this command without a usable reply address, so Steward cannot answer it.".into(),
+        }));
+    }
+    let ack = match &cmd {
+        SandboxCommand::Kill { id, .. } => format!("Opening a case to kill sandbox `{id}`…"),
+        SandboxCommand::DeleteTemplate { id, .. } => {
+            format!("Opening a case to delete template `{id}`…")
+        }
+        _ => "Reading the audit log…".to_owned(),
+    };
+    let svc = state.services();
+    let response_url = form.response_url.clone();
+    let req = CaseRequest {
+        user: form.user_id.clone(),
+        channel: form.channel_id.clone(),
+        reason: None,
+    };
+    tokio::spawn(async move {
+        let now = chrono::Utc::now();
+        let message = match cmd {
+            SandboxCommand::Kill { id, reason } => {
+                request::request_kill(&svc, CaseRequest { reason, ..req }, id, now).await
+            }
+            SandboxCommand::DeleteTemplate { id, reason } => {
+                request::request_delete_template(&svc, CaseRequest { reason, ..req }, id, now).await
+            }
+            SandboxCommand::History { target } => {
+                history::history_message(&svc.store, &svc.templates, &target).await
+            }
+            _ => return,
+        };
+        if let Err(e) = svc
+            .slack
+            .respond(&response_url, &ResponsePayload::ephemeral(message))
+            .await
+        {
+            tracing::error!(error = %e, "could not deliver a case command result to Slack");
+        }
+    });
+    inline(Message::plain(ack))
+}
+
+/// Acknowledges `/sandbox sweep` now; the pass runs in a background task and its outcome
+/// reaches the user through the response_url (a live pass also posts in the hygiene channel).
+fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response {
+    let fail =
+        |sentence: String| inline(state.templates.render_or_plain(&FailureParams { sentence }));
+    if let Err(e) = state.slack.check_response_url(&form.response_url) {
+        tracing::warn!(error = %e, "slash command with an unusable response_url");
+        return fail(
+            "Slack sent this command without a usable reply address, so Steward cannot answer it."
+                .into(),
+        );
+    }
+    let Some(e2b) = state.e2b.clone() else {
+        return fail(
+            "Steward is not connected to E2B yet (E2B_API_KEY is not set); an operator needs to set it up.".into(),
+        );
+    };
+    let ctx = match crate::hygiene::SweepContext::from_settings(
+        &state.settings,
+        e2b,
+        state.store.clone(),
+        state.slack.clone(),
+        state.templates.clone(),
+    ) {
+        Ok(ctx) => ctx,
+        Err(problem) => return fail(format!("The sweep cannot run: {problem}.")),
+    };
+    let slack = state.slack.clone();
+    let response_url = form.response_url.clone();
+    tokio::spawn(async move {
+        let message =
+            crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await;
+        if let Err(e) = slack
+            .respond(&response_url, &ResponsePayload::ephemeral(message))
+            .await
+        {
+            tracing::error!(error = %e, "could not deliver a sweep result to Slack");
+        }
+    });
+    inline(Message::plain(if dry_run {
+        "Sweeping the fleet (dry run: nothing will be opened or posted)…"
+    } else {
+        "Sweeping the fleet; the digest and cases will appear in the hygiene channel…"
+    }))
 }
 
 /// Acknowledges now and finishes the command in a background task via the response_url.
@@ -161,24 +252,173 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
     inline(working)
 }
 
-/// `POST /slack/interactions`: verified, parsed, acknowledged with an empty 200; the work
-/// happens afterwards.
+/// `POST /slack/interactions`: verified, parsed, acknowledged at once. Clicks are handled in
+/// a background task; a modal submission is answered in the response (Slack shows errors next
+/// to the inputs).
 pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let interaction = Interaction::parse(&body)?;
-    if interaction.kind != "block_actions" {
-        tracing::debug!(kind = %interaction.kind, "ignoring interaction");
-        return Ok(StatusCode::OK.into_response());
+    match interaction.kind.as_str() {
+        "block_actions" => {}
+        "view_submission" => return Ok(view_submission(&state, &interaction).await),
+        other => {
+            tracing::debug!(kind = %other, "ignoring interaction");
+            return Ok(StatusCode::OK.into_response());
+        }
     }
     for block_action in &interaction.actions {
         match Action::from_block_action(block_action) {
             Action::ListNextPage(cursor) => next_page(&state, &interaction, cursor),
-            Action::CaseOption { .. } | Action::CaseRetry { .. } | Action::Unknown { .. } => {
-                let action_id = &block_action.action_id;
+            Action::CaseOption { case_id, option } => {
+                case_click(&state, &interaction, block_action, case_id, Some(option))
+            }
+            Action::CaseRetry { case_id } => {
+                case_click(&state, &interaction, block_action, case_id, None)
+            }
+            Action::Unknown { action_id } => {
                 tracing::info!(%action_id, user = %interaction.user.id, "no handler for this action");
             }
         }
     }
     Ok(StatusCode::OK.into_response())
+}
+
+/// A click on a case card (`option` None: Retry). Handled after the 200.
+fn case_click(
+    state: &AppState,
+    interaction: &Interaction,
+    action: &payload::BlockAction,
+    case_id: CaseId,
+    option: Option<crate::cases::DecisionOption>,
+) {
+    // The same click redelivered carries the same action_ts; without one, the trigger id.
+    let dedupe = action
+        .action_ts
+        .clone()
+        .or_else(|| interaction.trigger_id.clone())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let svc = state.services();
+    let interaction = interaction.clone();
+    tokio::spawn(async move {
+        let user = &interaction.user.id;
+        let reply = match option {
+            Some(option) => decide::option_clicked(&svc, user, &case_id, option, &dedupe).await,
+            None => decide::retry_clicked(&svc, user, &case_id, &dedupe).await,
+        };
+        deliver(&svc, &interaction, reply).await;
+    });
+}
+
+/// Shows a click's reply to the person who clicked.
+async fn deliver(svc: &Services, interaction: &Interaction, reply: Reply) {
+    let sentence = match reply {
+        Reply::Nothing => return,
+        Reply::Ephemeral(sentence) => sentence,
+        Reply::AskReason { case, option } => {
+            let Some(trigger) = interaction.trigger_id.as_deref() else {
+                return tell(
+                    svc,
+                    interaction,
+                    "Slack sent no trigger for the form; click again.".into(),
+                )
+                .await;
+            };
+            let opened = match svc
+                .templates
+                .render_view(&card::reason_modal(&case, option))
+            {
+                Ok(view) => svc
+                    .slack
+                    .open_view(trigger, view)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match opened {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "could not open the reason form");
+                    format!(
+                        "Steward could not open the form that asks for a reason ({e}); click again."
+                    )
+                }
+            }
+        }
+    };
+    tell(svc, interaction, sentence).await;
+}
+
+/// An ephemeral sentence for the clicker: through the response_url when there is one, else
+/// `chat.postEphemeral` in the card's channel.
+async fn tell(svc: &Services, interaction: &Interaction, sentence: String) {
+    let message = svc.templates.render_or_plain(&FailureParams { sentence });
+    let result = match (&interaction.response_url, &interaction.channel) {
+        (Some(url), _) => {
+            let payload = ResponsePayload {
+                response_type: Some(crate::slack::client::ResponseType::Ephemeral),
+                replace_original: Some(false),
+                text: message.text,
+                blocks: message.blocks,
+            };
+            svc.slack.respond(url, &payload).await
+        }
+        (None, Some(channel)) => {
+            svc.slack
+                .post_ephemeral(&channel.id, &interaction.user.id, message)
+                .await
+        }
+        (None, None) => {
+            tracing::warn!("a case reply had nowhere to go");
+            return;
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, "could not tell the clicker");
+    }
+}
+
+/// A submitted reason modal: decide now, answer with `response_action: errors` when the input
+/// or the case says no.
+async fn view_submission(state: &AppState, interaction: &Interaction) -> Response {
+    use crate::slack::payload::{
+        CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_UNTIL_ACTION,
+        CASE_UNTIL_BLOCK, ModalMetadata,
+    };
+    let Some(view) = &interaction.view else {
+        return StatusCode::OK.into_response();
+    };
+    if view.callback_id != CASE_REASON_MODAL {
+        tracing::debug!(callback_id = %view.callback_id, "ignoring a view submission");
+        return StatusCode::OK.into_response();
+    }
+    let Some(meta) = ModalMetadata::decode(&view.private_metadata) else {
+        return modal_error(
+            CASE_REASON_BLOCK,
+            "This form is out of date; click the button on the card again.",
+        );
+    };
+    let reason = view
+        .input(CASE_REASON_BLOCK, CASE_REASON_ACTION)
+        .and_then(|v| v.value.as_deref());
+    let until = view
+        .input(CASE_UNTIL_BLOCK, CASE_UNTIL_ACTION)
+        .and_then(|v| v.selected_date.as_deref());
+    let submission = decide::Submission {
+        user: &interaction.user.id,
+        view_id: &view.id,
+        case_id: &meta.case_id,
+        option: meta.option,
+        reason,
+        until,
+    };
+    let reply = decide::reason_submitted(&state.services(), submission, chrono::Utc::now()).await;
+    match reply {
+        SubmissionReply::Close => StatusCode::OK.into_response(),
+        SubmissionReply::Error { block, message } => modal_error(block, &message),
+    }
+}
+
+fn modal_error(block: &str, message: &str) -> Response {
+    Json(json!({ "response_action": "errors", "errors": { block: message } })).into_response()
 }
 
 fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListCursor) {

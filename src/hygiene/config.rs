@@ -41,7 +41,7 @@ use crate::ids::{SlackChannelId, SlackUserId};
 pub const DEFAULT_SCHEDULE: &str = "0 9 * * *";
 /// Default share of the fleet above which kill recommendations are held back for review.
 pub const DEFAULT_KILL_SHARE_GUARD: f64 = 0.25;
-/// Default time people get to decide a sweep's case.
+/// Time people get to decide a sweep's case when neither `[hygiene]` nor `[approvals]` says.
 pub const DEFAULT_DECIDE_WITHIN: Duration = Duration::from_secs(2 * 86_400);
 /// Default cap on cases one sweep opens; the rest wait for the next sweep.
 pub const DEFAULT_MAX_CASES_PER_SWEEP: usize = 200;
@@ -61,9 +61,9 @@ pub struct HygieneConfig {
     /// for a review instead of opening those cases one by one.
     #[serde(deserialize_with = "share")]
     pub kill_share_guard: f64,
-    /// A sweep's case is due this long after it opens.
+    /// A sweep's case is due this long after it opens; unset, `[approvals] decide_within`.
     #[serde(deserialize_with = "duration")]
-    pub decide_within: Duration,
+    pub decide_within: Option<Duration>,
     /// Most cases one sweep opens (the most expensive idle sandboxes first).
     pub max_cases_per_sweep: usize,
     /// Owner names found in metadata, mapped to the Slack users to mention.
@@ -79,7 +79,7 @@ impl Default for HygieneConfig {
             timezone: chrono_tz::UTC,
             channel: None,
             kill_share_guard: DEFAULT_KILL_SHARE_GUARD,
-            decide_within: DEFAULT_DECIDE_WITHIN,
+            decide_within: None,
             max_cases_per_sweep: DEFAULT_MAX_CASES_PER_SWEEP,
             owners: BTreeMap::new(),
             idle: IdlePolicy::default(),
@@ -88,11 +88,24 @@ impl Default for HygieneConfig {
 }
 
 impl HygieneConfig {
-    /// The hygiene channel: `[hygiene] channel`, else `[channels] hygiene`.
-    pub fn channel_or(&self, fallback: Option<&str>) -> Option<SlackChannelId> {
-        self.channel
-            .clone()
-            .or_else(|| fallback.and_then(|c| SlackChannelId::parse(c).ok()))
+    /// The hygiene channel: `[hygiene] channel`, else `[channels] hygiene` (which is checked
+    /// here, since `[channels]` holds plain text).
+    pub fn channel_or(&self, fallback: Option<&str>) -> Result<Option<SlackChannelId>, String> {
+        if let Some(channel) = &self.channel {
+            return Ok(Some(channel.clone()));
+        }
+        fallback
+            .map(|c| {
+                SlackChannelId::parse(c).map_err(|e| {
+                    format!("[channels] hygiene in steward.toml is not a channel id: {e}")
+                })
+            })
+            .transpose()
+    }
+
+    /// How long people have to decide a sweep's case.
+    pub fn decide_within(&self) -> Duration {
+        self.decide_within.unwrap_or(DEFAULT_DECIDE_WITHIN)
     }
 
     /// The Slack user to mention for an owner named in metadata: the `[hygiene.owners]` entry,
@@ -214,9 +227,16 @@ fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(value)
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    crate::config::parse_duration("duration", &text).map_err(serde::de::Error::custom)
+    let within = crate::config::parse_duration("hygiene.decide_within", &text)
+        .map_err(serde::de::Error::custom)?;
+    if within.is_zero() {
+        return Err(serde::de::Error::custom(
+            "hygiene.decide_within must be longer than zero",
+        ));
+    }
+    Ok(Some(within))
 }
 
 #[cfg(test)]
@@ -264,6 +284,11 @@ mod tests {
             .to_string();
         assert!(err.contains("not a time zone"), "{err}");
         assert!(parse("kill_share_guard = 1.5\n").is_err());
+        assert!(parse("decide_within = \"0s\"\n").is_err());
+        assert_eq!(
+            parse("decide_within = \"4d\"\n").unwrap().decide_within(),
+            Duration::from_secs(4 * 86_400)
+        );
         assert!(
             parse("cpu_threshold_pct = 3.0\n").is_err(),
             "idle knobs live in [hygiene.idle]"
@@ -286,9 +311,20 @@ mod tests {
     #[test]
     fn the_hygiene_channel_falls_back_to_the_channels_table() {
         let c = HygieneConfig::default();
-        assert_eq!(c.channel_or(Some("C0HYG")).unwrap().as_str(), "C0HYG");
+        assert_eq!(
+            c.channel_or(Some("C0HYG")).unwrap().unwrap().as_str(),
+            "C0HYG"
+        );
+        assert!(
+            c.channel_or(Some("#hygiene"))
+                .unwrap_err()
+                .contains("not a channel id")
+        );
         let c = parse("channel = \"C0OWN\"\n").unwrap();
-        assert_eq!(c.channel_or(Some("C0HYG")).unwrap().as_str(), "C0OWN");
-        assert_eq!(HygieneConfig::default().channel_or(None), None);
+        assert_eq!(
+            c.channel_or(Some("C0HYG")).unwrap().unwrap().as_str(),
+            "C0OWN"
+        );
+        assert_eq!(HygieneConfig::default().channel_or(None), Ok(None));
     }
 }

@@ -80,7 +80,7 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
         opener: Opener::Sweep,
         reason: case_reason(s, now),
         decide_by: now
-            + chrono::Duration::from_std(ctx.config.decide_within)
+            + chrono::Duration::from_std(ctx.config.decide_within())
                 .unwrap_or(chrono::Duration::days(2)),
     }
 }

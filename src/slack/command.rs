@@ -109,13 +109,24 @@ pub enum SandboxCommand {
     Template {
         id: TemplateId,
     },
-    /// Destructive: handled by an approval case, never run directly.
+    /// Destructive: opens an approval case, never runs directly. `reason` is the rest of the
+    /// line, if any.
     Kill {
         id: SandboxId,
+        reason: Option<String>,
     },
-    /// Destructive: handled by an approval case, never run directly.
+    /// Destructive: opens an approval case, never runs directly.
     DeleteTemplate {
         id: TemplateId,
+        reason: Option<String>,
+    },
+    /// The audit timeline of a case (`case_…`), a sandbox, or a template.
+    History {
+        target: String,
+    },
+    /// A hygiene sweep now; a dry run only reports what would be raised.
+    Sweep {
+        dry_run: bool,
     },
     /// Input we could not understand; `problem` is a sentence for the user.
     Invalid {
@@ -128,7 +139,11 @@ impl SandboxCommand {
     pub fn needs_e2b(&self) -> bool {
         !matches!(
             self,
-            Self::Help | Self::Invalid { .. } | Self::Kill { .. } | Self::DeleteTemplate { .. }
+            Self::Help
+                | Self::Invalid { .. }
+                | Self::Kill { .. }
+                | Self::DeleteTemplate { .. }
+                | Self::History { .. }
         )
     }
 
@@ -280,10 +295,27 @@ fn parse_words(words: &[String]) -> Parsed {
         },
         "kill" => SandboxCommand::Kill {
             id: args.sandbox_id()?,
+            reason: args.rest(),
         },
         "delete-template" => SandboxCommand::DeleteTemplate {
             id: args.template_id()?,
+            reason: args.rest(),
         },
+        "history" => SandboxCommand::History {
+            target: args.required("sandbox-id|case-id", "i1a2b3c4")?,
+        },
+        "sweep" => {
+            let dry_run = match args.positional().as_deref() {
+                None => false,
+                Some("--dry-run" | "dry-run" | "—dry-run") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "`sweep` takes only `--dry-run`; `{other}` is not something it knows."
+                    ));
+                }
+            };
+            SandboxCommand::Sweep { dry_run }
+        }
         other => return Err(format!("I don't know the subcommand `{other}`.")),
     };
     args.finish()?;
@@ -379,6 +411,12 @@ impl<'a> Args<'a> {
             .find(|w| w.is_some_and(|w| !w.contains('=')))
             .and_then(Option::take)
             .map(str::to_owned)
+    }
+
+    /// Every word left, joined by spaces (a free-text reason).
+    fn rest(&mut self) -> Option<String> {
+        let words: Vec<&str> = self.words.iter_mut().filter_map(Option::take).collect();
+        (!words.is_empty()).then(|| words.join(" "))
     }
 
     fn option(&mut self, key: &str) -> Option<String> {
@@ -497,7 +535,26 @@ mod tests {
     fn sandbox_subcommands_take_an_id() {
         check("get i123", SandboxCommand::Get { id: id("i123") });
         check("pause i123", SandboxCommand::Pause { id: id("i123") });
-        check("kill i123", SandboxCommand::Kill { id: id("i123") });
+        check(
+            "kill i123",
+            SandboxCommand::Kill {
+                id: id("i123"),
+                reason: None,
+            },
+        );
+        check(
+            "kill i123 done with it, thanks",
+            SandboxCommand::Kill {
+                id: id("i123"),
+                reason: Some("done with it, thanks".into()),
+            },
+        );
+        check(
+            "history case_abc",
+            SandboxCommand::History {
+                target: "case_abc".into(),
+            },
+        );
         check(
             "resume i123",
             SandboxCommand::Resume {
@@ -512,6 +569,12 @@ mod tests {
                 timeout: Some(Duration::from_secs(600)),
             },
         );
+        check("sweep", SandboxCommand::Sweep { dry_run: false });
+        check("sweep --dry-run", SandboxCommand::Sweep { dry_run: true });
+        // Slack clients may turn `--` into an em dash.
+        check("sweep —dry-run", SandboxCommand::Sweep { dry_run: true });
+        assert!(invalid("sweep now").contains("only `--dry-run`"));
+        assert!(invalid("sweep --dry-run twice").contains("does not understand"));
         assert!(invalid("get").contains("needs a sandbox id"));
         assert!(invalid("get a/b").contains("not a sandbox id"));
         assert!(invalid("get i1 i2").contains("does not understand `i2`"));
@@ -604,6 +667,7 @@ mod tests {
             "delete-template base",
             SandboxCommand::DeleteTemplate {
                 id: TemplateId::parse("base").unwrap(),
+                reason: None,
             },
         );
         assert!(invalid("snapshot i1 bad?name").contains("snapshot name"));

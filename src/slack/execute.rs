@@ -76,7 +76,9 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         SandboxCommand::Help
         | SandboxCommand::Invalid { .. }
         | SandboxCommand::Kill { .. }
-        | SandboxCommand::DeleteTemplate { .. } => {
+        | SandboxCommand::DeleteTemplate { .. }
+        | SandboxCommand::History { .. }
+        | SandboxCommand::Sweep { .. } => {
             return ctx.failure("That command is answered directly, not through E2B.".into());
         }
     };

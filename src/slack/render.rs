@@ -522,6 +522,7 @@ mod tests {
             "template <id>",
             "kill",
             "delete-template",
+            "sweep",
         ] {
             assert!(
                 text.contains(&format!("/sandbox {verb}")),

@@ -193,6 +193,11 @@ impl Store {
         Ok(Store::Redis(RedisStore::connect(url, key_prefix).await?))
     }
 
+    /// A Redis store that connects on first use (see [`RedisStore::connect_lazy`]).
+    pub fn redis_lazy(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
+        Ok(Store::Redis(RedisStore::connect_lazy(url, key_prefix)?))
+    }
+
     /// Connects with the service's settings.
     pub async fn from_settings(settings: &RedisSettings) -> Result<Self, StoreError> {
         use secrecy::ExposeSecret;

@@ -171,6 +171,15 @@ fn map_err(e: RedisError) -> StoreError {
     }
 }
 
+/// Short timeouts and few reconnection attempts: a dead Redis must fail fast.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(RECONNECT_RETRIES)
+        .set_max_delay(Duration::from_millis(500))
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -189,12 +198,7 @@ impl RedisStore {
         // The parse error could quote the URL, which may hold a password: say less.
         let client = redis::Client::open(url)
             .map_err(|_| StoreError::Invalid("REDIS_URL is not a valid redis:// URL".into()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(RECONNECT_RETRIES)
-            .set_max_delay(Duration::from_millis(500));
-        let connecting = ConnectionManager::new_with_config(client.clone(), config);
+        let connecting = ConnectionManager::new_with_config(client.clone(), manager_config());
         let conn = tokio::time::timeout(CONNECT_TIMEOUT * 3, connecting)
             .await
             .map_err(|_| StoreError::Unavailable("timed out connecting".into()))?
@@ -209,6 +213,26 @@ impl RedisStore {
         };
         store.ensure_group().await?;
         Ok(store)
+    }
+
+    /// Like [`RedisStore::connect`] but without connecting yet: the first command connects
+    /// (and each later one reconnects if needed), so a service can start while Redis is down
+    /// and report it through readiness instead of crashing. The job queue's consumer group is
+    /// created by the first `claim`.
+    pub fn connect_lazy(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
+        let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
+        let client = redis::Client::open(url)
+            .map_err(|_| StoreError::Invalid("REDIS_URL is not a valid redis:// URL".into()))?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
+            .map_err(map_err)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                keys,
+                client,
+                conn,
+                blocking: Mutex::new(Vec::new()),
+            }),
+        })
     }
 
     pub fn keys(&self) -> &Keys {
@@ -706,7 +730,7 @@ impl RedisStore {
         let mut cursor = "0-0".to_owned();
         let mut taken = Vec::new();
         loop {
-            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+            let reply: Result<StreamAutoClaimReply, RedisError> = redis::cmd("XAUTOCLAIM")
                 .arg(self.keys().jobs())
                 .arg(JOB_GROUP)
                 .arg(consumer)
@@ -715,8 +739,17 @@ impl RedisStore {
                 .arg("COUNT")
                 .arg(PAGE)
                 .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
+                .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                // No group yet (a lazily connected store, or the stream was deleted): nobody
+                // can have claimed anything, so there is nothing to take over.
+                Err(e) if e.code() == Some("NOGROUP") => {
+                    self.ensure_group().await?;
+                    return Ok(taken);
+                }
+                Err(e) => return Err(map_err(e)),
+            };
             for entry in reply.claimed {
                 match self.decode_job(&entry) {
                     Ok(job) => {

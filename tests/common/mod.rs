@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sandbox_steward::config::Settings;
@@ -32,6 +33,18 @@ pub struct TestAppOptions {
     pub env: Vec<(String, String)>,
     /// Retry policy of the app's E2B client; tests that force failures make it short.
     pub e2b_retry: RetryPolicy,
+    /// Redis to use (default `REDIS_URL` or the local one).
+    pub redis_url: Option<String>,
+    /// Key prefix (default: a fresh one per app, so tests never share data).
+    pub redis_prefix: Option<String>,
+    /// The text of a steward.toml to load.
+    pub policy: Option<String>,
+    /// Whether the app runs its queue worker.
+    pub worker: bool,
+    /// How long a claimed job sits unacknowledged before this app's worker takes it over.
+    pub stale_after: Duration,
+    /// How often the expiry loop runs.
+    pub expire_every: Duration,
 }
 
 impl Default for TestAppOptions {
@@ -46,8 +59,24 @@ impl Default for TestAppOptions {
                 max_delay: Duration::from_millis(50),
                 max_retry_after: Duration::from_millis(50),
             },
+            redis_url: None,
+            redis_prefix: None,
+            policy: None,
+            worker: true,
+            stale_after: Duration::from_secs(120),
+            expire_every: Duration::from_millis(200),
         }
     }
+}
+
+/// The local Redis every test uses unless told otherwise.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix() -> String {
+    format!("test-{}", uuid::Uuid::new_v4().simple())
 }
 
 /// A running Steward with its fakes.
@@ -55,8 +84,10 @@ pub struct TestApp {
     /// `http://127.0.0.1:PORT` of Steward.
     pub address: String,
     pub port: u16,
-    pub slack: SlackSim,
-    pub e2b: SimServer,
+    pub slack: Arc<SlackSim>,
+    pub e2b: Arc<SimServer>,
+    pub redis_url: String,
+    pub redis_prefix: String,
     pub signing_secret: String,
     pub state: AppState,
     pub http: reqwest::Client,
@@ -87,6 +118,24 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
     })
     .await
     .expect("E2B simulator starts");
+    start_app(Arc::new(slack), Arc::new(e2b), opts).await
+}
+
+impl TestApp {
+    /// A second replica: same fake Slack, same E2B simulator, same Redis and key prefix.
+    pub async fn spawn_peer(&self, opts: TestAppOptions) -> TestApp {
+        let opts = TestAppOptions {
+            redis_url: Some(self.redis_url.clone()),
+            redis_prefix: Some(self.redis_prefix.clone()),
+            ..opts
+        };
+        start_app(self.slack.clone(), self.e2b.clone(), opts).await
+    }
+}
+
+async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptions) -> TestApp {
+    let redis_url = opts.redis_url.clone().unwrap_or_else(redis_url);
+    let redis_prefix = opts.redis_prefix.clone().unwrap_or_else(unique_prefix);
     let mut env: HashMap<String, String> = [
         ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
         ("SLACK_API_URL", slack.api_url()),
@@ -94,12 +143,21 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
         ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
         ("E2B_API_URL", e2b.base_url()),
         ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        ("REDIS_URL", redis_url.clone()),
+        ("STEWARD_REDIS_PREFIX", redis_prefix.clone()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     if opts.with_e2b {
         env.insert("E2B_API_KEY".into(), E2B_KEY.into());
+    }
+    // The policy file only needs to exist while settings load.
+    let config_dir = tempfile::tempdir().expect("a temporary directory");
+    if let Some(policy) = &opts.policy {
+        let path = config_dir.path().join("steward.toml");
+        std::fs::write(&path, policy).expect("steward.toml is written");
+        env.insert("STEWARD_CONFIG".into(), path.display().to_string());
     }
     env.extend(opts.env);
     let settings = Settings::load(&env).expect("test settings load");
@@ -108,6 +166,12 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
     if let Some(client) = app.state_mut().e2b.take() {
         app.state_mut().e2b = Some(client.with_retry_policy(opts.e2b_retry));
     }
+    let loops = app.loops_mut();
+    loops.worker_enabled = opts.worker;
+    loops.worker.block = Duration::from_millis(200);
+    loops.worker.reclaim_every = Duration::from_millis(200);
+    loops.worker.stale_after = opts.stale_after;
+    loops.expire_every = opts.expire_every;
     let port = app.port();
     let state = app.state().clone();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -119,6 +183,8 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
         port,
         slack,
         e2b,
+        redis_url,
+        redis_prefix,
         signing_secret,
         state,
         http: reqwest::Client::new(),
@@ -310,5 +376,53 @@ fn collect_text(v: &Value, out: &mut String) {
         }
         Value::Array(items) => items.iter().for_each(|i| collect_text(i, out)),
         _ => {}
+    }
+}
+
+/// A `redis-server` of our own on a free port, killed when dropped (to sabotage Redis mid-test).
+pub struct ThrowawayRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl ThrowawayRedis {
+    /// Starts the server and waits until it answers.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self::start_on(port)
+    }
+
+    /// Starts the server on `port` and waits until it answers.
+    pub fn start_on(port: u16) -> Self {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for this test");
+        let server = Self { child, port };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("the throwaway redis-server never answered");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ThrowawayRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -1,0 +1,173 @@
+//! `/sandbox kill` and `/sandbox delete-template`: a person asks, Steward opens a case.
+//!
+//! The database is asked first (an open case for the subject, which also proves Redis
+//! answers), so that when Redis is down nothing at all is sent to E2B. Only then is the
+//! evidence read from E2B and the card posted. This file must not call a destructive endpoint.
+use chrono::{DateTime, Utc};
+
+use super::card::{CaseOpenedParams, message_link};
+use super::{ApprovalError, CardTarget, Services, evidence, open_case};
+use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
+use crate::e2b::E2bError;
+use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use crate::slack::execute::sentence;
+use crate::slack::render::{FailureParams, Message};
+use crate::store::{Opened, StoreError};
+
+/// Who asked, where, and why.
+#[derive(Debug, Clone)]
+pub struct CaseRequest {
+    pub user: SlackUserId,
+    /// The channel the command was typed in (used when no approvals channel is configured).
+    pub channel: SlackChannelId,
+    pub reason: Option<String>,
+}
+
+fn failure(svc: &Services, sentence: String) -> Message {
+    svc.templates.render_or_plain(&FailureParams { sentence })
+}
+
+fn opened_message(svc: &Services, case: &Case, existing: bool) -> Message {
+    svc.templates.render_or_plain(&CaseOpenedParams {
+        existing,
+        case_id: case.id.to_string(),
+        subject: match &case.subject {
+            Subject::Sandbox(id) => format!("sandbox `{id}`"),
+            Subject::Template(id) => format!("template `{id}`"),
+        },
+        channel: case.card.as_ref().map(|c| c.channel.to_string()),
+        link: case
+            .card
+            .as_ref()
+            .map(|c| message_link(c.channel.as_str(), &c.ts)),
+    })
+}
+
+/// Opens (or points at) the case for `subject`, reading its evidence with `read`.
+async fn request<F, Fut>(
+    svc: &Services,
+    req: CaseRequest,
+    subject: Subject,
+    recommendation: Recommendation,
+    now: DateTime<Utc>,
+    read: F,
+) -> Message
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Evidence, E2bError>>,
+{
+    let what = match &subject {
+        Subject::Sandbox(id) => format!("Sandbox `{id}`"),
+        Subject::Template(id) => format!("Template `{id}`"),
+    };
+    // Redis first: when it is down, E2B hears nothing.
+    match svc.store.case_for_subject(&subject).await {
+        Ok(Some(existing)) => return opened_message(svc, &existing, true),
+        Ok(None) => {}
+        Err(e @ StoreError::Unavailable(_)) => {
+            tracing::warn!(error = %e, "no case opened: Redis unavailable");
+            return failure(
+                svc,
+                "Steward can't reach its database (Redis), so no case was opened and nothing was sent to E2B. Try again in a minute.".into(),
+            );
+        }
+        Err(e) => return failure(svc, format!("Steward could not check for open cases: {e}.")),
+    }
+    if svc.e2b.is_none() {
+        return failure(
+            svc,
+            "E2B is not configured (E2B_API_KEY is not set), so no case was opened.".into(),
+        );
+    }
+    let evidence = match read().await {
+        Ok(evidence) => evidence,
+        Err(E2bError::NotFound { .. }) => {
+            return failure(svc, format!("{what} was not found, so no case was opened."));
+        }
+        Err(e) => return failure(svc, sentence(&what, &e)),
+    };
+    let draft = CaseDraft {
+        subject,
+        evidence,
+        recommendation,
+        options: None,
+        opener: Opener::Person {
+            user: req.user.clone(),
+        },
+        reason: req.reason.unwrap_or_else(|| "no reason given".into()),
+        decide_by: svc.policy.decide_by(now),
+    };
+    let target = CardTarget {
+        channel: svc.approvals_channel.clone().unwrap_or(req.channel),
+        thread_ts: None,
+    };
+    match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {
+        Ok(Opened::Created(case)) => opened_message(svc, &case, false),
+        Ok(Opened::Existing(case)) => opened_message(svc, &case, true),
+        Err(ApprovalError::Slack(e)) if is_not_in_channel(&e) => failure(
+            svc,
+            "Steward could not post the case card: invite the Steward app to the approvals channel first.".into(),
+        ),
+        Err(e) => failure(svc, e.to_string()),
+    }
+}
+
+fn is_not_in_channel(e: &crate::slack::client::SlackError) -> bool {
+    matches!(e, crate::slack::client::SlackError::Api { code } if code == "not_in_channel" || code == "channel_not_found")
+}
+
+/// `/sandbox kill <id> [reason]`.
+pub async fn request_kill(
+    svc: &Services,
+    req: CaseRequest,
+    id: SandboxId,
+    now: DateTime<Utc>,
+) -> Message {
+    let e2b = svc.e2b.clone();
+    let read_id = id.clone();
+    request(
+        svc,
+        req,
+        Subject::Sandbox(id),
+        Recommendation {
+            option: DecisionOption::SnapshotThenKill,
+            reason: "a snapshot keeps its state in case someone needs it later".into(),
+        },
+        now,
+        || async move {
+            match e2b {
+                Some(e2b) => evidence::sandbox(&e2b, &read_id).await,
+                None => Err(E2bError::NotConfigured("E2B_API_KEY is not set")),
+            }
+        },
+    )
+    .await
+}
+
+/// `/sandbox delete-template <id> [reason]`.
+pub async fn request_delete_template(
+    svc: &Services,
+    req: CaseRequest,
+    id: TemplateId,
+    now: DateTime<Utc>,
+) -> Message {
+    let e2b = svc.e2b.clone();
+    let read_id = id.clone();
+    request(
+        svc,
+        req,
+        Subject::Template(id),
+        Recommendation {
+            option: DecisionOption::DeleteTemplate,
+            reason: "asked for by a person; check who still uses it first".into(),
+        },
+        now,
+        || async move {
+            match e2b {
+                Some(e2b) => evidence::template(&e2b, &read_id).await,
+                None => Err(E2bError::NotConfigured("E2B_API_KEY is not set")),
+            }
+        },
+    )
+    .await
+}

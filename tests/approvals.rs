@@ -1,0 +1,934 @@
+//! Approval cases over HTTP: slash commands open cases, signed clicks and modal submissions
+//! decide them, workers in one or two running replicas carry them out against the E2B
+//! simulator, and the fake Slack shows what people would see. Real Redis, a fresh key prefix
+//! per test.
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
+use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
+use sandbox_steward::jobs::StepLog;
+use sandbox_steward::sim::slack::Recorded;
+use sandbox_steward::store::{Store, Updated};
+use serde_json::{Value, json};
+
+const APPROVALS: &str = "C0APPROVALS";
+/// How long a test waits for something asynchronous before failing.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// U0001 asks (every command comes from U0001); U0002 and members of S0KILLERS may kill.
+fn policy(extra: &str) -> String {
+    format!(
+        r#"
+[channels]
+approvals = "{APPROVALS}"
+[approvals]
+two_person_rule = true
+{extra}
+[approvals.approvers]
+kill = {{ users = ["U0002"], groups = ["S0KILLERS"] }}
+delete_template = {{ users = ["U0002"] }}
+pause = {{ anyone = true }}
+leave = {{ anyone = true }}
+keep = {{ anyone = true }}
+"#
+    )
+}
+
+fn options(extra: &str) -> TestAppOptions {
+    TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy(extra)),
+        ..TestAppOptions::default()
+    }
+}
+
+/// Polls `check` until it holds, failing the test after [`PATIENCE`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn hook() -> String {
+    format!("h{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn seed(app: &TestApp, id: &str, template: &str) {
+    app.seed_sandbox(json!({"sandboxID": id, "templateID": template, "state": "running"}))
+        .await;
+}
+
+/// Runs `/sandbox <text>` and returns the ack and the deferred answer.
+async fn command(app: &TestApp, text: &str) -> (Value, Recorded) {
+    let name = hook();
+    let ack: Value = app.post_command_to(text, &name).await.json().await.unwrap();
+    (ack, app.wait_for_hook(&name).await)
+}
+
+/// The case id named in a reply.
+fn case_id_in(text: &str) -> CaseId {
+    let start = text
+        .find("case_")
+        .unwrap_or_else(|| panic!("no case id in {text}"));
+    let id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    CaseId::parse(id).unwrap()
+}
+
+/// `/sandbox kill <sandbox>`: the case it opened.
+async fn open_kill_case(app: &TestApp, sandbox: &str) -> CaseId {
+    let (ack, reply) = command(app, &format!("kill {sandbox} finished with it")).await;
+    assert!(
+        common::visible_json_text(&ack).contains("Opening a case"),
+        "{ack}"
+    );
+    let text = visible_text(&reply);
+    assert!(text.contains("Opened case"), "{text}");
+    case_id_in(&text)
+}
+
+/// The card's current text in the fake Slack.
+async fn card_text(app: &TestApp, case: &CaseId) -> String {
+    let stored = app.state.store.get_case(case).await.unwrap();
+    let card = stored.card.expect("the case has a card");
+    let message = app
+        .slack
+        .message(card.channel.as_str(), &card.ts)
+        .expect("the card exists in Slack");
+    visible_text(&message)
+}
+
+async fn card_blocks(app: &TestApp, case: &CaseId) -> Value {
+    let card = app.state.store.get_case(case).await.unwrap().card.unwrap();
+    let message = app.slack.message(card.channel.as_str(), &card.ts).unwrap();
+    message.blocks.unwrap_or(Value::Null)
+}
+
+async fn state_of(app: &TestApp, case: &CaseId) -> CaseState {
+    app.state.store.get_case(case).await.unwrap().state
+}
+
+/// A signed click on a case card's button; replies go to `hooks/<reply_hook>`.
+async fn click(
+    app: &TestApp,
+    case: &CaseId,
+    action_id: &str,
+    user: &str,
+    reply_hook: &str,
+) -> reqwest::Response {
+    click_with_ts(app, case, action_id, user, reply_hook, &hook()).await
+}
+
+async fn click_with_ts(
+    app: &TestApp,
+    case: &CaseId,
+    action_id: &str,
+    user: &str,
+    reply_hook: &str,
+    action_ts: &str,
+) -> reqwest::Response {
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": user},
+        "trigger_id": format!("trigger-{}", hook()),
+        "response_url": app.slack.response_url(reply_hook),
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": "1.1"},
+        "channel": {"id": APPROVALS},
+        "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
+    });
+    let resp = app.post_interaction(&payload).await;
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+/// The `private_metadata` of the latest modal Steward opened, once it has opened one more
+/// than `before`.
+async fn opened_modal(app: &TestApp, before: usize) -> Value {
+    eventually("a modal opens", || async {
+        views_opened(app).len() > before
+    })
+    .await;
+    let view = views_opened(app).pop().unwrap();
+    match view {
+        Value::String(s) => serde_json::from_str(&s).unwrap(),
+        v => v,
+    }
+}
+
+fn views_opened(app: &TestApp) -> Vec<Value> {
+    app.slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "views.open")
+        .map(|m| m.body["view"].clone())
+        .collect()
+}
+
+/// Submits the reason modal `view` as `user`.
+async fn submit(
+    app: &TestApp,
+    view: &Value,
+    user: &str,
+    reason: &str,
+    until: Option<&str>,
+) -> Value {
+    let payload = json!({
+        "type": "view_submission",
+        "user": {"id": user},
+        "view": {
+            "id": format!("V{}", hook()),
+            "callback_id": view["callback_id"],
+            "private_metadata": view["private_metadata"],
+            "hash": "h1",
+            "state": {"values": {
+                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
+                "until": {"until_date": {"type": "datepicker", "selected_date": until}},
+            }},
+        },
+    });
+    let resp = app.post_interaction(&payload).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+async fn sandbox_exists(app: &TestApp, id: &str) -> bool {
+    let e2b = app.state.e2b.as_ref().unwrap();
+    e2b.get_sandbox(&SandboxId::parse(id).unwrap())
+        .await
+        .is_ok()
+}
+
+async fn calls(app: &TestApp, op: &str) -> u64 {
+    app.e2b_calls().await.get(op).copied().unwrap_or(0)
+}
+
+async fn audit_actions(app: &TestApp, case: &CaseId) -> Vec<String> {
+    app.state
+        .store
+        .audit_for_case(case)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{} {}", e.action, e.outcome))
+        .collect()
+}
+
+async fn wait_done(app: &TestApp, case: &CaseId) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let state = state_of(app, case).await;
+        if matches!(state, CaseState::Done { .. }) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "the case never finished: {state:?}\naudit: {:#?}",
+                audit_actions(app, case).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually("the card says done", || async {
+        card_text(app, case).await.contains(":white_check_mark:")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_kill_command_opens_a_card_and_an_approved_kill_kills_the_sandbox() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim1", "base").await;
+    let case = open_kill_case(&app, "victim1").await;
+
+    let blocks = card_blocks(&app, &case).await;
+    let text = card_text(&app, &case).await;
+    assert!(
+        text.contains("victim1") && text.contains("finished with it"),
+        "{text}"
+    );
+    let buttons: Vec<Value> = blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().unwrap().clone())
+        .collect();
+    let labels: Vec<&str> = buttons
+        .iter()
+        .map(|b| b["text"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["Snapshot, then kill", "Kill", "Pause", "Leave it"]);
+    assert_eq!(buttons[0]["style"], "primary");
+    assert_eq!(buttons[1]["style"], "danger");
+    assert!(buttons[1]["confirm"].to_string().contains("victim1"));
+    assert!(
+        sandbox_exists(&app, "victim1").await,
+        "nothing is killed by asking"
+    );
+
+    let before = views_opened(&app).len();
+    click(&app, &case, "case_kill", "U0002", &hook()).await;
+    let view = opened_modal(&app, before).await;
+    assert!(view.to_string().contains("Reason"), "{view}");
+    assert_eq!(
+        state_of(&app, &case).await,
+        CaseState::Pending,
+        "the modal decides, not the click"
+    );
+    let answer = submit(&app, &view, "U0002", "it is broken beyond repair", None).await;
+    assert_eq!(answer, Value::Null, "the modal closes");
+
+    wait_done(&app, &case).await;
+    assert!(!sandbox_exists(&app, "victim1").await);
+    assert_eq!(calls(&app, "kill").await, 1);
+    assert_eq!(calls(&app, "snapshot").await, 0);
+    let text = card_text(&app, &case).await;
+    assert!(
+        text.contains("<@U0002> chose *Kill* (it is broken beyond repair)"),
+        "{text}"
+    );
+    assert!(
+        !card_blocks(&app, &case)
+            .await
+            .to_string()
+            .contains("\"actions\"")
+    );
+}
+
+#[tokio::test]
+async fn snapshot_then_kill_verifies_the_snapshot_before_it_kills() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim2", "base").await;
+    let case = open_kill_case(&app, "victim2").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+
+    let actions = audit_actions(&app, &case).await;
+    let position = |prefix: &str| {
+        actions
+            .iter()
+            .position(|a| a.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {actions:?}"))
+    };
+    assert!(position("e2b:create_snapshot") < position("e2b:list_snapshots"));
+    assert!(position("e2b:list_snapshots") < position("e2b:kill_sandbox"));
+    assert_eq!(calls(&app, "snapshot").await, 1);
+    assert_eq!(calls(&app, "kill").await, 1);
+    assert!(!sandbox_exists(&app, "victim2").await);
+
+    let CaseState::Done { steps, .. } = state_of(&app, &case).await else {
+        panic!("not done")
+    };
+    let StepOutcome::SnapshotCreated { snapshot_id } = &steps[0].outcome else {
+        panic!("{steps:?}")
+    };
+    let snapshots = app
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .list_snapshots(None)
+        .await
+        .unwrap();
+    assert!(
+        snapshots
+            .items
+            .iter()
+            .any(|s| &s.snapshot_id == snapshot_id)
+    );
+    let text = card_text(&app, &case).await;
+    assert!(
+        text.contains(&format!("steward e2b create {snapshot_id}")),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_non_approvers_click_changes_nothing_and_is_audited() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim3", "base").await;
+    let case = open_kill_case(&app, "victim3").await;
+    let reply = hook();
+    click(&app, &case, "case_snapshot_then_kill", "U0003", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(
+        answer.contains("not an approver for Snapshot, then kill"),
+        "{answer}"
+    );
+    assert_eq!(
+        app.slack.hook_posts(&reply)[0].response_type.as_deref(),
+        Some("ephemeral")
+    );
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+    assert!(sandbox_exists(&app, "victim3").await);
+    assert_eq!(calls(&app, "snapshot").await + calls(&app, "kill").await, 0);
+    let actions = audit_actions(&app, &case).await;
+    assert!(
+        actions
+            .iter()
+            .any(|a| a.starts_with("decide:snapshot_then_kill refused")),
+        "{actions:?}"
+    );
+    assert!(
+        card_text(&app, &case)
+            .await
+            .contains("Waiting for a decision")
+    );
+}
+
+#[tokio::test]
+async fn the_two_person_rule_stops_the_requester_but_not_a_group_member() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy("").replace(
+            r#"users = ["U0002"], groups"#,
+            r#"users = ["U0001", "U0002"], groups"#,
+        )),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.slack.add_usergroup("S0KILLERS", &["U0042"]);
+    seed(&app, "victim4", "base").await;
+    let case = open_kill_case(&app, "victim4").await;
+
+    let reply = hook();
+    click(&app, &case, "case_snapshot_then_kill", "U0001", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(answer.contains("two-person rule"), "{answer}");
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+
+    click(&app, &case, "case_snapshot_then_kill", "U0042", &hook()).await;
+    wait_done(&app, &case).await;
+    assert!(card_text(&app, &case).await.contains("<@U0042> chose"));
+}
+
+#[tokio::test]
+async fn fifty_concurrent_clicks_over_two_replicas_kill_exactly_once() {
+    let extra = "";
+    let text = policy(extra).replace(
+        r#"kill = { users = ["U0002"], groups = ["S0KILLERS"] }"#,
+        "kill = { anyone = true }",
+    );
+    let first = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(text.clone()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let second = first
+        .spawn_peer(TestAppOptions {
+            sandboxes: 0,
+            policy: Some(text),
+            ..TestAppOptions::default()
+        })
+        .await;
+    seed(&first, "victim5", "base").await;
+    let case = open_kill_case(&first, "victim5").await;
+
+    let hooks: Vec<String> = (0..50).map(|_| hook()).collect();
+    let clicks = hooks.iter().enumerate().map(|(i, reply)| {
+        let app = if i % 2 == 0 { &first } else { &second };
+        let user = format!("U1{i:03}");
+        let case = case.clone();
+        async move { click(app, &case, "case_snapshot_then_kill", &user, reply).await }
+    });
+    futures::future::join_all(clicks).await;
+
+    wait_done(&first, &case).await;
+    eventually("49 people hear it was already decided", || async {
+        hooks
+            .iter()
+            .filter(|h| {
+                first
+                    .slack
+                    .hook_posts(h)
+                    .iter()
+                    .any(|r| visible_text(r).contains("Already decided by"))
+            })
+            .count()
+            == 49
+    })
+    .await;
+    assert_eq!(calls(&first, "kill").await, 1);
+    assert_eq!(calls(&first, "snapshot").await, 1);
+    let decided: Vec<String> = audit_actions(&first, &case)
+        .await
+        .into_iter()
+        .filter(|a| a == "decide:snapshot_then_kill ok")
+        .collect();
+    assert_eq!(decided.len(), 1);
+}
+
+#[tokio::test]
+async fn a_job_abandoned_after_its_snapshot_is_finished_by_another_replica_without_a_second_snapshot()
+ {
+    // The first replica records decisions but runs no worker: the test plays its dying worker.
+    let first = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..options("")
+    })
+    .await;
+    seed(&first, "victim6", "base").await;
+    let case = open_kill_case(&first, "victim6").await;
+    click(&first, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+
+    let store = Store::redis(&first.redis_url, &first.redis_prefix)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let claimed = loop {
+        if let Some(job) = store.claim("dying-worker", Duration::ZERO).await.unwrap() {
+            break Some(job);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decision was never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let claimed = claimed.unwrap();
+    assert_eq!(claimed.job.case_id(), &case);
+    // It takes the snapshot and records that step, then dies without acknowledging the job.
+    let snapshot = first
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .create_snapshot(&SandboxId::parse("victim6").unwrap(), None)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    assert!(matches!(
+        store
+            .apply_event(&case, Event::StartExecuting, now)
+            .await
+            .unwrap(),
+        Updated::Applied(_)
+    ));
+    let outcome = StepOutcome::SnapshotCreated {
+        snapshot_id: snapshot.snapshot_id.clone(),
+    };
+    StepLog::new(store.clone(), case.clone())
+        .record(Step::Snapshot, outcome.clone(), now)
+        .await
+        .unwrap();
+    store
+        .apply_event(
+            &case,
+            Event::StepDone {
+                step: Step::Snapshot,
+                outcome,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    drop(claimed);
+
+    let _second = first
+        .spawn_peer(TestAppOptions {
+            stale_after: Duration::from_millis(300),
+            ..options("")
+        })
+        .await;
+    wait_done(&first, &case).await;
+    assert_eq!(calls(&first, "snapshot").await, 1, "no second snapshot");
+    assert_eq!(calls(&first, "kill").await, 1);
+    let text = card_text(&first, &case).await;
+    assert!(text.contains(snapshot.snapshot_id.as_str()), "{text}");
+}
+
+#[tokio::test]
+async fn a_case_nobody_decides_expires_once_and_says_no_action_was_taken() {
+    let first = spawn_app_with(options(r#"decide_within = "1s""#)).await;
+    let second = first.spawn_peer(options(r#"decide_within = "1s""#)).await;
+    seed(&first, "victim7", "base").await;
+    let case = open_kill_case(&first, "victim7").await;
+    eventually("the card says it expired", || async {
+        card_text(&first, &case)
+            .await
+            .contains("no action was taken")
+    })
+    .await;
+    assert!(matches!(
+        state_of(&first, &case).await,
+        CaseState::Expired { .. }
+    ));
+    // Let both replicas' expiry loops run a few more times, then count the card updates.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let card = first
+        .state
+        .store
+        .get_case(&case)
+        .await
+        .unwrap()
+        .card
+        .unwrap();
+    let expiry_updates = first
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.update" && m.ts.as_deref() == Some(card.ts.as_str()))
+        .filter(|m| visible_text(m).contains("no action was taken"))
+        .count();
+    assert_eq!(expiry_updates, 1);
+    let reply = hook();
+    click(&second, &case, "case_snapshot_then_kill", "U0002", &reply).await;
+    assert!(visible_text(&second.wait_for_hook(&reply).await).contains("expired"));
+    assert!(sandbox_exists(&first, "victim7").await);
+    assert_eq!(
+        calls(&first, "kill").await + calls(&first, "snapshot").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn leave_with_a_reason_closes_the_case_and_remembers_until_when() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "keeper1", "base").await;
+    let case = open_kill_case(&app, "keeper1").await;
+    let before = views_opened(&app).len();
+    click(&app, &case, "case_leave", "U0005", &hook()).await;
+    let view = opened_modal(&app, before).await;
+
+    let refused = submit(&app, &view, "U0005", "   ", None).await;
+    assert_eq!(refused["response_action"], "errors", "{refused}");
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+
+    let until = (chrono::Utc::now() + chrono::Duration::days(7))
+        .format("%Y-%m-%d")
+        .to_string();
+    let answer = submit(&app, &view, "U0005", "demo on Friday", Some(&until)).await;
+    assert_eq!(answer, Value::Null);
+    let CaseState::Left {
+        reason,
+        until: Some(at),
+        by,
+        ..
+    } = state_of(&app, &case).await
+    else {
+        panic!("not left")
+    };
+    assert_eq!(reason.as_deref(), Some("demo on Friday"));
+    assert_eq!(by.as_str(), "U0005");
+    assert_eq!(at.format("%Y-%m-%d").to_string(), until);
+    eventually("the card says it was left", || async {
+        let text = card_text(&app, &case).await;
+        text.contains("demo on Friday") && text.contains(&until)
+    })
+    .await;
+    assert!(sandbox_exists(&app, "keeper1").await);
+    assert_eq!(calls(&app, "kill").await + calls(&app, "pause").await, 0);
+}
+
+#[tokio::test]
+async fn with_redis_stopped_clicks_and_commands_get_a_clear_error_and_e2b_hears_nothing() {
+    let redis = common::ThrowawayRedis::start();
+    let app = spawn_app_with(TestAppOptions {
+        redis_url: Some(redis.url()),
+        ..options("")
+    })
+    .await;
+    seed(&app, "victim8", "base").await;
+    seed(&app, "victim9", "base").await;
+    let case = open_kill_case(&app, "victim8").await;
+    drop(redis);
+    app.http
+        .post(format!("{}/_sim/calls/reset", app.e2b.base_url()))
+        .send()
+        .await
+        .unwrap();
+
+    let reply = hook();
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(
+        answer.contains("can't reach its database (Redis)"),
+        "{answer}"
+    );
+    let (_, reply) = command(&app, "kill victim9").await;
+    let answer = visible_text(&reply);
+    assert!(
+        answer.contains("can't reach its database (Redis)"),
+        "{answer}"
+    );
+    assert!(answer.contains("nothing was sent to E2B"), "{answer}");
+
+    let ready = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["checks"]["redis"], "unreachable");
+    assert!(
+        app.e2b_calls().await.values().all(|n| *n == 0),
+        "{:?}",
+        app.e2b_calls().await
+    );
+}
+
+#[tokio::test]
+async fn a_second_kill_for_the_same_sandbox_points_at_the_open_case() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim10", "base").await;
+    let case = open_kill_case(&app, "victim10").await;
+    let (_, reply) = command(&app, "kill victim10 again please").await;
+    let text = visible_text(&reply);
+    assert!(text.contains("already has an open case"), "{text}");
+    assert_eq!(case_id_in(&text), case);
+    assert!(text.contains(APPROVALS), "{text}");
+    let cards = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage")
+        .count();
+    assert_eq!(cards, 1);
+}
+
+#[tokio::test]
+async fn an_unknown_sandbox_gets_a_plain_sentence_and_no_case() {
+    let app = spawn_app_with(options("")).await;
+    let (_, reply) = command(&app, "kill nosuchbox").await;
+    let text = visible_text(&reply);
+    assert!(
+        text.contains("was not found, so no case was opened"),
+        "{text}"
+    );
+    let subject = Subject::Sandbox(SandboxId::parse("nosuchbox").unwrap());
+    assert!(
+        app.state
+            .store
+            .case_for_subject(&subject)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_sandbox_that_changed_since_its_card_is_asked_about_again() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim11", "base").await;
+    let case = open_kill_case(&app, "victim11").await;
+    app.state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .pause_sandbox(&SandboxId::parse("victim11").unwrap())
+        .await
+        .unwrap();
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    eventually("the card asks again", || async {
+        card_text(&app, &case).await.contains("Asked again")
+    })
+    .await;
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+    assert!(
+        card_blocks(&app, &case)
+            .await
+            .to_string()
+            .contains("case_snapshot_then_kill")
+    );
+    assert_eq!(calls(&app, "snapshot").await + calls(&app, "kill").await, 0);
+    assert!(sandbox_exists(&app, "victim11").await);
+}
+
+#[tokio::test]
+async fn a_template_case_counts_its_users_and_deletes_only_after_a_fresh_check() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "user1", "oldtpl").await;
+    let (_, reply) = command(&app, "delete-template oldtpl nobody needs it").await;
+    let case = case_id_in(&visible_text(&reply));
+    let blocks = card_blocks(&app, &case).await.to_string();
+    assert!(blocks.contains("used by 1 sandbox(es)"), "{blocks}");
+
+    // The sandbox goes away after the card was posted: the decision is asked again.
+    let e2b = app.state.e2b.as_ref().unwrap();
+    e2b.kill_sandbox(&SandboxId::parse("user1").unwrap())
+        .await
+        .unwrap();
+    click(&app, &case, "case_delete_template", "U0002", &hook()).await;
+    eventually("the card asks again", || async {
+        card_text(&app, &case).await.contains("Asked again")
+    })
+    .await;
+    assert_eq!(calls(&app, "delete-template").await, 0);
+
+    click(&app, &case, "case_delete_template", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+    assert_eq!(calls(&app, "delete-template").await, 1);
+    assert!(
+        e2b.get_template(&TemplateId::parse("oldtpl").unwrap())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_redelivered_click_is_acted_on_once() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim12", "base").await;
+    let case = open_kill_case(&app, "victim12").await;
+    let ts = "1700000001.000200";
+    click_with_ts(&app, &case, "case_pause", "U0002", &hook(), ts).await;
+    click_with_ts(&app, &case, "case_pause", "U0002", &hook(), ts).await;
+    wait_done(&app, &case).await;
+    let decided = audit_actions(&app, &case)
+        .await
+        .into_iter()
+        .filter(|a| a.starts_with("decide:"))
+        .count();
+    assert_eq!(decided, 1);
+    assert_eq!(calls(&app, "pause").await, 1);
+}
+
+#[tokio::test]
+async fn a_failed_kill_offers_retry_and_retry_finishes_it() {
+    let app = spawn_app_with(TestAppOptions {
+        stale_after: Duration::from_millis(300),
+        ..options("")
+    })
+    .await;
+    seed(&app, "victim13", "base").await;
+    let case = open_kill_case(&app, "victim13").await;
+    app.e2b_fault(json!({"op": "kill", "status": 500, "count": 100}))
+        .await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    eventually("the case fails", || async {
+        matches!(state_of(&app, &case).await, CaseState::Failed { .. })
+    })
+    .await;
+    eventually("the card offers Retry", || async {
+        card_blocks(&app, &case)
+            .await
+            .to_string()
+            .contains("case_retry")
+    })
+    .await;
+    assert!(sandbox_exists(&app, "victim13").await);
+    app.http
+        .delete(format!("{}/_sim/faults", app.e2b.base_url()))
+        .send()
+        .await
+        .unwrap();
+
+    let reply = hook();
+    click(&app, &case, "case_retry", "U0003", &reply).await;
+    assert!(visible_text(&app.wait_for_hook(&reply).await).contains("not an approver"));
+    click(&app, &case, "case_retry", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+    assert_eq!(
+        calls(&app, "snapshot").await,
+        1,
+        "the retry resumes after the snapshot"
+    );
+    assert!(!sandbox_exists(&app, "victim13").await);
+}
+
+#[tokio::test]
+async fn history_and_audit_export_show_the_timeline() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim14", "base").await;
+    let case = open_kill_case(&app, "victim14").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+
+    for target in [case.to_string(), "victim14".to_owned()] {
+        let (_, reply) = command(&app, &format!("history {target}")).await;
+        let text = visible_text(&reply);
+        let open = text.find(" open: ").unwrap_or_else(|| panic!("{text}"));
+        let decide = text.find("decide:snapshot_then_kill: ok").unwrap();
+        let kill = text.find("e2b:kill_sandbox: ok").unwrap();
+        assert!(open < decide && decide < kill, "{text}");
+    }
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["audit", "export", "--since", "1h"])
+        .env("REDIS_URL", &app.redis_url)
+        .env("STEWARD_REDIS_PREFIX", &app.redis_prefix)
+        .env("STEWARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["case"] == case.as_str() && l["action"] == "e2b:kill_sandbox")
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["time"].is_string() && l["actor"].is_object())
+    );
+}
+
+#[tokio::test]
+async fn steward_starts_while_redis_is_down_and_becomes_ready_when_it_comes_up() {
+    // Reserve a port, release it, and point Steward at it before any Redis listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = spawn_app_with(TestAppOptions {
+        redis_url: Some(format!("redis://127.0.0.1:{port}")),
+        ..options("")
+    })
+    .await;
+    let health = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready: Value = app
+        .http
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["checks"]["redis"], "unreachable", "{ready}");
+
+    let _redis = common::ThrowawayRedis::start_on(port);
+    eventually("readiness sees Redis", || async {
+        app.http
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+    seed(&app, "late1", "base").await;
+    let case = open_kill_case(&app, "late1").await;
+    click(&app, &case, "case_pause", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+}
