@@ -165,6 +165,8 @@ pub struct Policy {
     pub channels: Channels,
     /// Who may decide which option of a case, and by when (`[approvals]`).
     pub approvals: crate::cases::ApprovalPolicy,
+    /// The fleet sweep: schedule, channel, guard, owners and the idle policy (`[hygiene]`).
+    pub hygiene: crate::hygiene::HygieneConfig,
 }
 
 /// Where Steward posts.

@@ -1,18 +1,20 @@
 //! Assembly: [`Application::build`] binds the listener (port 0 picks a free one, which tests
 //! use) and builds the state; [`Application::run_until_stopped`] serves HTTP and runs this
-//! replica's queue worker and expiry loop until the shutdown future completes.
+//! replica's queue worker, expiry loop and sweep scheduler until the shutdown future completes.
 //! `serve_from_env` is `steward serve`.
 //!
 //! This module wires things together; it must not contain request handling or business rules.
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::http::{AppState, router};
+use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
 
 /// A bound, ready-to-run Steward server.
 pub struct Application {
@@ -20,6 +22,10 @@ pub struct Application {
     addr: SocketAddr,
     state: AppState,
     loops: LoopSettings,
+    /// The scheduled sweep, when E2B and a hygiene channel are configured.
+    sweep: Option<SweepContext>,
+    /// How often the scheduler checks whether a sweep is due; `None` switches it off.
+    sweep_every: Option<Duration>,
 }
 
 impl Application {
@@ -30,11 +36,26 @@ impl Application {
             .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
         let addr = listener.local_addr()?;
         let state = AppState::from_settings(settings)?;
+        let sweep = match &state.e2b {
+            None => None,
+            Some(e2b) => Some(
+                SweepContext::from_settings(
+                    &state.settings,
+                    e2b.clone(),
+                    state.store.clone(),
+                    state.slack.clone(),
+                    state.templates.clone(),
+                )
+                .map_err(anyhow::Error::msg)?,
+            ),
+        };
         Ok(Application {
             listener,
             addr,
             state,
             loops: LoopSettings::new(),
+            sweep,
+            sweep_every: Some(schedule::TICK_INTERVAL),
         })
     }
 
@@ -60,6 +81,11 @@ impl Application {
     /// Lets tests tune (or switch off) the worker and expiry loops before serving.
     pub fn loops_mut(&mut self) -> &mut LoopSettings {
         &mut self.loops
+    }
+
+    /// Lets tests switch the sweep scheduler off, or make it check more often.
+    pub fn set_sweep_every(&mut self, every: Option<Duration>) {
+        self.sweep_every = every;
     }
 
     /// Serves until `shutdown` completes, then lets open requests finish and the worker finish
@@ -90,6 +116,20 @@ impl Application {
             self.loops.expire_every,
             signal(),
         )));
+        match (self.sweep, self.sweep_every) {
+            (Some(sweep), Some(every)) if sweep.channel.is_some() => {
+                loops.push(tokio::spawn(run_scheduler(
+                    Scheduler::new(sweep),
+                    every,
+                    signal(),
+                )));
+            }
+            (Some(_), Some(_)) => tracing::warn!(
+                "scheduled sweeps are off: no hygiene channel ([hygiene] channel or [channels] hygiene)"
+            ),
+            (None, _) => tracing::info!("scheduled sweeps are off: E2B is not configured"),
+            (_, None) => {}
+        }
         tokio::spawn(async move {
             shutdown.await;
             let _ = stop.send(true);

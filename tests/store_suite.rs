@@ -12,7 +12,7 @@ use sandbox_steward::cases::{
 };
 use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 use sandbox_steward::jobs::{self, Job, JobError, StepFailure, WorkOutcome};
-use sandbox_steward::store::{Actor, AuditEvent, Opened, Store, StoreError, Updated};
+use sandbox_steward::store::{Actor, AuditEvent, LeftMark, Opened, Store, StoreError, Updated};
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -89,6 +89,8 @@ suite!(
     leases_are_exclusive_and_expire,
     decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpones_each,
     the_worker_loop_runs_jobs_until_shutdown,
+    a_leave_decision_outlives_its_case_for_sweeps,
+    the_sweep_marker_never_moves_backwards,
 );
 
 fn t(secs: i64) -> DateTime<Utc> {
@@ -911,4 +913,68 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
     let steps: Vec<StepRecord> = store.steps_done(&second.id).await.unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].outcome, StepOutcome::Killed);
+}
+
+async fn a_leave_decision_outlives_its_case_for_sweeps(store: Store) {
+    let (left, open_one, untouched) = (new_sandbox(), new_sandbox(), new_sandbox());
+    let case = open(&store, &left).await;
+    let until = Utc::now() + chrono::Duration::days(7);
+    let outcome = store
+        .apply_event(
+            &case.id,
+            Event::Decide {
+                option: DecisionOption::Leave,
+                by: user("UAPPROVER"),
+                reason: Some("still needed".into()),
+                until: Some(until),
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Updated::Applied(_)), "{outcome:?}");
+    let still_open = open(&store, &open_one).await;
+    let subjects = [left.clone(), open_one.clone(), untouched.clone()];
+    let marks = store.left_marks(&subjects).await.unwrap();
+    let mark = marks[0].as_ref().expect("the Leave decision is kept");
+    assert_eq!(
+        (mark.case.clone(), mark.until),
+        (case.id.clone(), Some(until))
+    );
+    assert_eq!(marks[1..], [None, None]);
+    let open_ids = store.open_case_ids(&subjects).await.unwrap();
+    assert_eq!(open_ids, vec![None, Some(still_open.id), None]);
+    // A later, direct record replaces the earlier one.
+    let later = LeftMark {
+        case: CaseId::generate(),
+        until: None,
+        at: Utc::now(),
+    };
+    store.record_left(&left, &later).await.unwrap();
+    assert_eq!(store.left_marks(&[left]).await.unwrap(), vec![Some(later)]);
+    assert!(store.left_marks(&[]).await.unwrap().is_empty());
+}
+
+async fn the_sweep_marker_never_moves_backwards(store: Store) {
+    assert_eq!(store.last_completed_sweep().await.unwrap(), None);
+    store
+        .record_completed_sweep(t(2_000_000_000))
+        .await
+        .unwrap();
+    store
+        .record_completed_sweep(t(1_900_000_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.last_completed_sweep().await.unwrap(),
+        Some(t(2_000_000_000))
+    );
+    store
+        .record_completed_sweep(t(2_000_086_400))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.last_completed_sweep().await.unwrap(),
+        Some(t(2_000_086_400))
+    );
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 pub mod audit;
 pub mod e2b;
+pub mod sweep;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,6 +29,8 @@ pub enum Command {
     Sim(SimCommand),
     /// Call the E2B API directly.
     E2b(e2b::E2bArgs),
+    /// Run one hygiene sweep now (`--dry-run` opens nothing and posts nothing).
+    Sweep(sweep::SweepArgs),
     /// Say which settings are missing or invalid.
     Check,
     /// Read the audit log of approval cases.
@@ -49,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sim(SimCommand::E2b(opts)) => crate::sim::e2b::run_cli(opts).await,
         Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
         Command::E2b(args) => e2b::run(args).await,
+        Command::Sweep(args) => sweep::run(args).await,
         Command::Check => check(),
         Command::Audit(args) => audit::run(args).await,
     }

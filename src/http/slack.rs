@@ -119,6 +119,7 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
         SandboxCommand::Kill { .. }
         | SandboxCommand::DeleteTemplate { .. }
         | SandboxCommand::History { .. } => return Ok(defer_case_command(&state, cmd, &form)),
+        SandboxCommand::Sweep { dry_run } => return Ok(defer_sweep(&state, *dry_run, &form)),
         _ => return Ok(defer(&state, cmd, &form)),
     };
     Ok(inline(message))
@@ -170,6 +171,52 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
         }
     });
     inline(Message::plain(ack))
+}
+
+/// Acknowledges `/sandbox sweep` now; the pass runs in a background task and its outcome
+/// reaches the user through the response_url (a live pass also posts in the hygiene channel).
+fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response {
+    let fail =
+        |sentence: String| inline(state.templates.render_or_plain(&FailureParams { sentence }));
+    if let Err(e) = state.slack.check_response_url(&form.response_url) {
+        tracing::warn!(error = %e, "slash command with an unusable response_url");
+        return fail(
+            "Slack sent this command without a usable reply address, so Steward cannot answer it."
+                .into(),
+        );
+    }
+    let Some(e2b) = state.e2b.clone() else {
+        return fail(
+            "Steward is not connected to E2B yet (E2B_API_KEY is not set); an operator needs to set it up.".into(),
+        );
+    };
+    let ctx = match crate::hygiene::SweepContext::from_settings(
+        &state.settings,
+        e2b,
+        state.store.clone(),
+        state.slack.clone(),
+        state.templates.clone(),
+    ) {
+        Ok(ctx) => ctx,
+        Err(problem) => return fail(format!("The sweep cannot run: {problem}.")),
+    };
+    let slack = state.slack.clone();
+    let response_url = form.response_url.clone();
+    tokio::spawn(async move {
+        let message =
+            crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await;
+        if let Err(e) = slack
+            .respond(&response_url, &ResponsePayload::ephemeral(message))
+            .await
+        {
+            tracing::error!(error = %e, "could not deliver a sweep result to Slack");
+        }
+    });
+    inline(Message::plain(if dry_run {
+        "Sweeping the fleet (dry run: nothing will be opened or posted)…"
+    } else {
+        "Sweeping the fleet; the digest and cases will appear in the hygiene channel…"
+    }))
 }
 
 /// Acknowledges now and finishes the command in a background task via the response_url.

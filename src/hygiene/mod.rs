@@ -1,5 +1,18 @@
 //! Fleet hygiene: find idle sandboxes and put each in front of a person with its evidence.
 //!
-//! `policy` is pure (idle rules, recommendations, cost). Nothing here kills anything: the sweep
-//! only opens approval cases.
+//! `policy` is pure (idle rules, recommendations, cost); `config` is `[hygiene]` in
+//! `steward.toml`; `sweep` does one pass over the fleet and `post` is its live half (digest and
+//! cases); `command` answers `/sandbox sweep`; `digest` holds the messages' params; `schedule` decides which replica runs each
+//! scheduled pass. Nothing here kills anything: the sweep only
+//! opens approval cases.
+pub mod command;
+pub mod config;
+pub mod digest;
 pub mod policy;
+pub mod post;
+pub mod schedule;
+pub mod sweep;
+
+pub use config::{HygieneConfig, Schedule};
+pub use schedule::{Scheduler, Tick, run_scheduler, scheduler_tick, sweep_now};
+pub use sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};

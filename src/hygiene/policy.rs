@@ -75,11 +75,11 @@ impl Default for Prices {
     }
 }
 
-/// The whole idle policy, as configured under `[hygiene]` in `steward.toml`.
+/// The whole idle policy, as configured under `[hygiene.idle]` in `steward.toml`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdlePolicy {
-    /// The default thresholds, written at the top of `[hygiene]`.
+    /// The default thresholds, written at the top of `[hygiene.idle]`.
     pub cpu_threshold_pct: f64,
     #[serde(with = "humantime_serde_compat")]
     pub idle_window: Duration,
@@ -237,6 +237,8 @@ pub struct IdleEvidence {
     pub samples: usize,
     pub cpu_p95_pct: Option<f64>,
     pub cpu_max_pct: Option<f64>,
+    /// The newest sample's CPU.
+    pub cpu_latest_pct: Option<f64>,
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
     pub disk_used: Option<u64>,
@@ -452,6 +454,7 @@ fn evidence_from(policy: &IdlePolicy, seen: &Observed, window: &[Sample]) -> Idl
         samples: window.len(),
         cpu_p95_pct: percentile(&cpu, 0.95),
         cpu_max_pct: cpu.last().copied(),
+        cpu_latest_pct: last.map(|s| s.cpu_pct),
         mem_used: last.map(|s| s.mem_used),
         mem_total: last.map(|s| s.mem_total),
         disk_used: last.map(|s| s.disk_used),

@@ -124,6 +124,10 @@ pub enum SandboxCommand {
     History {
         target: String,
     },
+    /// A hygiene sweep now; a dry run only reports what would be raised.
+    Sweep {
+        dry_run: bool,
+    },
     /// Input we could not understand; `problem` is a sentence for the user.
     Invalid {
         problem: String,
@@ -300,6 +304,18 @@ fn parse_words(words: &[String]) -> Parsed {
         "history" => SandboxCommand::History {
             target: args.required("sandbox-id|case-id", "i1a2b3c4")?,
         },
+        "sweep" => {
+            let dry_run = match args.positional().as_deref() {
+                None => false,
+                Some("--dry-run" | "dry-run" | "—dry-run") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "`sweep` takes only `--dry-run`; `{other}` is not something it knows."
+                    ));
+                }
+            };
+            SandboxCommand::Sweep { dry_run }
+        }
         other => return Err(format!("I don't know the subcommand `{other}`.")),
     };
     args.finish()?;
@@ -553,6 +569,12 @@ mod tests {
                 timeout: Some(Duration::from_secs(600)),
             },
         );
+        check("sweep", SandboxCommand::Sweep { dry_run: false });
+        check("sweep --dry-run", SandboxCommand::Sweep { dry_run: true });
+        // Slack clients may turn `--` into an em dash.
+        check("sweep —dry-run", SandboxCommand::Sweep { dry_run: true });
+        assert!(invalid("sweep now").contains("only `--dry-run`"));
+        assert!(invalid("sweep --dry-run twice").contains("does not understand"));
         assert!(invalid("get").contains("needs a sandbox id"));
         assert!(invalid("get a/b").contains("not a sandbox id"));
         assert!(invalid("get i1 i2").contains("does not understand `i2`"));

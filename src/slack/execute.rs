@@ -77,7 +77,8 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         | SandboxCommand::Invalid { .. }
         | SandboxCommand::Kill { .. }
         | SandboxCommand::DeleteTemplate { .. }
-        | SandboxCommand::History { .. } => {
+        | SandboxCommand::History { .. }
+        | SandboxCommand::Sweep { .. } => {
             return ctx.failure("That command is answered directly, not through E2B.".into());
         }
     };

@@ -63,6 +63,14 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../templates/template.json.j2"),
     ),
     (
+        "sweep_digest.json.j2",
+        include_str!("../../templates/sweep_digest.json.j2"),
+    ),
+    (
+        "sweep_owner.json.j2",
+        include_str!("../../templates/sweep_owner.json.j2"),
+    ),
+    (
         "case_card.json.j2",
         include_str!("../../templates/case_card.json.j2"),
     ),
@@ -502,6 +510,7 @@ mod tests {
             "template <id>",
             "kill",
             "delete-template",
+            "sweep",
         ] {
             assert!(
                 text.contains(&format!("/sandbox {verb}")),

@@ -18,6 +18,9 @@
 //! - `P:jobs` (stream, group [`JOB_GROUP`]): the durable work queue.
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
+//! - `P:left:{sandbox:<id>}` (string, JSON [`LeftMark`](super::LeftMark)): the subject's latest
+//!   Leave decision, so sweeps do not ask again before its `until`.
+//! - `P:sweep:last-completed` (string, RFC 3339): the scheduled slot of the last finished sweep.
 //!
 //! This file must not talk to Redis; it only names things.
 use std::time::Duration;
@@ -107,6 +110,15 @@ impl Keys {
 
     pub fn lease(&self, name: &str) -> String {
         format!("{}:lease:{}", self.prefix, name)
+    }
+
+    /// Shares the subject's hash tag, like its cases.
+    pub fn left(&self, subject: &Subject) -> String {
+        format!("{}:left:{{{}}}", self.prefix, subject.key())
+    }
+
+    pub fn last_sweep(&self) -> String {
+        format!("{}:sweep:last-completed", self.prefix)
     }
 }
 

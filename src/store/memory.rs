@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, Opened, StoreError, Swap};
+use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, LeftMark, Opened, StoreError, Swap};
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::CaseId;
 use crate::jobs::Job;
@@ -36,6 +36,8 @@ struct State {
     steps: HashMap<CaseId, BTreeMap<Step, StepRecord>>,
     dedupe: HashMap<String, Instant>,
     leases: HashMap<String, (String, Instant)>,
+    left: HashMap<String, LeftMark>,
+    last_sweep: Option<DateTime<Utc>>,
     queue: Queue,
     audit: Vec<AuditEvent>,
 }
@@ -212,6 +214,51 @@ impl MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+
+    pub(crate) async fn set_left_mark(
+        &self,
+        subject: &Subject,
+        mark: &LeftMark,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.lock().left.insert(subject.key(), mark.clone());
+        Ok(())
+    }
+
+    pub(crate) async fn left_marks(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<LeftMark>>, StoreError> {
+        let s = self.lock();
+        Ok(subjects
+            .iter()
+            .map(|sub| s.left.get(&sub.key()).cloned())
+            .collect())
+    }
+
+    pub(crate) async fn open_case_ids(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<CaseId>>, StoreError> {
+        let s = self.lock();
+        Ok(subjects
+            .iter()
+            .map(|sub| s.open.get(&sub.key()).cloned())
+            .collect())
+    }
+
+    pub(crate) async fn last_completed_sweep(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(self.lock().last_sweep)
+    }
+
+    pub(crate) async fn record_completed_sweep(
+        &self,
+        slot: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        s.last_sweep = Some(s.last_sweep.map_or(slot, |last| last.max(slot)));
+        Ok(())
     }
 
     pub(crate) async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {

@@ -123,6 +123,27 @@ pub struct AuditEvent {
     pub outcome: String,
 }
 
+/// A person's Leave (or Keep) decision on a subject, kept after its case closed so that sweeps
+/// do not raise the subject again before `until` (`None`: no end date).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftMark {
+    pub case: CaseId,
+    pub until: Option<DateTime<Utc>>,
+    pub at: DateTime<Utc>,
+}
+
+/// How long a Leave mark is kept: until its end date (plus a day, so a sweep right at the end
+/// still sees why it was exempt), or the case retention when it has none.
+pub(crate) fn left_mark_ttl(mark: &LeftMark, now: DateTime<Utc>) -> Duration {
+    match mark.until {
+        Some(until) => (until - now + chrono::Duration::days(1))
+            .to_std()
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_secs(60)),
+        None => keys::CASE_RETENTION,
+    }
+}
+
 /// The outcome of a backend's compare-and-swap of one case.
 #[derive(Debug)]
 pub(crate) enum Swap {
@@ -309,7 +330,10 @@ impl Store {
             let mark = DecidedMark::between(&current.state, &next.state, now);
             let swap: Swap = delegate!(self.swap_case(current.version, &next, mark))?;
             match swap {
-                Swap::Written => return Ok(Updated::Applied(next)),
+                Swap::Written => {
+                    self.remember_leave(&current, &next).await;
+                    return Ok(Updated::Applied(next));
+                }
                 Swap::Stale(newer) => current = *newer,
                 Swap::SubjectBusy(other) => {
                     return Err(StoreError::Conflict(format!(
@@ -323,6 +347,28 @@ impl Store {
         Err(StoreError::Conflict(format!(
             "case {id} kept changing; gave up after {MAX_UPDATE_ATTEMPTS} attempts"
         )))
+    }
+
+    /// Keeps a Leave decision past its case's life (see [`LeftMark`]). Written after the case
+    /// itself, so a crash in between only loses the mark: the sandbox may be asked about once
+    /// more, which is the harmless direction.
+    async fn remember_leave(&self, before: &Case, after: &Case) {
+        let cases::CaseState::Left { until, at, .. } = &after.state else {
+            return;
+        };
+        if matches!(before.state, cases::CaseState::Left { .. }) {
+            return;
+        }
+        let mark = LeftMark {
+            case: after.id.clone(),
+            until: *until,
+            at: *at,
+        };
+        let written: Result<(), StoreError> =
+            delegate!(self.set_left_mark(&after.subject, &mark, Utc::now()));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, subject = %after.subject, "could not keep the Leave decision for sweeps");
+        }
     }
 
     /// Applies one state-machine event atomically (see [`Store::update_case`]).
@@ -403,6 +449,46 @@ impl Store {
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         delegate!(self.postpone_decided(id, since, until))
+    }
+
+    // ----- what sweeps need -----
+
+    /// The latest Leave decision of each subject (same order as `subjects`), in one round trip.
+    pub async fn left_marks(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<LeftMark>>, StoreError> {
+        if subjects.is_empty() {
+            return Ok(Vec::new());
+        }
+        delegate!(self.left_marks(subjects))
+    }
+
+    /// Records a Leave decision directly (cases that become Left record theirs on their own).
+    pub async fn record_left(&self, subject: &Subject, mark: &LeftMark) -> Result<(), StoreError> {
+        delegate!(self.set_left_mark(subject, mark, Utc::now()))
+    }
+
+    /// The open case id of each subject (same order as `subjects`), in one round trip. An index
+    /// read: a case may have closed since.
+    pub async fn open_case_ids(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<CaseId>>, StoreError> {
+        if subjects.is_empty() {
+            return Ok(Vec::new());
+        }
+        delegate!(self.open_case_ids(subjects))
+    }
+
+    /// The scheduled time of the last sweep that finished, if any.
+    pub async fn last_completed_sweep(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        delegate!(self.last_completed_sweep())
+    }
+
+    /// Records that the sweep scheduled for `slot` finished. Never moves the marker backwards.
+    pub async fn record_completed_sweep(&self, slot: DateTime<Utc>) -> Result<(), StoreError> {
+        delegate!(self.record_completed_sweep(slot))
     }
 
     // ----- deduplication and leases -----

@@ -19,7 +19,10 @@ use redis::streams::{
 use redis::{AsyncConnectionConfig, RedisError, Script};
 
 use super::keys::{AUDIT_MAX_ENTRIES, CASE_RETENTION, JOB_GROUP, Keys};
-use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, Opened, StoreError, Swap, decode, encode};
+use super::{
+    AuditEvent, ClaimedJob, DecidedMark, JobId, LeftMark, Opened, StoreError, Swap, decode, encode,
+    left_mark_ttl,
+};
 use crate::cases::{Case, CaseState, StepRecord, Subject};
 use crate::ids::CaseId;
 use crate::jobs::Job;
@@ -101,6 +104,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
+"#,
+    )
+});
+
+/// Sets the sweep marker unless it already holds a later time (RFC 3339 in UTC with a fixed
+/// format sorts as text). KEYS: marker. ARGV: time.
+static ADVANCE_MARKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local current = redis.call('GET', KEYS[1])
+if current and current >= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 "#,
     )
 });
@@ -539,6 +557,87 @@ impl RedisStore {
             .await
             .map_err(map_err)?;
         Ok(moved == 1)
+    }
+
+    // ----- what sweeps need -----
+
+    pub(crate) async fn set_left_mark(
+        &self,
+        subject: &Subject,
+        mark: &LeftMark,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        redis::cmd("SET")
+            .arg(self.keys().left(subject))
+            .arg(encode(mark)?)
+            .arg("PX")
+            .arg(ms(left_mark_ttl(mark, now)))
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(map_err)
+    }
+
+    /// One pipeline of GETs rather than MGET: the keys live in different cluster slots.
+    pub(crate) async fn left_marks(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<LeftMark>>, StoreError> {
+        let mut pipe = redis::pipe();
+        for subject in subjects {
+            pipe.get(self.keys().left(subject));
+        }
+        let found: Vec<Option<String>> =
+            pipe.query_async(&mut self.conn()).await.map_err(map_err)?;
+        found
+            .into_iter()
+            .map(|json| json.map(|j| decode("leave mark", &j)).transpose())
+            .collect()
+    }
+
+    pub(crate) async fn open_case_ids(
+        &self,
+        subjects: &[Subject],
+    ) -> Result<Vec<Option<CaseId>>, StoreError> {
+        let mut pipe = redis::pipe();
+        for subject in subjects {
+            pipe.get(self.keys().open_case(subject));
+        }
+        let found: Vec<Option<String>> =
+            pipe.query_async(&mut self.conn()).await.map_err(map_err)?;
+        found
+            .into_iter()
+            .map(|id| {
+                id.map(|id| CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string())))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    pub(crate) async fn last_completed_sweep(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let text: Option<String> = redis::cmd("GET")
+            .arg(self.keys().last_sweep())
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        text.map(|t| {
+            DateTime::parse_from_rfc3339(&t)
+                .map(|d| d.with_timezone(&Utc))
+                .map_err(|e| StoreError::Corrupt(format!("sweep marker {t:?}: {e}")))
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn record_completed_sweep(
+        &self,
+        slot: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        ADVANCE_MARKER
+            .key(self.keys().last_sweep())
+            .arg(slot.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
 
     // ----- deduplication and leases -----

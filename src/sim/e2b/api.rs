@@ -118,18 +118,35 @@ fn sandbox_json(world: &World, s: &Sandbox) -> Value {
     v
 }
 
-fn metric_json(cpu_count: u32, m: &Sample) -> Value {
-    json!({
-        "timestamp": rfc3339_secs(m.t),
-        "timestampUnix": m.t,
-        "cpuCount": cpu_count,
-        "cpuUsedPct": m.cpu_used_pct,
-        "memUsed": m.mem_used,
-        "memTotal": m.mem_total,
-        "memCache": m.mem_cache,
-        "diskUsed": m.disk_used,
-        "diskTotal": m.disk_total,
-    })
+/// One `SandboxMetric` on the wire. A typed struct rather than a `json!` value: metric windows
+/// are the simulator's hottest answer (hundreds of samples each, thousands per sweep), and
+/// building a map per sample cost more CPU than everything else it serves.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MetricWire {
+    timestamp: String,
+    timestamp_unix: i64,
+    cpu_count: u32,
+    cpu_used_pct: f64,
+    mem_used: i64,
+    mem_total: i64,
+    mem_cache: i64,
+    disk_used: i64,
+    disk_total: i64,
+}
+
+fn metric_wire(cpu_count: u32, m: &Sample) -> MetricWire {
+    MetricWire {
+        timestamp: rfc3339_secs(m.t),
+        timestamp_unix: m.t,
+        cpu_count,
+        cpu_used_pct: m.cpu_used_pct,
+        mem_used: m.mem_used,
+        mem_total: m.mem_total,
+        mem_cache: m.mem_cache,
+        disk_used: m.disk_used,
+        disk_total: m.disk_total,
+    }
 }
 
 fn aliases(t: &Template) -> Vec<String> {
@@ -545,12 +562,12 @@ pub(crate) async fn metrics(
         while t <= end {
             let tm = t * 1000;
             if runs.iter().any(|&(a, b)| tm >= a && tm < b) {
-                out.push(metric_json(cpu, &series::sample(&key, t)));
+                out.push(metric_wire(cpu, &series::sample(&key, t)));
             }
             t += step;
         }
     }
-    Ok(Json(Value::Array(out)).into_response())
+    Ok(Json(out).into_response())
 }
 
 pub(crate) async fn metrics_many(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -> Reply {
@@ -587,11 +604,15 @@ pub(crate) async fn metrics_many(State(sim): State<Arc<Sim>>, RawQuery(raw): Raw
             .map(|s| (s.id.clone(), s.series_key(world.seed), s.cpu_count))
             .collect()
     };
-    let out: serde_json::Map<String, Value> = wanted
+    let out: BTreeMap<String, MetricWire> = wanted
         .into_iter()
-        .map(|(id, key, cpu)| (id, metric_json(cpu, &series::sample(&key, latest))))
+        .map(|(id, key, cpu)| (id, metric_wire(cpu, &series::sample(&key, latest))))
         .collect();
-    Ok(Json(json!({ "sandboxes": out })).into_response())
+    #[derive(serde::Serialize)]
+    struct Batch {
+        sandboxes: BTreeMap<String, MetricWire>,
+    }
+    Ok(Json(Batch { sandboxes: out }).into_response())
 }
 
 fn check_team(world: &World, team: &str, path: &str) -> Result<(), ApiError> {

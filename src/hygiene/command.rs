@@ -1,0 +1,47 @@
+//! `/sandbox sweep [--dry-run]`: runs a pass for a Slack user and says what came of it.
+//!
+//! A dry run answers with the digest itself (ephemeral, with the most expensive idle sandboxes
+//! listed); a live run posts the digest and cases in the hygiene channel, under the sweep lease,
+//! and answers with one line. This module turns outcomes into messages; the HTTP handler
+//! acknowledges and delivers them.
+use chrono::{DateTime, Utc};
+
+use super::digest::digest_params;
+use super::schedule::{Scheduler, sweep_now};
+use super::sweep::{SweepContext, SweepMode, sweep_once};
+use crate::slack::render::{DoneParams, FailureParams, Message};
+
+/// The answer to `/sandbox sweep`, for the person who asked.
+pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>) -> Message {
+    let templates = ctx.templates.clone();
+    let failed = |e: &dyn std::fmt::Display| {
+        templates.render_or_plain(&FailureParams {
+            sentence: format!("The sweep did not run: {e}."),
+        })
+    };
+    if dry_run {
+        return match sweep_once(&ctx, now, SweepMode::DryRun).await {
+            Ok(report) => templates.render_or_plain(&digest_params(&report, None, true)),
+            Err(e) => failed(&e),
+        };
+    }
+    match sweep_now(&Scheduler::new(ctx), now).await {
+        Ok(report) => {
+            let posted = report.posted.clone().unwrap_or_default();
+            templates.render_or_plain(&DoneParams {
+                headline: format!(
+                    "Sweep done: {} idle of {} sandboxes; the digest is in <#{}>.",
+                    report.counts.idle, report.fleet.total, posted.channel
+                ),
+                details: Some(format!(
+                    "{} cases opened, {} already open, {} held for review, {} left for the next sweep.",
+                    posted.opened.len(),
+                    posted.already_open + report.counts.already_open,
+                    posted.held_for_review,
+                    posted.deferred
+                )),
+            })
+        }
+        Err(e) => failed(&e),
+    }
+}

@@ -1,0 +1,330 @@
+//! `[hygiene]` in `steward.toml`: when the sweep runs, where it posts, how much it may raise,
+//! who owns what, and the idle policy itself (`[hygiene.idle]`).
+//!
+//! Every value is checked while the file is read, so a bad cron expression or time zone stops
+//! Steward at start-up with a sentence, not at 09:00 with a panic. This module must not read the
+//! clock or talk to anything; [`Schedule`] answers "when" for a `now` it is given.
+//!
+//! ```toml
+//! [hygiene]
+//! schedule = "0 9 * * 1-5"      # cron, minute granularity
+//! timezone = "Europe/Paris"
+//! channel = "C0HYGIENE"          # else [channels] hygiene
+//! kill_share_guard = 0.25
+//! decide_within = "2d"
+//! max_cases_per_sweep = 200
+//!
+//! [hygiene.owners]
+//! alice = "U0ALICE"
+//!
+//! [hygiene.idle]
+//! cpu_threshold_pct = 2.0
+//! idle_window = "1h"
+//! paused_threshold = "3d"
+//!
+//! [hygiene.idle.templates.gpu]
+//! idle_window = "30m"
+//! ```
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use croner::Cron;
+use serde::{Deserialize, Deserializer};
+
+use super::policy::IdlePolicy;
+use crate::ids::{SlackChannelId, SlackUserId};
+
+/// The default schedule: every day at 09:00 (in [`HygieneConfig::timezone`]).
+pub const DEFAULT_SCHEDULE: &str = "0 9 * * *";
+/// Default share of the fleet above which kill recommendations are held back for review.
+pub const DEFAULT_KILL_SHARE_GUARD: f64 = 0.25;
+/// Time people get to decide a sweep's case when neither `[hygiene]` nor `[approvals]` says.
+pub const DEFAULT_DECIDE_WITHIN: Duration = Duration::from_secs(2 * 86_400);
+/// Default cap on cases one sweep opens; the rest wait for the next sweep.
+pub const DEFAULT_MAX_CASES_PER_SWEEP: usize = 200;
+
+/// Everything under `[hygiene]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HygieneConfig {
+    /// When scheduled sweeps run: a five-field cron expression.
+    pub schedule: Schedule,
+    /// The time zone `schedule` is read in, e.g. `Europe/Paris`.
+    #[serde(deserialize_with = "timezone")]
+    pub timezone: chrono_tz::Tz,
+    /// Where digests and cases go; falls back to `[channels] hygiene`.
+    pub channel: Option<SlackChannelId>,
+    /// When more than this share of the fleet would be recommended for kill, the digest asks
+    /// for a review instead of opening those cases one by one.
+    #[serde(deserialize_with = "share")]
+    pub kill_share_guard: f64,
+    /// A sweep's case is due this long after it opens; unset, `[approvals] decide_within`.
+    #[serde(deserialize_with = "duration")]
+    pub decide_within: Option<Duration>,
+    /// Most cases one sweep opens (the most expensive idle sandboxes first).
+    pub max_cases_per_sweep: usize,
+    /// Owner names found in metadata, mapped to the Slack users to mention.
+    pub owners: BTreeMap<String, SlackUserId>,
+    /// The idle policy: thresholds, per-template overrides, prices.
+    pub idle: IdlePolicy,
+}
+
+impl Default for HygieneConfig {
+    fn default() -> Self {
+        Self {
+            schedule: Schedule::default(),
+            timezone: chrono_tz::UTC,
+            channel: None,
+            kill_share_guard: DEFAULT_KILL_SHARE_GUARD,
+            decide_within: None,
+            max_cases_per_sweep: DEFAULT_MAX_CASES_PER_SWEEP,
+            owners: BTreeMap::new(),
+            idle: IdlePolicy::default(),
+        }
+    }
+}
+
+impl HygieneConfig {
+    /// The hygiene channel: `[hygiene] channel`, else `[channels] hygiene` (which is checked
+    /// here, since `[channels]` holds plain text).
+    pub fn channel_or(&self, fallback: Option<&str>) -> Result<Option<SlackChannelId>, String> {
+        if let Some(channel) = &self.channel {
+            return Ok(Some(channel.clone()));
+        }
+        fallback
+            .map(|c| {
+                SlackChannelId::parse(c).map_err(|e| {
+                    format!("[channels] hygiene in steward.toml is not a channel id: {e}")
+                })
+            })
+            .transpose()
+    }
+
+    /// How long people have to decide a sweep's case.
+    pub fn decide_within(&self) -> Duration {
+        self.decide_within.unwrap_or(DEFAULT_DECIDE_WITHIN)
+    }
+
+    /// The Slack user to mention for an owner named in metadata: the `[hygiene.owners]` entry,
+    /// or the owner itself when it already is a Slack user id.
+    pub fn slack_user_for(&self, owner: &str) -> Option<SlackUserId> {
+        if let Some(user) = self.owners.get(owner) {
+            return Some(user.clone());
+        }
+        looks_like_slack_user(owner)
+            .then(|| SlackUserId::parse(owner).ok())
+            .flatten()
+    }
+
+    /// The latest scheduled time at or before `now`.
+    pub fn latest_slot(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.latest_at_or_before(now, self.timezone)
+    }
+
+    /// The first scheduled time after `now`.
+    pub fn next_slot(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.next_after(now, self.timezone)
+    }
+}
+
+/// Slack user ids are `U` or `W` followed by upper-case letters and digits.
+fn looks_like_slack_user(text: &str) -> bool {
+    let mut chars = text.chars();
+    matches!(chars.next(), Some('U' | 'W'))
+        && (8..=15).contains(&text.len())
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+}
+
+/// A parsed cron expression that remembers how it was written.
+#[derive(Clone)]
+pub struct Schedule {
+    text: String,
+    cron: Cron,
+}
+
+impl Schedule {
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The latest matching minute at or before `now`, read in `tz`.
+    pub fn latest_at_or_before(
+        &self,
+        now: DateTime<Utc>,
+        tz: chrono_tz::Tz,
+    ) -> Option<DateTime<Utc>> {
+        self.cron
+            .find_previous_occurrence(&now.with_timezone(&tz), true)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The first matching minute after `now`, read in `tz`.
+    pub fn next_after(&self, now: DateTime<Utc>, tz: chrono_tz::Tz) -> Option<DateTime<Utc>> {
+        self.cron
+            .find_next_occurrence(&now.with_timezone(&tz), false)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+}
+
+impl FromStr for Schedule {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let cron = Cron::from_str(text).map_err(|e| {
+            format!("{text:?} is not a cron expression like \"0 9 * * *\" (minute hour day month weekday): {e}")
+        })?;
+        Ok(Self {
+            text: text.to_owned(),
+            cron,
+        })
+    }
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        DEFAULT_SCHEDULE
+            .parse()
+            .expect("the default schedule is valid")
+    }
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Schedule({:?})", self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schedule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn timezone<'de, D: Deserializer<'de>>(d: D) -> Result<chrono_tz::Tz, D::Error> {
+    let text = String::deserialize(d)?;
+    text.trim().parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not a time zone name like \"UTC\" or \"Europe/Paris\""
+        ))
+    })
+}
+
+fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "{value} is not a share between 0.0 and 1.0"
+        )));
+    }
+    Ok(value)
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    let within = crate::config::parse_duration("hygiene.decide_within", &text)
+        .map_err(serde::de::Error::custom)?;
+    if within.is_zero() {
+        return Err(serde::de::Error::custom(
+            "hygiene.decide_within must be longer than zero",
+        ));
+    }
+    Ok(Some(within))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn parse(text: &str) -> Result<HygieneConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn defaults_sweep_every_day_at_nine_utc() {
+        let c = HygieneConfig::default();
+        let now = Utc.with_ymd_and_hms(2026, 3, 4, 8, 59, 0).unwrap();
+        assert_eq!(
+            c.latest_slot(now),
+            Some(Utc.with_ymd_and_hms(2026, 3, 3, 9, 0, 0).unwrap())
+        );
+        assert_eq!(
+            c.next_slot(now),
+            Some(Utc.with_ymd_and_hms(2026, 3, 4, 9, 0, 0).unwrap())
+        );
+        let at_nine = Utc.with_ymd_and_hms(2026, 3, 4, 9, 0, 0).unwrap();
+        assert_eq!(c.latest_slot(at_nine), Some(at_nine));
+    }
+
+    #[test]
+    fn the_schedule_is_read_in_its_time_zone() {
+        let c = parse("schedule = \"30 7 * * *\"\ntimezone = \"Europe/Paris\"\n").unwrap();
+        // 07:30 in Paris in summer is 05:30 UTC.
+        let now = Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap();
+        assert_eq!(
+            c.latest_slot(now),
+            Some(Utc.with_ymd_and_hms(2026, 7, 1, 5, 30, 0).unwrap())
+        );
+    }
+
+    #[test]
+    fn bad_schedules_zones_shares_and_keys_are_refused_with_a_sentence() {
+        let err = parse("schedule = \"every day\"\n").unwrap_err().to_string();
+        assert!(err.contains("not a cron expression"), "{err}");
+        let err = parse("timezone = \"Mars/Olympus\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a time zone"), "{err}");
+        assert!(parse("kill_share_guard = 1.5\n").is_err());
+        assert!(parse("decide_within = \"0s\"\n").is_err());
+        assert_eq!(
+            parse("decide_within = \"4d\"\n").unwrap().decide_within(),
+            Duration::from_secs(4 * 86_400)
+        );
+        assert!(
+            parse("cpu_threshold_pct = 3.0\n").is_err(),
+            "idle knobs live in [hygiene.idle]"
+        );
+        assert!(parse("[idle]\ncpu_threshold = 3.0\n").is_err());
+        assert!(parse("[owners]\nalice = \"not a user\"\n").is_err());
+    }
+
+    #[test]
+    fn owners_map_to_slack_users_and_slack_ids_map_to_themselves() {
+        let c =
+            parse("[owners]\nalice = \"U0ALICE01\"\n[idle]\ncpu_threshold_pct = 3.0\n").unwrap();
+        assert_eq!(c.idle.cpu_threshold_pct, 3.0);
+        assert_eq!(c.slack_user_for("alice").unwrap().as_str(), "U0ALICE01");
+        assert_eq!(c.slack_user_for("U0BOB0001").unwrap().as_str(), "U0BOB0001");
+        assert_eq!(c.slack_user_for("bob"), None);
+        assert_eq!(c.slack_user_for("Ubuntu"), None);
+    }
+
+    #[test]
+    fn the_hygiene_channel_falls_back_to_the_channels_table() {
+        let c = HygieneConfig::default();
+        assert_eq!(
+            c.channel_or(Some("C0HYG")).unwrap().unwrap().as_str(),
+            "C0HYG"
+        );
+        assert!(
+            c.channel_or(Some("#hygiene"))
+                .unwrap_err()
+                .contains("not a channel id")
+        );
+        let c = parse("channel = \"C0OWN\"\n").unwrap();
+        assert_eq!(
+            c.channel_or(Some("C0HYG")).unwrap().unwrap().as_str(),
+            "C0OWN"
+        );
+        assert_eq!(HygieneConfig::default().channel_or(None), Ok(None));
+    }
+}

@@ -1,0 +1,213 @@
+//! The live half of a sweep: post the digest, then one case per idle sandbox in its thread,
+//! grouped by owner, then update the digest with what was done.
+//!
+//! Which idle sandboxes become cases is decided here, before anything is posted: Leave
+//! recommendations never (they end on their own), kill recommendations not while the
+//! blast-radius guard holds them, and no more than `max_cases_per_sweep` (most expensive first).
+//! Cases are opened only through `approvals::open_case`, which neither reposts nor extends the
+//! deadline of a case that is already open. This module must not call E2B.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use super::digest::{self, OwnerParams, case_reason, digest_params, dollars};
+use super::policy::{Recommendation, RunState};
+use super::sweep::{IdleSandbox, Posted, SweepContext, SweepError, SweepReport};
+use crate::approvals::{self, ApprovalError, CardTarget};
+use crate::cases::{self, CaseDraft, DecisionOption, Evidence, Metrics, Opener, Subject};
+use crate::ids::SlackChannelId;
+use crate::store::Opened;
+
+/// The case option that carries out a recommendation.
+pub fn option_for(r: Recommendation) -> DecisionOption {
+    match r {
+        Recommendation::Pause => DecisionOption::Pause,
+        Recommendation::SnapshotThenKill => DecisionOption::SnapshotThenKill,
+        Recommendation::Kill => DecisionOption::Kill,
+        Recommendation::Leave => DecisionOption::Leave,
+    }
+}
+
+/// The case a sweep opens for one idle sandbox.
+pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> CaseDraft {
+    let e = &s.evidence;
+    let metrics = match (e.mem_used, e.mem_total, e.disk_used, e.disk_total) {
+        (Some(mem_used), Some(mem_total), Some(disk_used), Some(disk_total)) => Some(Metrics {
+            cpu_pct: e.cpu_latest_pct.unwrap_or(0.0),
+            mem_used,
+            mem_total,
+            disk_used,
+            disk_total,
+        }),
+        _ => None,
+    };
+    // A paused sandbox cannot be paused again, so that button is left off its card.
+    let options = match s.state {
+        RunState::Running => None,
+        RunState::Paused => Some(vec![
+            DecisionOption::SnapshotThenKill,
+            DecisionOption::Kill,
+            DecisionOption::Leave,
+        ]),
+    };
+    CaseDraft {
+        subject: Subject::Sandbox(s.id.clone()),
+        evidence: Evidence {
+            state: Some(
+                match s.state {
+                    RunState::Running => "running",
+                    RunState::Paused => "paused",
+                }
+                .to_owned(),
+            ),
+            template: Some(s.template_id.clone()),
+            cpu_count: Some(s.cpu_count),
+            memory_mb: Some(s.memory_mb),
+            disk_mb: Some(s.disk_size_mb),
+            started_at: Some(s.started_at),
+            idle_since: e.idle_since,
+            paused_since: e.paused_since,
+            metrics,
+            metadata: s.metadata.clone(),
+            owner: s.owner.clone(),
+            template_usage: None,
+        },
+        recommendation: cases::Recommendation {
+            option: option_for(s.recommendation),
+            reason: s.reason.clone(),
+        },
+        options,
+        opener: Opener::Sweep,
+        reason: case_reason(s, now),
+        decide_by: now
+            + chrono::Duration::from_std(ctx.config.decide_within())
+                .unwrap_or(chrono::Duration::days(2)),
+    }
+}
+
+/// Which idle sandboxes a live pass raises, and what it holds back.
+pub fn plan(report: &SweepReport, max_cases: usize) -> (Vec<&IdleSandbox>, Posted) {
+    let mut held = Posted::default();
+    let mut raise = Vec::new();
+    // `report.idle` is sorted most expensive first, so the cap keeps the costliest.
+    for s in &report.idle {
+        if s.recommendation == Recommendation::Leave {
+            held.not_raised_leave += 1;
+        } else if report.guard.tripped && s.recommendation.is_kill() {
+            held.held_for_review += 1;
+        } else {
+            raise.push(s);
+        }
+    }
+    if raise.len() > max_cases {
+        held.deferred = raise.len() - max_cases;
+        raise.truncate(max_cases);
+    }
+    (raise, held)
+}
+
+/// Posts the digest and the cases; returns what was posted.
+pub(super) async fn post(
+    ctx: &SweepContext,
+    report: &SweepReport,
+    channel: &SlackChannelId,
+    now: DateTime<Utc>,
+) -> Result<Posted, SweepError> {
+    let (raise, mut posted) = plan(report, ctx.config.max_cases_per_sweep);
+    let digest = ctx
+        .templates
+        .render(&digest_params(report, None, false))
+        .map_err(|e| SweepError::Digest(e.to_string()))?;
+    let (channel, ts) = ctx
+        .slack
+        .post_message(channel, digest)
+        .await
+        .map_err(|e| SweepError::Digest(e.to_string()))?;
+    posted.channel = channel.to_string();
+    posted.digest_ts = ts.clone();
+    let target = CardTarget {
+        channel: channel.clone(),
+        thread_ts: Some(ts.clone()),
+    };
+    // Owners with a name first (alphabetically), then the sandboxes nobody claims.
+    let mut groups: BTreeMap<(bool, String), Vec<&IdleSandbox>> = BTreeMap::new();
+    for s in raise {
+        let key = match &s.owner {
+            Some(owner) => (false, owner.clone()),
+            None => (true, "No owner in metadata".to_owned()),
+        };
+        groups.entry(key).or_default().push(s);
+    }
+    let mut store_down = false;
+    for ((_, owner), sandboxes) in groups {
+        if store_down {
+            posted.failed += sandboxes.len();
+            continue;
+        }
+        let heading = OwnerParams {
+            owner,
+            slack_user: sandboxes[0].owner_slack.as_ref().map(|u| u.to_string()),
+            count: sandboxes.len(),
+            cost: dollars(sandboxes.iter().map(|s| s.evidence.cost_per_day_usd).sum()),
+        };
+        let heading = ctx.templates.render_or_plain(&heading);
+        if let Err(e) = ctx
+            .slack
+            .post_message_in_thread(&channel, Some(&ts), heading)
+            .await
+        {
+            tracing::warn!(error = %e, "could not post an owner heading in the sweep thread");
+        }
+        for (i, s) in sandboxes.iter().enumerate() {
+            let draft = case_draft(ctx, s, now);
+            match approvals::open_case(
+                &ctx.store,
+                &ctx.slack,
+                &ctx.templates,
+                draft,
+                target.clone(),
+                now,
+            )
+            .await
+            {
+                Ok(Opened::Created(case)) => posted.opened.push(case.id),
+                Ok(Opened::Existing(_)) => posted.already_open += 1,
+                Err(ApprovalError::StoreUnavailable(reason)) => {
+                    // Every later case would fail the same way; count them and stop asking.
+                    tracing::error!(%reason, "the store is down; the sweep stops opening cases");
+                    posted.failed += sandboxes.len() - i;
+                    store_down = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox = %s.id, error = %e, "a sweep case could not be opened");
+                    posted.failed += 1;
+                }
+            }
+        }
+    }
+    // The digest's last line says what actually happened.
+    let done = ctx
+        .templates
+        .render_or_plain(&digest::digest_params(report, Some(&posted), false));
+    if let Err(e) = ctx.slack.update_message(&channel, &ts, done).await {
+        tracing::warn!(error = %e, "could not update the sweep digest with its outcome");
+    }
+    Ok(posted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_recommendation_maps_to_the_option_that_carries_it_out() {
+        assert_eq!(option_for(Recommendation::Pause), DecisionOption::Pause);
+        assert_eq!(
+            option_for(Recommendation::SnapshotThenKill),
+            DecisionOption::SnapshotThenKill
+        );
+        assert_eq!(option_for(Recommendation::Kill), DecisionOption::Kill);
+        assert_eq!(option_for(Recommendation::Leave), DecisionOption::Leave);
+    }
+}

@@ -1,0 +1,222 @@
+//! Scheduled sweeps across replicas: exactly one replica runs each scheduled sweep, a sweep
+//! missed while everything was down runs once on start, and a leader that dies mid-sweep is
+//! replaced once its lease ends.
+//!
+//! Two records in the store make this work. A lease (`hygiene-sweep`, a TTL renewed while the
+//! sweep runs) says who is sweeping now; whoever cannot take it does nothing. The "last
+//! completed sweep" marker holds the scheduled slot of the last sweep that finished; a slot at
+//! or before the marker is done. The marker is written before the lease is released, so a
+//! replica that takes the lease next sees the slot as done. Only the latest slot is ever due,
+//! so three missed days make one sweep, not three.
+//!
+//! [`scheduler_tick`] is one decision for a `now` it is given (tests call it directly);
+//! [`run_scheduler`] wraps it in a small cancellable loop. Neither decides what is idle.
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};
+use crate::store::StoreError;
+
+/// The name of the lease every replica competes for.
+pub const SWEEP_LEASE: &str = "hygiene-sweep";
+/// How long a lease lasts without renewal: a dead leader is replaced after at most this.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(120);
+/// How often the loop checks whether a sweep is due.
+pub const TICK_INTERVAL: Duration = Duration::from_secs(30);
+/// After a failed sweep, the loop waits this long before trying the same slot again.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(300);
+
+/// What one replica needs to take part in scheduled sweeps.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    pub sweep: SweepContext,
+    /// Unique per replica (and per process start), so leases tell replicas apart.
+    pub holder: String,
+    pub lease_ttl: Duration,
+}
+
+impl Scheduler {
+    /// A scheduler with a fresh holder id and the default lease.
+    pub fn new(sweep: SweepContext) -> Self {
+        Self {
+            sweep,
+            holder: format!("replica-{}", uuid::Uuid::new_v4().simple()),
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
+}
+
+/// What a tick decided.
+#[derive(Debug)]
+pub enum Tick {
+    /// The latest slot is done (or there is none); `next` is when the next one falls.
+    NotDue { next: Option<DateTime<Utc>> },
+    /// No sweep had ever completed: the latest slot is recorded as the starting point, so a
+    /// fresh install waits for its first scheduled time instead of sweeping at once.
+    Started { slot: DateTime<Utc> },
+    /// Another replica holds the lease (it is sweeping, or died recently).
+    HeldElsewhere { slot: DateTime<Utc> },
+    /// This replica ran the sweep for `slot`.
+    Ran {
+        slot: DateTime<Utc>,
+        report: Box<SweepReport>,
+    },
+    /// This replica tried and the sweep failed; the slot stays due.
+    Failed { slot: DateTime<Utc>, error: String },
+}
+
+/// One scheduling decision at `now`; runs the sweep when this replica should.
+pub async fn scheduler_tick(s: &Scheduler, now: DateTime<Utc>) -> Result<Tick, StoreError> {
+    let config = &s.sweep.config;
+    let Some(slot) = config.latest_slot(now) else {
+        return Ok(Tick::NotDue {
+            next: config.next_slot(now),
+        });
+    };
+    let store = &s.sweep.store;
+    match store.last_completed_sweep().await? {
+        None => {
+            store.record_completed_sweep(slot).await?;
+            return Ok(Tick::Started { slot });
+        }
+        Some(done) if done >= slot => {
+            return Ok(Tick::NotDue {
+                next: config.next_slot(now),
+            });
+        }
+        Some(_) => {}
+    }
+    if !store
+        .acquire_lease(SWEEP_LEASE, &s.holder, s.lease_ttl)
+        .await?
+    {
+        return Ok(Tick::HeldElsewhere { slot });
+    }
+    // Another replica may have finished this slot between the read above and the lease.
+    if store
+        .last_completed_sweep()
+        .await?
+        .is_some_and(|done| done >= slot)
+    {
+        store.release_lease(SWEEP_LEASE, &s.holder).await?;
+        return Ok(Tick::NotDue {
+            next: config.next_slot(now),
+        });
+    }
+    tracing::info!(%slot, holder = %s.holder, "running the scheduled sweep");
+    let outcome = while_holding(s, sweep_once(&s.sweep, now, SweepMode::Live)).await;
+    let tick = match outcome {
+        Ok(Ok(report)) => {
+            // The marker goes first: once the lease is free, the slot must already read as done.
+            store.record_completed_sweep(slot).await?;
+            Tick::Ran {
+                slot,
+                report: Box::new(report),
+            }
+        }
+        Ok(Err(e)) => Tick::Failed {
+            slot,
+            error: e.to_string(),
+        },
+        Err(lost) => Tick::Failed {
+            slot,
+            error: lost.to_string(),
+        },
+    };
+    if let Err(e) = store.release_lease(SWEEP_LEASE, &s.holder).await {
+        // It ends on its own at its TTL.
+        tracing::warn!(error = %e, "could not release the sweep lease");
+    }
+    Ok(tick)
+}
+
+/// Runs `work` while renewing the lease; stops it if the lease is lost, so two replicas never
+/// sweep at once for long.
+async fn while_holding(
+    s: &Scheduler,
+    work: impl Future<Output = Result<SweepReport, SweepError>>,
+) -> Result<Result<SweepReport, SweepError>, SweepError> {
+    let renew = async {
+        let every = (s.lease_ttl / 3).max(Duration::from_millis(50));
+        loop {
+            tokio::time::sleep(every).await;
+            match s
+                .sweep
+                .store
+                .renew_lease(SWEEP_LEASE, &s.holder, s.lease_ttl)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    return SweepError::LeaseLost("another replica holds it now".into());
+                }
+                Err(e) => return SweepError::LeaseLost(e.to_string()),
+            }
+        }
+    };
+    tokio::select! {
+        done = work => Ok(done),
+        lost = renew => Err(lost),
+    }
+}
+
+/// A live sweep asked for now (`steward sweep`, `/sandbox sweep`), under the same lease as
+/// scheduled ones so two never overlap. It does not count as a scheduled slot.
+pub async fn sweep_now(s: &Scheduler, now: DateTime<Utc>) -> Result<SweepReport, SweepError> {
+    let store = &s.sweep.store;
+    if !store
+        .acquire_lease(SWEEP_LEASE, &s.holder, s.lease_ttl)
+        .await?
+    {
+        return Err(SweepError::AlreadyRunning);
+    }
+    let outcome = while_holding(s, sweep_once(&s.sweep, now, SweepMode::Live)).await;
+    if let Err(e) = store.release_lease(SWEEP_LEASE, &s.holder).await {
+        tracing::warn!(error = %e, "could not release the sweep lease");
+    }
+    outcome?
+}
+
+/// Ticks every `every` until `shutdown` completes. A sweep in progress is dropped at shutdown;
+/// its lease then ends on its own and another replica redoes the slot.
+pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut quiet_until: Option<DateTime<Utc>> = None;
+    tracing::info!(schedule = s.sweep.config.schedule.as_str(), timezone = %s.sweep.config.timezone, "sweep scheduler started");
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = interval.tick() => {}
+        }
+        let now = Utc::now();
+        if quiet_until.is_some_and(|t| now < t) {
+            continue;
+        }
+        let tick = tokio::select! {
+            () = &mut shutdown => break,
+            tick = scheduler_tick(&s, now) => tick,
+        };
+        match tick {
+            Ok(Tick::Ran { slot, report }) => {
+                tracing::info!(%slot, idle = report.counts.idle, "scheduled sweep done");
+            }
+            Ok(Tick::Failed { slot, error }) => {
+                tracing::error!(%slot, %error, "scheduled sweep failed; will retry");
+                quiet_until = Some(
+                    now + chrono::Duration::from_std(RETRY_AFTER_FAILURE)
+                        .unwrap_or(chrono::Duration::minutes(5)),
+                );
+            }
+            Ok(Tick::Started { slot }) => {
+                tracing::info!(%slot, "first start: sweeps begin at the next scheduled time");
+            }
+            Ok(Tick::NotDue { .. } | Tick::HeldElsewhere { .. }) => {}
+            Err(e) => tracing::warn!(error = %e, "the sweep scheduler cannot read its state"),
+        }
+    }
+    tracing::info!("sweep scheduler stopped");
+}

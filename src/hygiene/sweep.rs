@@ -1,0 +1,764 @@
+//! One pass over the fleet: [`sweep_once`] lists every running and paused sandbox, judges each
+//! with the idle policy, and (live) posts one digest plus one approval case per idle sandbox.
+//!
+//! The pass is a pipeline so that its wall time is close to the sequential paging it cannot
+//! avoid: while page N+1 is being fetched, page N's latest metrics (one batch call), its store
+//! look-ups (one round trip) and its candidates' metric windows (bounded, concurrent) are
+//! already in flight. Only candidates (quiet latest sample, or paused long) cost a window read,
+//! and never those that are exempt or already have an open case.
+//!
+//! Nothing here kills, pauses or snapshots anything: a live sweep only opens cases through
+//! `approvals::open_case`, and a dry run writes nothing at all (no case, no Slack message).
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+
+use super::config::HygieneConfig;
+use super::policy::{
+    self, Assessment, Exemption, IdleEvidence, Observed, Recommendation, RunState, Sample,
+};
+use crate::cases::Subject;
+use crate::config::Settings;
+use crate::e2b::paging::{PageGuard, Step};
+use crate::e2b::{
+    DEFAULT_MAX_PAGES, E2bClient, E2bError, ListQuery, ListedSandbox, MAX_PAGE_LIMIT,
+    SandboxMetric, SandboxState, StateFilter, TeamMaxMetric,
+};
+use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use crate::slack::client::SlackClient;
+use crate::slack::render::Templates;
+use crate::store::{Store, StoreError};
+
+/// Candidate metric windows read at once across the whole pass.
+pub const DEFAULT_WINDOW_CONCURRENCY: usize = 64;
+/// Pages being judged while the next one is fetched.
+pub const PAGES_IN_FLIGHT: usize = 16;
+/// Team capacity is shown over this look-back.
+pub const CAPACITY_WINDOW_HOURS: i64 = 24;
+/// Problems kept verbatim in the report (the rest are only counted).
+const MAX_PROBLEMS_KEPT: usize = 20;
+
+/// Whether a pass may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepMode {
+    /// Judge and report; open nothing, post nothing.
+    DryRun,
+    /// Judge, post the digest, open cases.
+    Live,
+}
+
+/// Why a pass could not be done. `Display` is a sentence for Slack or a terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the sandbox list could not be read from E2B: {0}")]
+    Listing(#[source] E2bError),
+    #[error("Steward's database could not be read: {0}")]
+    Store(#[from] StoreError),
+    #[error(
+        "no hygiene channel is configured: set `channel` under [hygiene] or `hygiene` under [channels] in steward.toml"
+    )]
+    NoChannel,
+    #[error("the digest could not be posted to Slack: {0}")]
+    Digest(String),
+    #[error("another sweep is running right now; try again when it has finished")]
+    AlreadyRunning,
+    #[error("the sweep lease was lost mid-sweep, so the sweep was stopped: {0}")]
+    LeaseLost(String),
+    #[error("judging a page of sandboxes failed: {0}")]
+    Judge(String),
+}
+
+/// Explicit handles for one pass, so tests and the benchmark can build it without a server.
+#[derive(Clone, Debug)]
+pub struct SweepContext {
+    pub e2b: E2bClient,
+    pub store: Store,
+    pub slack: SlackClient,
+    pub templates: Arc<Templates>,
+    pub config: Arc<HygieneConfig>,
+    /// Where the digest and cases go (live passes need one).
+    pub channel: Option<SlackChannelId>,
+    /// Candidate windows read at once.
+    pub window_concurrency: usize,
+}
+
+impl SweepContext {
+    /// The service's sweep: `[hygiene]` from steward.toml, its channel (or `[channels]
+    /// hygiene`), and `[approvals] decide_within` unless `[hygiene]` sets its own.
+    pub fn from_settings(
+        settings: &Settings,
+        e2b: E2bClient,
+        store: Store,
+        slack: SlackClient,
+        templates: Arc<Templates>,
+    ) -> Result<Self, String> {
+        let policy = &settings.policy;
+        let mut config = policy.hygiene.clone();
+        config
+            .decide_within
+            .get_or_insert(policy.approvals.decide_within);
+        let channel = config.channel_or(policy.channels.hygiene.as_deref())?;
+        Ok(Self::new(
+            e2b,
+            store,
+            slack,
+            templates,
+            Arc::new(config),
+            channel,
+        ))
+    }
+
+    pub fn new(
+        e2b: E2bClient,
+        store: Store,
+        slack: SlackClient,
+        templates: Arc<Templates>,
+        config: Arc<HygieneConfig>,
+        channel: Option<SlackChannelId>,
+    ) -> Self {
+        Self {
+            e2b,
+            store,
+            slack,
+            templates,
+            config,
+            channel,
+            window_concurrency: DEFAULT_WINDOW_CONCURRENCY,
+        }
+    }
+}
+
+/// Running and paused sandboxes seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FleetCounts {
+    pub running: usize,
+    pub paused: usize,
+    pub total: usize,
+}
+
+/// Idle sandboxes by recommendation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecommendationCounts {
+    pub pause: usize,
+    pub snapshot_then_kill: usize,
+    pub kill: usize,
+    pub leave: usize,
+}
+
+impl RecommendationCounts {
+    fn add(&mut self, r: Recommendation) {
+        match r {
+            Recommendation::Pause => self.pause += 1,
+            Recommendation::SnapshotThenKill => self.snapshot_then_kill += 1,
+            Recommendation::Kill => self.kill += 1,
+            Recommendation::Leave => self.leave += 1,
+        }
+    }
+
+    pub fn kills(&self) -> usize {
+        self.snapshot_then_kill + self.kill
+    }
+}
+
+/// Idle-looking sandboxes that are exempt, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExemptCounts {
+    pub keep_metadata: usize,
+    pub left: usize,
+    pub too_young: usize,
+}
+
+/// How every listed sandbox was judged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Working, or not idle long enough.
+    pub active: usize,
+    pub idle: usize,
+    pub by_recommendation: RecommendationCounts,
+    pub exempt: ExemptCounts,
+    /// Idle-looking, but a case about them is already open: not raised again.
+    pub already_open: usize,
+    /// Gone between the listing and the metrics read.
+    pub vanished: usize,
+    /// Their metrics could not be read, so they were not judged.
+    pub unreadable: usize,
+}
+
+/// The team's capacity over the last day, or why it is not shown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Capacity {
+    Available {
+        concurrent_now: u64,
+        concurrent_peak: u64,
+        peak_at: Option<DateTime<Utc>>,
+        /// Sandboxes started per minute, averaged over the window.
+        start_rate_per_min: f64,
+        start_rate_peak_per_min: f64,
+        window_hours: i64,
+    },
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// The blast-radius guard's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Guard {
+    /// The configured share (0..=1).
+    pub limit: f64,
+    /// Sandboxes recommended for snapshot-then-kill or kill.
+    pub kill_count: usize,
+    /// Their share of the fleet.
+    pub share: f64,
+    /// True when `share > limit`: kill cases are held for review.
+    pub tripped: bool,
+}
+
+/// One idle sandbox, with what Steward recommends and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IdleSandbox {
+    pub id: SandboxId,
+    /// The template's alias, or its id when it has none.
+    pub template: String,
+    pub template_id: TemplateId,
+    pub state: RunState,
+    pub started_at: DateTime<Utc>,
+    pub cpu_count: u32,
+    pub memory_mb: u64,
+    pub disk_size_mb: u64,
+    pub metadata: BTreeMap<String, String>,
+    pub owner: Option<String>,
+    /// The Slack user to mention for `owner`, when one is known.
+    pub owner_slack: Option<SlackUserId>,
+    pub recommendation: Recommendation,
+    pub reason: String,
+    pub evidence: IdleEvidence,
+}
+
+/// An idle-looking sandbox that was not raised, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExemptSandbox {
+    pub id: SandboxId,
+    pub exemption: Exemption,
+}
+
+/// An idle-looking sandbox that already has an open case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AlreadyOpen {
+    pub id: SandboxId,
+    pub case: CaseId,
+}
+
+/// What a live pass posted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Posted {
+    pub channel: String,
+    pub digest_ts: String,
+    /// Cases opened now.
+    pub opened: Vec<CaseId>,
+    /// Cases `open_case` found already open (a race with another opener).
+    pub already_open: usize,
+    /// Kill recommendations not opened because the blast-radius guard tripped.
+    pub held_for_review: usize,
+    /// Leave recommendations (idle, but ending on their own soon): never raised.
+    pub not_raised_leave: usize,
+    /// Over `max_cases_per_sweep`: left for the next pass.
+    pub deferred: usize,
+    /// Cases that could not be opened or posted.
+    pub failed: usize,
+}
+
+/// Everything one pass found (and, when live, did).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepReport {
+    pub mode: SweepMode,
+    pub at: DateTime<Utc>,
+    pub fleet: FleetCounts,
+    pub pages: u32,
+    /// Set when paging stopped before E2B said the list was complete.
+    pub listing_incomplete: Option<String>,
+    pub counts: Counts,
+    /// What the idle sandboxes cost per day, in US dollars.
+    pub idle_cost_per_day_usd: f64,
+    pub capacity: Capacity,
+    pub guard: Guard,
+    /// Sorted by cost per day, most expensive first.
+    pub idle: Vec<IdleSandbox>,
+    pub exempt: Vec<ExemptSandbox>,
+    pub already_open: Vec<AlreadyOpen>,
+    /// A few of the read failures, in words.
+    pub problems: Vec<String>,
+    /// E2B calls this pass made.
+    pub e2b_calls: u64,
+    pub posted: Option<Posted>,
+}
+
+/// One pass. A dry run only reads; a live pass posts the digest and opens cases.
+#[tracing::instrument(skip(ctx))]
+pub async fn sweep_once(
+    ctx: &SweepContext,
+    now: DateTime<Utc>,
+    mode: SweepMode,
+) -> Result<SweepReport, SweepError> {
+    // Checked first: a live pass with nowhere to post must not do the reading for nothing.
+    let channel = match mode {
+        SweepMode::Live => Some(ctx.channel.clone().ok_or(SweepError::NoChannel)?),
+        SweepMode::DryRun => None,
+    };
+    let calls_before = ctx.e2b.calls_made();
+    let (capacity, judged) = tokio::join!(capacity(&ctx.e2b, now), judge_fleet(ctx, now));
+    let judged = judged?;
+    let mut report = judged.into_report(ctx, mode, now, capacity);
+    if let Some(channel) = channel {
+        report.posted = Some(super::post::post(ctx, &report, &channel, now).await?);
+    }
+    report.e2b_calls = ctx.e2b.calls_made() - calls_before;
+    tracing::info!(
+        fleet = report.fleet.total,
+        idle = report.counts.idle,
+        calls = report.e2b_calls,
+        ?mode,
+        "sweep finished"
+    );
+    Ok(report)
+}
+
+/// What the pipeline gathers, page by page.
+#[derive(Default)]
+struct Judged {
+    fleet: FleetCounts,
+    pages: u32,
+    counts: Counts,
+    idle: Vec<IdleSandbox>,
+    exempt: Vec<ExemptSandbox>,
+    already_open: Vec<AlreadyOpen>,
+    problems: Vec<String>,
+}
+
+impl Judged {
+    fn merge(mut self, other: Judged) -> Judged {
+        self.fleet.running += other.fleet.running;
+        self.fleet.paused += other.fleet.paused;
+        self.fleet.total += other.fleet.total;
+        self.pages += other.pages;
+        let (a, b) = (&mut self.counts, other.counts);
+        a.active += b.active;
+        a.exempt.keep_metadata += b.exempt.keep_metadata;
+        a.exempt.left += b.exempt.left;
+        a.exempt.too_young += b.exempt.too_young;
+        a.already_open += b.already_open;
+        a.vanished += b.vanished;
+        a.unreadable += b.unreadable;
+        self.idle.extend(other.idle);
+        self.exempt.extend(other.exempt);
+        self.already_open.extend(other.already_open);
+        for p in other.problems {
+            if self.problems.len() < MAX_PROBLEMS_KEPT {
+                self.problems.push(p);
+            }
+        }
+        self
+    }
+
+    fn problem(&mut self, text: String) {
+        if self.problems.len() < MAX_PROBLEMS_KEPT {
+            self.problems.push(text);
+        }
+    }
+
+    fn into_report(
+        mut self,
+        ctx: &SweepContext,
+        mode: SweepMode,
+        now: DateTime<Utc>,
+        capacity: Capacity,
+    ) -> SweepReport {
+        // Most expensive first, then by id, so reports are stable.
+        self.idle.sort_by(|a, b| {
+            b.evidence
+                .cost_per_day_usd
+                .total_cmp(&a.evidence.cost_per_day_usd)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        self.exempt.sort_by(|a, b| a.id.cmp(&b.id));
+        self.already_open.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut counts = self.counts;
+        counts.idle = self.idle.len();
+        for s in &self.idle {
+            counts.by_recommendation.add(s.recommendation);
+        }
+        let kill_count = counts.by_recommendation.kills();
+        let share = if self.fleet.total == 0 {
+            0.0
+        } else {
+            kill_count as f64 / self.fleet.total as f64
+        };
+        let limit = ctx.config.kill_share_guard;
+        SweepReport {
+            mode,
+            at: now,
+            fleet: self.fleet,
+            pages: self.pages,
+            listing_incomplete: None,
+            counts,
+            idle_cost_per_day_usd: self.idle.iter().map(|s| s.evidence.cost_per_day_usd).sum(),
+            capacity,
+            guard: Guard {
+                limit,
+                kill_count,
+                share,
+                tripped: kill_count > 0 && share > limit,
+            },
+            idle: self.idle,
+            exempt: self.exempt,
+            already_open: self.already_open,
+            problems: self.problems,
+            e2b_calls: 0,
+            posted: None,
+        }
+    }
+}
+
+/// What the pager hands to the judges.
+enum Paged {
+    Page(Vec<ListedSandbox>),
+    /// Paging stopped before E2B said the list was complete, for this reason.
+    Stopped(String),
+}
+
+/// Aborts a spawned task when dropped, so a cancelled sweep leaves nothing running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Pages through the fleet and judges each page while the next one is fetched.
+///
+/// The pager runs in its own task and every page is judged in a task of its own: decoding a
+/// page's metric windows is real CPU work, and if it shared a task with the pager each page
+/// request would wait behind it, stretching the one part that cannot be parallel.
+async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, SweepError> {
+    let windows = Arc::new(Semaphore::new(ctx.window_concurrency.max(1)));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(PAGES_IN_FLIGHT);
+    let _pager = AbortOnDrop(tokio::spawn(list_pages(ctx.e2b.clone(), tx)));
+    // Dropping the set (an error, or the sweep being cancelled) aborts every judge.
+    let mut judging = tokio::task::JoinSet::new();
+    let mut judged = Judged::default();
+    let mut listing_open = true;
+    loop {
+        tokio::select! {
+            paged = rx.recv(), if listing_open && judging.len() < PAGES_IN_FLIGHT => match paged {
+                Some(Ok(Paged::Page(items))) => {
+                    judging.spawn(judge_page(ctx.clone(), items, now, windows.clone()));
+                }
+                Some(Ok(Paged::Stopped(reason))) => {
+                    judged.problem(format!("The sandbox list may be incomplete: {reason}."));
+                }
+                Some(Err(e)) => return Err(e),
+                None => listing_open = false,
+            },
+            Some(done) = judging.join_next() => {
+                let part = done.map_err(|e| SweepError::Judge(e.to_string()))??;
+                judged = judged.merge(part);
+            }
+            else => break,
+        }
+    }
+    Ok(judged)
+}
+
+/// Sends every page of running and paused sandboxes, in order; the listing is sequential
+/// because each page needs the previous page's token.
+async fn list_pages(e2b: E2bClient, tx: tokio::sync::mpsc::Sender<Result<Paged, SweepError>>) {
+    let query = ListQuery {
+        state: StateFilter::Both,
+        limit: Some(MAX_PAGE_LIMIT),
+        ..ListQuery::default()
+    };
+    let mut guard = PageGuard::new(DEFAULT_MAX_PAGES);
+    let mut token: Option<String> = None;
+    loop {
+        let page = match e2b.list_sandboxes_page(&query, token.as_deref()).await {
+            Ok(page) => page,
+            Err(e) => {
+                let _ = tx.send(Err(SweepError::Listing(e))).await;
+                return;
+            }
+        };
+        let step = guard.after_page(page.next_token.as_deref());
+        if tx.send(Ok(Paged::Page(page.items))).await.is_err() {
+            return;
+        }
+        match step {
+            Step::Next(next) => token = Some(next),
+            Step::Done => return,
+            Step::Stop(reason) => {
+                tracing::warn!(%reason, "sweep listing stopped early");
+                let _ = tx.send(Ok(Paged::Stopped(reason.to_string()))).await;
+                return;
+            }
+        }
+    }
+}
+
+fn observed(s: &ListedSandbox) -> Observed {
+    Observed {
+        id: s.sandbox_id.to_string(),
+        template: s.alias.clone().unwrap_or_else(|| s.template_id.to_string()),
+        state: match s.state {
+            SandboxState::Paused => RunState::Paused,
+            _ => RunState::Running,
+        },
+        started_at: s.started_at,
+        end_at: s.end_at,
+        cpu_count: s.cpu_count,
+        memory_mb: u64::from(s.memory_mb),
+        disk_size_mb: u64::from(s.disk_size_mb),
+        metadata: s.metadata.clone(),
+    }
+}
+
+fn sample(m: &SandboxMetric) -> Sample {
+    Sample {
+        at: DateTime::from_timestamp(m.timestamp_unix, 0)
+            .or(m.timestamp)
+            .unwrap_or_default(),
+        cpu_pct: m.cpu_used_pct,
+        mem_used: m.mem_used.max(0) as u64,
+        mem_total: m.mem_total.max(0) as u64,
+        disk_used: m.disk_used.max(0) as u64,
+        disk_total: m.disk_total.max(0) as u64,
+    }
+}
+
+/// Judges one page: one batch metrics call, one store round trip, windows for candidates.
+async fn judge_page(
+    ctx: SweepContext,
+    items: Vec<ListedSandbox>,
+    now: DateTime<Utc>,
+    windows: Arc<Semaphore>,
+) -> Result<Judged, SweepError> {
+    let (ctx, windows) = (&ctx, &*windows);
+    let policy = &ctx.config.idle;
+    let mut part = Judged {
+        pages: 1,
+        ..Judged::default()
+    };
+    let running: Vec<SandboxId> = items
+        .iter()
+        .filter(|s| s.state == SandboxState::Running)
+        .map(|s| s.sandbox_id.clone())
+        .collect();
+    part.fleet.running = running.len();
+    part.fleet.paused = items
+        .iter()
+        .filter(|s| s.state == SandboxState::Paused)
+        .count();
+    part.fleet.total = part.fleet.running + part.fleet.paused;
+    let mut metrics_failed = false;
+    let latest: HashMap<SandboxId, SandboxMetric> = if running.is_empty() {
+        HashMap::new()
+    } else {
+        match ctx.e2b.metrics_many(&running).await {
+            Ok(m) => m,
+            Err(e) => {
+                metrics_failed = true;
+                // Without latest samples no running sandbox of this page can be judged; say so
+                // and carry on with the paused ones rather than failing the whole pass.
+                part.counts.unreadable += running.len();
+                part.problem(format!(
+                    "Latest metrics of {} running sandboxes could not be read: {e}",
+                    running.len()
+                ));
+                HashMap::new()
+            }
+        }
+    };
+    // Indices into `items`, so the concurrent reads below borrow nothing per element.
+    let mut candidates: Vec<(usize, Observed)> = Vec::new();
+    for (i, s) in items.iter().enumerate() {
+        if s.state != SandboxState::Running && s.state != SandboxState::Paused {
+            continue;
+        }
+        let seen = observed(s);
+        let quiet_now = latest.get(&s.sandbox_id).map(sample);
+        if seen.state == RunState::Running && metrics_failed {
+            // Counted as unreadable above.
+            continue;
+        }
+        if policy::is_candidate(policy, &seen, quiet_now.as_ref(), now) {
+            candidates.push((i, seen));
+        } else {
+            part.counts.active += 1;
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(part);
+    }
+    let subjects: Vec<Subject> = candidates
+        .iter()
+        .map(|(i, _)| Subject::Sandbox(items[*i].sandbox_id.clone()))
+        .collect();
+    let (marks, open) = tokio::try_join!(
+        ctx.store.left_marks(&subjects),
+        ctx.store.open_case_ids(&subjects)
+    )?;
+    let mut to_read = Vec::new();
+    for (((i, seen), mark), open) in candidates.into_iter().zip(marks).zip(open) {
+        let listed = &items[i];
+        if let Some(case) = open {
+            part.counts.already_open += 1;
+            part.already_open.push(AlreadyOpen {
+                id: listed.sandbox_id.clone(),
+                case,
+            });
+            continue;
+        }
+        let left_until = mark.map(|m| m.until);
+        // Exempt sandboxes are settled before any window is read: their activity changes nothing.
+        if let Some(exemption) = policy::exemption(policy, &seen, left_until, now) {
+            part.exempt(listed, exemption);
+            continue;
+        }
+        match seen.state {
+            RunState::Paused => {
+                let verdict = policy::assess(policy, &seen, &[], left_until, now);
+                part.record(ctx, listed, seen, verdict);
+            }
+            RunState::Running => to_read.push((i, seen, left_until)),
+        }
+    }
+    let items = &items;
+    let verdicts: Vec<_> = futures::stream::iter(to_read)
+        .map(|(i, seen, left_until)| async move {
+            let listed = &items[i];
+            let window = policy.thresholds_for(&seen.template).idle_window;
+            let start = now - chrono::Duration::from_std(window).unwrap_or_default();
+            let read = {
+                // The permit bounds window reads across all pages in flight.
+                let _permit = windows.acquire().await;
+                ctx.e2b
+                    .sandbox_metrics(&listed.sandbox_id, Some(start), Some(now))
+                    .await
+            };
+            (i, seen, left_until, read)
+        })
+        .buffer_unordered(ctx.window_concurrency.max(1))
+        .collect()
+        .await;
+    for (i, seen, left_until, read) in verdicts {
+        let listed = &items[i];
+        match read {
+            Ok(points) => {
+                let mut window: Vec<Sample> = points.iter().map(sample).collect();
+                window.sort_by_key(|s| s.at);
+                let verdict = policy::assess(policy, &seen, &window, left_until, now);
+                part.record(ctx, listed, seen, verdict);
+            }
+            Err(E2bError::NotFound { .. }) => part.counts.vanished += 1,
+            Err(e) => {
+                part.counts.unreadable += 1;
+                part.problem(format!(
+                    "Metrics of `{}` could not be read: {e}",
+                    listed.sandbox_id
+                ));
+            }
+        }
+    }
+    Ok(part)
+}
+
+impl Judged {
+    fn exempt(&mut self, listed: &ListedSandbox, exemption: Exemption) {
+        match exemption {
+            Exemption::KeepUntil { .. } => self.counts.exempt.keep_metadata += 1,
+            Exemption::LeftUntil { .. } => self.counts.exempt.left += 1,
+            Exemption::TooYoung => self.counts.exempt.too_young += 1,
+        }
+        self.exempt.push(ExemptSandbox {
+            id: listed.sandbox_id.clone(),
+            exemption,
+        });
+    }
+
+    fn record(
+        &mut self,
+        ctx: &SweepContext,
+        listed: &ListedSandbox,
+        seen: Observed,
+        verdict: Assessment,
+    ) {
+        match verdict {
+            Assessment::Active { .. } => self.counts.active += 1,
+            Assessment::Exempt { exemption } => self.exempt(listed, exemption),
+            Assessment::Idle {
+                recommendation,
+                reason,
+                evidence,
+            } => {
+                let owner = evidence.owner.clone();
+                self.idle.push(IdleSandbox {
+                    id: listed.sandbox_id.clone(),
+                    template: seen.template,
+                    template_id: listed.template_id.clone(),
+                    state: seen.state,
+                    started_at: seen.started_at,
+                    cpu_count: seen.cpu_count,
+                    memory_mb: seen.memory_mb,
+                    disk_size_mb: seen.disk_size_mb,
+                    owner_slack: owner.as_deref().and_then(|o| ctx.config.slack_user_for(o)),
+                    owner,
+                    metadata: seen.metadata,
+                    recommendation,
+                    reason,
+                    evidence: *evidence,
+                });
+            }
+        }
+    }
+}
+
+/// Concurrency now and at peak, and the start rate, over the last day. Never fails the pass:
+/// without a team id or with E2B refusing, the digest says the view is unavailable.
+async fn capacity(e2b: &E2bClient, now: DateTime<Utc>) -> Capacity {
+    let start = now - chrono::Duration::hours(CAPACITY_WINDOW_HOURS);
+    let read = tokio::try_join!(
+        e2b.team_metrics(Some(start), Some(now)),
+        e2b.team_metrics_max(TeamMaxMetric::ConcurrentSandboxes, Some(start), Some(now)),
+        e2b.team_metrics_max(TeamMaxMetric::SandboxStartRate, Some(start), Some(now)),
+    );
+    match read {
+        Ok((series, peak, rate_peak)) => {
+            let latest = series.iter().max_by_key(|p| p.timestamp_unix);
+            let rates: Vec<f64> = series.iter().map(|p| p.sandbox_start_rate).collect();
+            let avg = if rates.is_empty() {
+                0.0
+            } else {
+                rates.iter().sum::<f64>() / rates.len() as f64
+            };
+            Capacity::Available {
+                concurrent_now: latest.map_or(0, |p| p.concurrent_sandboxes.max(0) as u64),
+                concurrent_peak: peak.value.max(0.0) as u64,
+                peak_at: DateTime::from_timestamp(peak.timestamp_unix, 0),
+                start_rate_per_min: avg * 60.0,
+                start_rate_peak_per_min: rate_peak.value * 60.0,
+                window_hours: CAPACITY_WINDOW_HOURS,
+            }
+        }
+        Err(E2bError::NotConfigured(what)) => Capacity::Unavailable {
+            reason: what.to_owned(),
+        },
+        Err(e) => Capacity::Unavailable {
+            reason: format!("E2B did not give team metrics: {e}"),
+        },
+    }
+}

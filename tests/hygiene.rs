@@ -1,0 +1,853 @@
+//! The hygiene sweep end to end over real sockets: the E2B simulator seeded with specific
+//! sandboxes, real Redis under a unique key prefix per test, and the fake Slack recording what
+//! Steward posts. Scheduling is driven through `scheduler_tick` with the real clock.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sandbox_steward::cases::{CaseState, DecisionOption, Subject};
+use sandbox_steward::config::E2bSettings;
+use sandbox_steward::e2b::{E2bClient, RetryPolicy};
+use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
+use sandbox_steward::hygiene::schedule::SWEEP_LEASE;
+use sandbox_steward::hygiene::sweep::{Capacity, IdleSandbox, SweepReport};
+use sandbox_steward::hygiene::{
+    HygieneConfig, Scheduler, SweepContext, SweepMode, Tick, scheduler_tick, sweep_once,
+};
+use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId};
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
+use sandbox_steward::slack::client::SlackClient;
+use sandbox_steward::slack::render::Templates;
+use sandbox_steward::store::{LeftMark, Store};
+use serde_json::{Value, json};
+
+const CHANNEL: &str = "C0HYGIENE";
+const ALICE: &str = "U0ALICE01";
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Deletes every key under the test's prefix when dropped (even when the test panics).
+struct Cleanup {
+    prefix: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+/// The simulator, the fake Slack, a Redis prefix and a sweep context over them.
+struct World {
+    sim: SimServer,
+    slack: SlackSim,
+    ctx: SweepContext,
+    prefix: String,
+    http: reqwest::Client,
+    _cleanup: Cleanup,
+}
+
+fn config() -> HygieneConfig {
+    let mut config = HygieneConfig::default();
+    config
+        .owners
+        .insert("alice".into(), SlackUserId::parse(ALICE).unwrap());
+    config
+}
+
+async fn world(config: HygieneConfig) -> World {
+    world_with(config, true).await
+}
+
+async fn world_with(config: HygieneConfig, with_team: bool) -> World {
+    sandbox_steward::telemetry::init("error");
+    let sim = SimServer::start(SimOptions {
+        sandboxes: 0,
+        ..SimOptions::default()
+    })
+    .await
+    .expect("E2B simulator starts");
+    let slack = SlackSim::start(SlackSimOptions::default())
+        .await
+        .expect("fake Slack starts");
+    let prefix = format!("steward-hygiene-{}", uuid::Uuid::new_v4().simple());
+    let store = Store::redis(&redis_url(), &prefix)
+        .await
+        .expect("these tests need Redis at REDIS_URL or 127.0.0.1:6379");
+    let mut e2b_settings = E2bSettings::for_url(&sim.base_url(), "e2b_test_key");
+    if with_team {
+        e2b_settings.team_id = Some(sim.team_id().to_owned());
+    }
+    let e2b = E2bClient::new(&e2b_settings)
+        .unwrap()
+        .with_retry_policy(RetryPolicy::none());
+    let slack_client = SlackClient::new(&sandbox_steward::config::SlackSettings {
+        api_url: slack.api_url(),
+        bot_token: Some("xoxb-test".to_owned().into()),
+        signing_secret: None,
+        templates_dir: None,
+    })
+    .unwrap();
+    let ctx = SweepContext::new(
+        e2b,
+        store,
+        slack_client,
+        Arc::new(Templates::embedded()),
+        Arc::new(config),
+        Some(SlackChannelId::parse(CHANNEL).unwrap()),
+    );
+    World {
+        sim,
+        slack,
+        ctx,
+        _cleanup: Cleanup {
+            prefix: prefix.clone(),
+        },
+        prefix,
+        http: reqwest::Client::new(),
+    }
+}
+
+fn ago(d: chrono::Duration) -> String {
+    (Utc::now() - d).to_rfc3339()
+}
+
+fn ahead(d: chrono::Duration) -> String {
+    (Utc::now() + d).to_rfc3339()
+}
+
+fn hours(h: i64) -> chrono::Duration {
+    chrono::Duration::hours(h)
+}
+
+fn days(d: i64) -> chrono::Duration {
+    chrono::Duration::days(d)
+}
+
+impl World {
+    /// Seeds one sandbox exactly as described and returns its id.
+    async fn seed(&self, body: Value) -> SandboxId {
+        let resp = self
+            .http
+            .post(format!("{}/_sim/sandboxes", self.sim.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(status, 201, "seeding failed: {v}");
+        SandboxId::parse(v["sandboxID"].as_str().unwrap()).unwrap()
+    }
+
+    /// Running, idle CPU and flat disk for five hours, expiring in ten.
+    async fn idle_running(&self, owner: Option<&str>) -> SandboxId {
+        let mut metadata = BTreeMap::new();
+        if let Some(o) = owner {
+            metadata.insert("owner", o);
+        }
+        self.seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(hours(10)), "profile": "idle", "metadata": metadata}),
+        )
+        .await
+    }
+
+    async fn busy_running(&self) -> SandboxId {
+        self.seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(hours(10)), "profile": "busy"}),
+        )
+        .await
+    }
+
+    /// Paused `paused_days` ago with `disk_mb` of disk.
+    async fn paused(&self, paused_days: i64, disk_mb: u32, owner: Option<&str>) -> SandboxId {
+        let mut metadata = BTreeMap::new();
+        if let Some(o) = owner {
+            metadata.insert("owner", o);
+        }
+        self.seed(json!({"templateID": "python", "state": "paused",
+            "startedAt": ago(days(paused_days) + hours(3)), "endAt": ago(days(paused_days)),
+            "diskSizeMB": disk_mb, "profile": "idle", "metadata": metadata}))
+            .await
+    }
+
+    async fn sweep(&self, mode: SweepMode) -> SweepReport {
+        sweep_once(&self.ctx, Utc::now(), mode)
+            .await
+            .expect("the sweep runs")
+    }
+
+    fn scheduler(&self, holder: &str) -> Scheduler {
+        Scheduler {
+            sweep: self.ctx.clone(),
+            holder: holder.to_owned(),
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+
+    /// Top-level `chat.postMessage` calls: the digests.
+    fn digests(&self) -> Vec<sandbox_steward::sim::slack::Recorded> {
+        self.slack
+            .messages()
+            .into_iter()
+            .filter(|m| m.method == "chat.postMessage" && m.thread_ts.is_none())
+            .collect()
+    }
+
+    async fn open_case_of(&self, id: &SandboxId) -> Option<sandbox_steward::cases::Case> {
+        self.ctx
+            .store
+            .case_for_subject(&Subject::Sandbox(id.clone()))
+            .await
+            .unwrap()
+    }
+}
+
+fn idle<'a>(report: &'a SweepReport, id: &SandboxId) -> Option<&'a IdleSandbox> {
+    report.idle.iter().find(|s| &s.id == id)
+}
+
+fn recommendation(report: &SweepReport, id: &SandboxId) -> Option<Recommendation> {
+    idle(report, id).map(|s| s.recommendation)
+}
+
+fn exemption(report: &SweepReport, id: &SandboxId) -> Option<Exemption> {
+    report
+        .exempt
+        .iter()
+        .find(|s| &s.id == id)
+        .map(|s| s.exemption.clone())
+}
+
+fn text_of(message: &sandbox_steward::sim::slack::Recorded) -> String {
+    message
+        .blocks
+        .as_ref()
+        .map(|b| b.to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence() {
+    let mut config = config();
+    // A template whose CPU threshold is high, so only its growing disk keeps it active.
+    config.idle.templates.insert(
+        "grower".into(),
+        toml::from_str("cpu_threshold_pct = 60.0\ndisk_growth_bytes = 1048576\n").unwrap(),
+    );
+    let w = world(config).await;
+    let idle_id = w.idle_running(Some("alice")).await;
+    let busy = w.busy_running().await;
+    let grower = w
+        .seed(
+            json!({"templateID": "grower", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(hours(10)), "diskSizeMB": 20480, "profile": "disk-growing"}),
+        )
+        .await;
+    let ending = w
+        .seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(chrono::Duration::minutes(5)), "profile": "idle"}),
+        )
+        .await;
+    let paused_long = w.paused(5, 4096, Some("bob")).await;
+    let paused_ancient = w.paused(40, 100, None).await;
+    let paused_recent = w.paused(1, 4096, None).await;
+
+    let report = w.sweep(SweepMode::DryRun).await;
+
+    assert_eq!(report.fleet.total, 7);
+    assert_eq!((report.fleet.running, report.fleet.paused), (4, 3));
+    assert_eq!(
+        recommendation(&report, &idle_id),
+        Some(Recommendation::Pause)
+    );
+    assert_eq!(
+        recommendation(&report, &ending),
+        Some(Recommendation::Leave)
+    );
+    assert_eq!(
+        recommendation(&report, &paused_long),
+        Some(Recommendation::SnapshotThenKill)
+    );
+    assert_eq!(
+        recommendation(&report, &paused_ancient),
+        Some(Recommendation::Kill)
+    );
+    for active in [&busy, &grower, &paused_recent] {
+        assert!(
+            idle(&report, active).is_none(),
+            "{active} was raised: {report:#?}"
+        );
+    }
+    assert_eq!(report.counts.active, 3);
+    assert_eq!(report.counts.idle, 4);
+    let rec = report.counts.by_recommendation;
+    assert_eq!(
+        (rec.pause, rec.snapshot_then_kill, rec.kill, rec.leave),
+        (1, 1, 1, 1)
+    );
+
+    // The evidence a running recommendation rests on.
+    let s = idle(&report, &idle_id).unwrap();
+    let e = &s.evidence;
+    let now = report.at;
+    let start = e.window_start.unwrap();
+    assert!(
+        start >= now - hours(1) && start <= now - chrono::Duration::minutes(55),
+        "{e:?}"
+    );
+    assert!(
+        e.samples >= 300,
+        "an hour of 10 s samples, got {}",
+        e.samples
+    );
+    assert!(e.cpu_p95_pct.unwrap() < 1.0, "{e:?}");
+    assert!(
+        e.mem_used.unwrap() > 0 && e.mem_total.unwrap() == 1024 << 20,
+        "{e:?}"
+    );
+    assert_eq!(e.disk_growth, Some(0));
+    assert_eq!(e.idle_since, e.window_start);
+    assert_eq!(s.owner.as_deref(), Some("alice"));
+    assert_eq!(s.owner_slack.as_ref().map(|u| u.as_str()), Some(ALICE));
+    assert_eq!(s.template, "python");
+    assert_eq!(s.state, RunState::Running);
+    assert!(e.cost_per_day_usd > 0.0);
+    // ... and a paused one.
+    let p = idle(&report, &paused_long).unwrap();
+    let paused_since = p.evidence.paused_since.unwrap();
+    assert!(
+        (now - paused_since - days(5)).num_seconds().abs() < 60,
+        "{p:?}"
+    );
+    assert_eq!(p.owner.as_deref(), Some("bob"));
+    assert_eq!(p.owner_slack, None);
+    assert!(p.reason.contains("4.0 GiB"), "{}", p.reason);
+    // Team capacity comes from the simulator's team metrics.
+    assert!(
+        matches!(report.capacity, Capacity::Available { concurrent_now, .. } if concurrent_now >= 4),
+        "{:?}",
+        report.capacity
+    );
+    // One list page, one batch, one window per running candidate (idle, ending, and the grower,
+    // whose latest CPU is under its own threshold), three team calls. Paused sandboxes and busy
+    // ones cost no window.
+    assert_eq!(report.e2b_calls, 1 + 1 + 3 + 3, "{report:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_metadata_unexpired_leave_decisions_and_youth_are_exempt() {
+    let mut config = config();
+    config.idle.grace_period = Duration::from_secs(12 * 3600);
+    let w = world(config).await;
+    let kept = w
+        .seed(
+            json!({"templateID": "python", "state": "paused", "startedAt": ago(days(6)),
+            "endAt": ago(days(5)), "metadata": {"steward.keep": "2099-12-31"}}),
+        )
+        .await;
+    let keep_lapsed = w
+        .seed(
+            json!({"templateID": "python", "state": "paused", "startedAt": ago(days(6)),
+            "endAt": ago(days(5)), "metadata": {"steward.keep": "2020-01-01"}}),
+        )
+        .await;
+    let left = w.paused(5, 4096, None).await;
+    let left_lapsed = w.paused(5, 4096, None).await;
+    let young = w.idle_running(None).await; // five hours old, grace is twelve
+    let mark = |until: DateTime<Utc>| LeftMark {
+        case: CaseId::generate(),
+        until: Some(until),
+        at: Utc::now() - days(1),
+    };
+    let store = &w.ctx.store;
+    store
+        .record_left(&Subject::Sandbox(left.clone()), &mark(Utc::now() + days(7)))
+        .await
+        .unwrap();
+    store
+        .record_left(
+            &Subject::Sandbox(left_lapsed.clone()),
+            &mark(Utc::now() - hours(1)),
+        )
+        .await
+        .unwrap();
+
+    let report = w.sweep(SweepMode::DryRun).await;
+
+    assert!(
+        matches!(exemption(&report, &kept), Some(Exemption::KeepUntil { until }) if until == "2099-12-31")
+    );
+    assert!(matches!(
+        exemption(&report, &left),
+        Some(Exemption::LeftUntil { until: Some(_) })
+    ));
+    assert_eq!(exemption(&report, &young), Some(Exemption::TooYoung));
+    for exempt in [&kept, &left, &young] {
+        assert!(idle(&report, exempt).is_none(), "{exempt} was raised");
+    }
+    assert_eq!(
+        recommendation(&report, &keep_lapsed),
+        Some(Recommendation::SnapshotThenKill),
+        "an expired keep date no longer exempts"
+    );
+    assert_eq!(
+        recommendation(&report, &left_lapsed),
+        Some(Recommendation::SnapshotThenKill),
+        "a Leave decision whose date passed no longer exempts"
+    );
+    let ex = report.counts.exempt;
+    assert_eq!((ex.keep_metadata, ex.left, ex.too_young), (1, 1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_opens_nothing_and_posts_nothing() {
+    let w = world(config()).await;
+    let a = w.idle_running(Some("alice")).await;
+    let b = w.paused(5, 4096, None).await;
+
+    let report = w.sweep(SweepMode::DryRun).await;
+
+    assert_eq!(report.counts.idle, 2, "{report:#?}");
+    assert!(report.posted.is_none());
+    assert!(w.slack.messages().is_empty(), "{:?}", w.slack.messages());
+    for id in [&a, &b] {
+        assert!(
+            w.open_case_of(id).await.is_none(),
+            "a dry run opened a case for {id}"
+        );
+    }
+    let audit = w
+        .ctx
+        .store
+        .audit_since(Utc::now() - hours(1))
+        .await
+        .unwrap();
+    assert!(audit.is_empty(), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
+    let w = world(config()).await;
+    let alice_1 = w.idle_running(Some("alice")).await;
+    let alice_2 = w.paused(5, 4096, Some("alice")).await;
+    let bob = w.paused(6, 4096, Some("bob")).await;
+    let nobody = w.idle_running(None).await;
+    let ending = w
+        .seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(chrono::Duration::minutes(5)), "profile": "idle"}),
+        )
+        .await;
+    for _ in 0..3 {
+        w.busy_running().await;
+    }
+
+    let report = w.sweep(SweepMode::Live).await;
+
+    let posted = report.posted.as_ref().expect("a live sweep posts");
+    assert_eq!(posted.opened.len(), 4, "{posted:?}");
+    assert_eq!(posted.not_raised_leave, 1);
+    let digests = w.digests();
+    assert_eq!(digests.len(), 1, "exactly one digest: {digests:?}");
+    let digest = &digests[0];
+    assert_eq!(digest.channel.as_deref(), Some(CHANNEL));
+    let ts = digest
+        .text
+        .as_ref()
+        .map(|_| posted.digest_ts.clone())
+        .unwrap();
+    let body = text_of(digest);
+    assert!(body.contains("6 running · 2 paused"), "{body}");
+    assert!(
+        body.contains("1 pause") || body.contains("2 pause"),
+        "{body}"
+    );
+    // Everything else went into the digest's thread, owners' headings before their cases.
+    let thread: Vec<_> = w
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage" && m.thread_ts.as_deref() == Some(&ts))
+        .collect();
+    let texts: Vec<String> = thread.iter().map(text_of).collect();
+    assert_eq!(
+        thread.len(),
+        3 + 4,
+        "three headings and four cards: {texts:#?}"
+    );
+    let position = |needle: &str| {
+        texts
+            .iter()
+            .position(|t| t.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} not in the thread: {texts:#?}"))
+    };
+    let alice_heading = position("*alice*");
+    assert!(
+        texts[alice_heading].contains(&format!("<@{ALICE}>")),
+        "{}",
+        texts[alice_heading]
+    );
+    assert!(texts[alice_heading].contains("2 idle sandboxes"));
+    assert!(
+        alice_heading < position(alice_1.as_str()) && alice_heading < position(alice_2.as_str())
+    );
+    let bob_heading = position("*bob*");
+    assert!(
+        !texts[bob_heading].contains("<@"),
+        "bob has no Slack user: {}",
+        texts[bob_heading]
+    );
+    assert!(bob_heading < position(bob.as_str()));
+    assert!(position("No owner in metadata") < position(nobody.as_str()));
+    // Each raised sandbox now has a pending case from the sweep with its evidence.
+    for (id, option) in [
+        (&alice_1, DecisionOption::Pause),
+        (&alice_2, DecisionOption::SnapshotThenKill),
+        (&bob, DecisionOption::SnapshotThenKill),
+        (&nobody, DecisionOption::Pause),
+    ] {
+        let case = w.open_case_of(id).await.expect("a case was opened");
+        assert_eq!(case.state, CaseState::Pending);
+        assert_eq!(case.recommendation.option, option);
+        assert_eq!(case.opener, sandbox_steward::cases::Opener::Sweep);
+        let card = case.card.as_ref().expect("the card was recorded");
+        assert_eq!(card.channel.as_str(), CHANNEL);
+        assert!(case.reason.contains("costs about $"), "{}", case.reason);
+    }
+    let card = w.open_case_of(&alice_1).await.unwrap();
+    assert!(card.reason.contains("CPU p95"), "{}", card.reason);
+    assert!(card.evidence.idle_since.is_some() && card.evidence.metrics.is_some());
+    assert!(!card.options.is_empty());
+    let paused_case = w.open_case_of(&alice_2).await.unwrap();
+    assert!(!paused_case.options.contains(&DecisionOption::Pause));
+    assert!(
+        w.open_case_of(&ending).await.is_none(),
+        "a Leave recommendation is not raised"
+    );
+    // The digest was updated with the outcome.
+    let updated = w.slack.message(CHANNEL, &ts).expect("the digest exists");
+    assert!(
+        text_of(&updated).contains("Opened 4 cases in this thread"),
+        "{}",
+        text_of(&updated)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sweep_raises_nothing_again_and_moves_no_deadline() {
+    let w = world(config()).await;
+    let a = w.idle_running(Some("alice")).await;
+    let b = w.paused(5, 4096, None).await;
+    // Enough busy ones that one kill recommendation stays under the blast-radius guard.
+    for _ in 0..4 {
+        w.busy_running().await;
+    }
+    let first = w.sweep(SweepMode::Live).await;
+    assert_eq!(first.posted.as_ref().unwrap().opened.len(), 2);
+    let before = [
+        w.open_case_of(&a).await.unwrap(),
+        w.open_case_of(&b).await.unwrap(),
+    ];
+    let cards_before = w
+        .slack
+        .messages()
+        .iter()
+        .filter(|m| m.thread_ts.is_some())
+        .count();
+
+    let second = w.sweep(SweepMode::Live).await;
+
+    let posted = second.posted.as_ref().unwrap();
+    assert!(posted.opened.is_empty(), "{posted:?}");
+    assert_eq!(second.counts.already_open, 2);
+    assert_eq!(second.counts.idle, 0);
+    let after = [
+        w.open_case_of(&a).await.unwrap(),
+        w.open_case_of(&b).await.unwrap(),
+    ];
+    for (x, y) in before.iter().zip(&after) {
+        assert_eq!(x.id, y.id);
+        assert_eq!(x.decide_by, y.decide_by, "the deadline must not move");
+        assert_eq!(x.version, y.version, "the case must not be rewritten");
+    }
+    let cards_after = w
+        .slack
+        .messages()
+        .iter()
+        .filter(|m| m.thread_ts.is_some())
+        .count();
+    assert_eq!(cards_before, cards_after, "no card is posted again");
+    assert_eq!(w.digests().len(), 2, "each sweep has its digest");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blast_radius_guard_holds_kill_cases_for_review() {
+    let w = world(config()).await;
+    let kills = [
+        w.paused(5, 4096, None).await,
+        w.paused(6, 4096, None).await,
+        w.paused(40, 100, None).await,
+    ];
+    let pause = w.idle_running(Some("alice")).await;
+    w.busy_running().await;
+
+    let report = w.sweep(SweepMode::Live).await;
+
+    assert!(report.guard.tripped, "{:?}", report.guard);
+    assert_eq!(report.guard.kill_count, 3);
+    assert!((report.guard.share - 0.6).abs() < 1e-9);
+    let posted = report.posted.as_ref().unwrap();
+    assert_eq!(posted.held_for_review, 3);
+    assert_eq!(posted.opened.len(), 1, "the pause case still opens");
+    assert!(w.open_case_of(&pause).await.is_some());
+    for id in &kills {
+        assert!(
+            w.open_case_of(id).await.is_none(),
+            "{id} was raised despite the guard"
+        );
+    }
+    let digest = text_of(&w.digests()[0]);
+    assert!(digest.contains("Blast-radius guard"), "{digest}");
+    assert!(
+        digest.contains("60 %") && digest.contains("25 %"),
+        "{digest}"
+    );
+    // The held sandboxes are listed by name so people can review them together.
+    for id in &kills {
+        assert!(digest.contains(id.as_str()), "{id} not listed in {digest}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_team_id_the_capacity_view_says_it_is_unavailable() {
+    let w = world_with(config(), false).await;
+    w.idle_running(None).await;
+    let report = w.sweep(SweepMode::Live).await;
+    assert!(
+        matches!(&report.capacity, Capacity::Unavailable { reason } if reason.contains("E2B_PROJECT_ID")),
+        "{:?}",
+        report.capacity
+    );
+    assert_eq!(report.counts.idle, 1);
+    let digest = text_of(&w.digests()[0]);
+    assert!(digest.contains("Team capacity is unavailable"), "{digest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sweep_without_a_channel_is_refused_before_reading_anything() {
+    let mut w = world(config()).await;
+    w.idle_running(None).await;
+    w.ctx.channel = None;
+    let calls = w.ctx.e2b.calls_made();
+    let err = sweep_once(&w.ctx, Utc::now(), SweepMode::Live)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no hygiene channel"), "{err}");
+    assert_eq!(w.ctx.e2b.calls_made(), calls);
+    assert!(w.slack.messages().is_empty());
+}
+
+// ----- scheduling -----
+
+/// Marks the sweep before the latest slot as the last one completed, so the latest is due.
+async fn last_sweep_was(w: &World, slots_ago: i64) -> DateTime<Utc> {
+    let latest = w.ctx.config.latest_slot(Utc::now()).unwrap();
+    w.ctx
+        .store
+        .record_completed_sweep(latest - days(slots_ago))
+        .await
+        .unwrap();
+    latest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_of_two_instances_runs_a_scheduled_sweep() {
+    let w = world(config()).await;
+    w.idle_running(Some("alice")).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // A second replica: its own store connection to the same prefix, its own holder id.
+    let other_store = Store::redis(&redis_url(), &w.prefix).await.unwrap();
+    let mut other = w.scheduler("replica-b");
+    other.sweep.store = other_store;
+    let one = w.scheduler("replica-a");
+
+    let now = Utc::now();
+    let (a, b) = tokio::join!(scheduler_tick(&one, now), scheduler_tick(&other, now));
+    let ticks = [a.unwrap(), b.unwrap()];
+
+    let ran: Vec<_> = ticks
+        .iter()
+        .filter(|t| matches!(t, Tick::Ran { .. }))
+        .collect();
+    assert_eq!(ran.len(), 1, "{ticks:?}");
+    assert!(
+        ticks
+            .iter()
+            .any(|t| matches!(t, Tick::HeldElsewhere { .. } | Tick::NotDue { .. })),
+        "{ticks:?}"
+    );
+    assert_eq!(w.digests().len(), 1);
+    assert_eq!(
+        w.ctx.store.last_completed_sweep().await.unwrap(),
+        Some(latest)
+    );
+    // Once done, neither replica runs it again.
+    for s in [&one, &other] {
+        let again = scheduler_tick(s, Utc::now()).await.unwrap();
+        assert!(matches!(again, Tick::NotDue { .. }), "{again:?}");
+    }
+    assert_eq!(w.digests().len(), 1);
+    assert!(
+        w.ctx
+            .store
+            .acquire_lease(SWEEP_LEASE, "probe", Duration::from_secs(1))
+            .await
+            .unwrap(),
+        "the lease was released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_missed_for_days_runs_once_on_start() {
+    let w = world(config()).await;
+    w.paused(5, 4096, None).await;
+    let latest = last_sweep_was(&w, 3).await;
+    let s = w.scheduler("replica-a");
+
+    let first = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(
+        matches!(&first, Tick::Ran { slot, .. } if *slot == latest),
+        "{first:?}"
+    );
+    for _ in 0..3 {
+        let again = scheduler_tick(&s, Utc::now()).await.unwrap();
+        assert!(matches!(again, Tick::NotDue { next: Some(_) }), "{again:?}");
+    }
+    assert_eq!(w.digests().len(), 1, "three missed days make one sweep");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_waits_for_the_first_scheduled_time() {
+    let w = world(config()).await;
+    w.paused(5, 4096, None).await;
+    let s = w.scheduler("replica-a");
+    let tick = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(matches!(tick, Tick::Started { .. }), "{tick:?}");
+    assert!(matches!(
+        scheduler_tick(&s, Utc::now()).await.unwrap(),
+        Tick::NotDue { .. }
+    ));
+    assert!(w.slack.messages().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_dies_mid_sweep_is_replaced_when_its_lease_ends() {
+    let w = world(config()).await;
+    w.idle_running(None).await;
+    last_sweep_was(&w, 1).await;
+    // The dead leader took the lease and never finished (nor renewed, nor released).
+    assert!(
+        w.ctx
+            .store
+            .acquire_lease(SWEEP_LEASE, "dead-leader", Duration::from_millis(700))
+            .await
+            .unwrap()
+    );
+    let s = w.scheduler("replica-b");
+    let blocked = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(matches!(blocked, Tick::HeldElsewhere { .. }), "{blocked:?}");
+    assert!(w.digests().is_empty());
+
+    tokio::time::sleep(Duration::from_millis(900)).await;
+
+    let took_over = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(matches!(took_over, Tick::Ran { .. }), "{took_over:?}");
+    assert_eq!(w.digests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
+    let w = world(config()).await;
+    let a = w.idle_running(Some("alice")).await;
+    let b = w.paused(40, 100, None).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["sweep", "--dry-run", "--json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("E2B_API_URL", w.sim.base_url())
+        .env("E2B_API_KEY", "e2b_test_key")
+        .env("E2B_PROJECT_ID", w.sim.team_id())
+        .env("REDIS_URL", redis_url())
+        .env("STEWARD_REDIS_PREFIX", &w.prefix)
+        .env("SLACK_API_URL", w.slack.api_url())
+        .env("SLACK_BOT_TOKEN", "xoxb-test")
+        .env("STEWARD_CONFIG", "/nonexistent-on-purpose/steward.toml")
+        .output()
+        .await
+        .unwrap();
+    // A required config file that does not exist is refused with a sentence...
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("could not read"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ...and without one the defaults apply.
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["sweep", "--dry-run", "--json"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("E2B_API_URL", w.sim.base_url())
+        .env("E2B_API_KEY", "e2b_test_key")
+        .env("E2B_PROJECT_ID", w.sim.team_id())
+        .env("REDIS_URL", redis_url())
+        .env("STEWARD_REDIS_PREFIX", &w.prefix)
+        .env("SLACK_API_URL", w.slack.api_url())
+        .env("SLACK_BOT_TOKEN", "xoxb-test")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["mode"], "dry_run");
+    assert_eq!(report["counts"]["idle"], 2);
+    let idle = report["idle"].as_array().unwrap();
+    let by_id = |id: &SandboxId| {
+        idle.iter()
+            .find(|s| s["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} missing from {report}"))
+    };
+    assert_eq!(by_id(&a)["recommendation"], "pause");
+    assert!(by_id(&a)["evidence"]["cpu_p95_pct"].as_f64().unwrap() < 1.0);
+    assert!(by_id(&a)["reason"].as_str().unwrap().contains("CPU under"));
+    assert_eq!(by_id(&b)["recommendation"], "kill");
+    assert!(report["posted"].is_null());
+    assert!(w.slack.messages().is_empty());
+    assert!(w.open_case_of(&a).await.is_none());
+}

@@ -1,0 +1,139 @@
+//! The sweep through the running service: `/sandbox sweep [--dry-run]` signed like Slack,
+//! answered through the response_url, and the scheduler started by `run_until_stopped`.
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::cases::Subject;
+use sandbox_steward::ids::SandboxId;
+use sandbox_steward::sim::slack::Recorded;
+use sandbox_steward::store::Store;
+use serde_json::{Value, json};
+
+const CHANNEL: &str = "C0HYGIENE";
+
+fn policy() -> String {
+    format!("[hygiene]\nchannel = \"{CHANNEL}\"\n")
+}
+
+fn idle_body() -> Value {
+    let now = Utc::now();
+    json!({"templateID": "python", "state": "running",
+        "startedAt": (now - chrono::Duration::hours(5)).to_rfc3339(),
+        "endAt": (now + chrono::Duration::hours(10)).to_rfc3339(),
+        "profile": "idle", "metadata": {"owner": "alice"}})
+}
+
+fn digests(calls: &[Recorded]) -> Vec<&Recorded> {
+    calls
+        .iter()
+        .filter(|m| {
+            m.method == "chat.postMessage"
+                && m.thread_ts.is_none()
+                && m.channel.as_deref() == Some(CHANNEL)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_sweep_dry_run_answers_with_the_digest_and_opens_nothing() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let id = app.seed_sandbox(idle_body()).await["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let resp = app.post_command_to("sweep --dry-run", "dry").await;
+    assert_eq!(resp.status(), 200);
+    let ack: Value = resp.json().await.unwrap();
+    assert!(ack["text"].as_str().unwrap().contains("dry run"), "{ack}");
+    let answer = app.wait_for_hook("dry").await;
+
+    let text = visible_text(&answer);
+    assert_eq!(answer.response_type.as_deref(), Some("ephemeral"));
+    assert!(text.contains("Fleet hygiene (dry run)"), "{text}");
+    assert!(text.contains(&id), "the idle sandbox is listed: {text}");
+    assert!(text.contains("nothing was opened or posted"), "{text}");
+    assert!(digests(&app.slack.messages()).is_empty());
+    let subject = Subject::Sandbox(SandboxId::parse(&id).unwrap());
+    assert!(
+        app.state
+            .store
+            .case_for_subject(&subject)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_sweep_posts_the_digest_and_cases_in_the_hygiene_channel() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let id = app.seed_sandbox(idle_body()).await["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let resp = app.post_command_to("sweep", "live").await;
+    assert_eq!(resp.status(), 200);
+    let answer = app.wait_for_hook("live").await;
+
+    let text = visible_text(&answer);
+    assert!(text.contains("Sweep done"), "{text}");
+    assert!(text.contains("1 cases opened"), "{text}");
+    let calls = app.slack.messages();
+    assert_eq!(digests(&calls).len(), 1, "{calls:#?}");
+    let subject = Subject::Sandbox(SandboxId::parse(&id).unwrap());
+    let case = app
+        .state
+        .store
+        .case_for_subject(&subject)
+        .await
+        .unwrap()
+        .expect("the idle sandbox has a case");
+    assert_eq!(case.card.unwrap().channel.as_str(), CHANNEL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_replica_runs_the_sweep_it_missed_once() {
+    let prefix = common::unique_prefix();
+    let store = Store::redis(&common::redis_url(), &prefix).await.unwrap();
+    let config = sandbox_steward::hygiene::HygieneConfig::default();
+    let latest = config.latest_slot(Utc::now()).unwrap();
+    store
+        .record_completed_sweep(latest - chrono::Duration::days(3))
+        .await
+        .unwrap();
+
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        redis_prefix: Some(prefix),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.seed_sandbox(idle_body()).await;
+
+    // The scheduler ticks at start; wait for the digest it posts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.last_completed_sweep().await.unwrap() != Some(latest) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the missed sweep did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(digests(&app.slack.messages()).len(), 1);
+}
