@@ -1,6 +1,8 @@
 //! The hygiene sweep end to end over real sockets: the E2B simulator seeded with specific
 //! sandboxes, real Redis under a unique key prefix per test, and the fake Slack recording what
 //! Steward posts. Scheduling is driven through `scheduler_tick` with the real clock.
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,35 +25,10 @@ use sandbox_steward::slack::render::Templates;
 use sandbox_steward::store::{LeftMark, Store};
 use serde_json::{Value, json};
 
+use common::{PrefixCleanup, redis_url};
+
 const CHANNEL: &str = "C0HYGIENE";
 const ALICE: &str = "U0ALICE01";
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-/// Deletes every key under the test's prefix when dropped (even when the test panics).
-struct Cleanup {
-    prefix: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(redis_url()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.prefix))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-        }
-    }
-}
 
 /// The simulator, the fake Slack, a Redis prefix and a sweep context over them.
 struct World {
@@ -60,7 +37,7 @@ struct World {
     ctx: SweepContext,
     prefix: String,
     http: reqwest::Client,
-    _cleanup: Cleanup,
+    _cleanup: PrefixCleanup,
 }
 
 fn config() -> HygieneConfig {
@@ -116,7 +93,8 @@ async fn world_with(config: HygieneConfig, with_team: bool) -> World {
         sim,
         slack,
         ctx,
-        _cleanup: Cleanup {
+        _cleanup: PrefixCleanup {
+            url: redis_url(),
             prefix: prefix.clone(),
         },
         prefix,

@@ -1,7 +1,11 @@
 //! The one store test suite, run against both backends: every scenario is an `async fn(Store)`
 //! and `suite!` instantiates it for `Store::memory()` and for real Redis (REDIS_URL or
 //! redis://127.0.0.1:6379) under a unique key prefix that is deleted afterwards.
+mod common;
+
 use std::sync::Arc;
+
+use common::{PrefixCleanup, redis_url};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -14,39 +18,18 @@ use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, Templ
 use sandbox_steward::jobs::{self, Job, JobError, StepFailure, WorkOutcome};
 use sandbox_steward::store::{Actor, AuditEvent, LeftMark, Opened, Store, StoreError, Updated};
 
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-/// Deletes every key under the test's prefix when dropped (even when the test panics).
-struct Cleanup {
-    prefix: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(redis_url()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.prefix))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-        }
-    }
-}
-
-async fn redis_store() -> (Store, Cleanup) {
+async fn redis_store() -> (Store, PrefixCleanup) {
     let prefix = format!("steward-test-{}", uuid::Uuid::new_v4().simple());
     let store = Store::redis(&redis_url(), &prefix)
         .await
         .expect("the store suite needs Redis at REDIS_URL or 127.0.0.1:6379");
-    (store, Cleanup { prefix })
+    (
+        store,
+        PrefixCleanup {
+            url: redis_url(),
+            prefix,
+        },
+    )
 }
 
 macro_rules! suite {

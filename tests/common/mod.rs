@@ -79,6 +79,31 @@ pub fn unique_prefix() -> String {
     format!("test-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Deletes every key under a test's prefix when dropped (even when the test panics), so tests
+/// leave the shared Redis as they found it.
+pub struct PrefixCleanup {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Drop for PrefixCleanup {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
 /// A running Steward with its fakes.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT` of Steward.
@@ -92,6 +117,8 @@ pub struct TestApp {
     pub state: AppState,
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
+    /// Set on the app that made up the prefix; its peers share the prefix and leave it alone.
+    _cleanup: Option<PrefixCleanup>,
 }
 
 impl Drop for TestApp {
@@ -135,7 +162,15 @@ impl TestApp {
 
 async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptions) -> TestApp {
     let redis_url = opts.redis_url.clone().unwrap_or_else(redis_url);
-    let redis_prefix = opts.redis_prefix.clone().unwrap_or_else(unique_prefix);
+    let cleanup = opts.redis_prefix.is_none().then(|| PrefixCleanup {
+        url: redis_url.clone(),
+        prefix: unique_prefix(),
+    });
+    let redis_prefix = match (&opts.redis_prefix, &cleanup) {
+        (Some(prefix), _) => prefix.clone(),
+        (None, Some(cleanup)) => cleanup.prefix.clone(),
+        (None, None) => unique_prefix(),
+    };
     let mut env: HashMap<String, String> = [
         ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
         ("SLACK_API_URL", slack.api_url()),
@@ -189,6 +224,7 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         state,
         http: reqwest::Client::new(),
         stop: Some(stop),
+        _cleanup: cleanup,
     }
 }
 
