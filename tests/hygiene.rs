@@ -290,7 +290,9 @@ async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence()
     let now = report.at;
     let start = e.window_start.unwrap();
     assert!(
-        start >= now - hours(1) && start <= now - chrono::Duration::minutes(55),
+        // The simulator serves samples on a grid, so the first can sit a step before the hour.
+        start >= now - hours(1) - chrono::Duration::minutes(1)
+            && start <= now - chrono::Duration::minutes(55),
         "{e:?}"
     );
     assert!(
@@ -443,8 +445,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     let report = w.sweep(SweepMode::Live).await;
 
     let posted = report.posted.as_ref().expect("a live sweep posts");
-    assert_eq!(posted.opened.len(), 4, "{posted:?}");
-    assert_eq!(posted.not_raised_leave, 1);
+    assert_eq!(posted.opened.len(), 5, "{posted:?}");
     let digests = w.digests();
     assert_eq!(digests.len(), 1, "exactly one digest: {digests:?}");
     let digest = &digests[0];
@@ -470,8 +471,8 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     let texts: Vec<String> = thread.iter().map(text_of).collect();
     assert_eq!(
         thread.len(),
-        3 + 4,
-        "three headings and four cards: {texts:#?}"
+        3 + 5,
+        "three headings and five cards: {texts:#?}"
     );
     let position = |needle: &str| {
         texts
@@ -503,6 +504,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
         (&alice_2, DecisionOption::SnapshotThenKill),
         (&bob, DecisionOption::SnapshotThenKill),
         (&nobody, DecisionOption::Pause),
+        (&ending, DecisionOption::Leave),
     ] {
         let case = w.open_case_of(id).await.expect("a case was opened");
         assert_eq!(case.state, CaseState::Pending);
@@ -518,14 +520,16 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     assert!(!card.options.is_empty());
     let paused_case = w.open_case_of(&alice_2).await.unwrap();
     assert!(!paused_case.options.contains(&DecisionOption::Pause));
+    let leave_case = w.open_case_of(&ending).await.unwrap();
     assert!(
-        w.open_case_of(&ending).await.is_none(),
-        "a Leave recommendation is not raised"
+        leave_case.recommendation.reason.contains("timeout ends it"),
+        "a Leave case says why leaving it is fine: {}",
+        leave_case.recommendation.reason
     );
     // The digest was updated with the outcome.
     let updated = w.slack.message(CHANNEL, &ts).expect("the digest exists");
     assert!(
-        text_of(&updated).contains("Opened 4 cases in this thread"),
+        text_of(&updated).contains("Opened 5 cases in this thread"),
         "{}",
         text_of(&updated)
     );

@@ -206,12 +206,6 @@ fn outcome_line(p: &Posted) -> String {
             p.held_for_review
         ));
     }
-    if p.not_raised_leave > 0 {
-        parts.push(format!(
-            "{} ending on their own soon, not raised",
-            p.not_raised_leave
-        ));
-    }
     if p.deferred > 0 {
         parts.push(format!("{} left for the next sweep", p.deferred));
     }

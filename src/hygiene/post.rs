@@ -1,9 +1,10 @@
 //! The live half of a sweep: post the digest, then one case per idle sandbox in its thread,
 //! grouped by owner, then update the digest with what was done.
 //!
-//! Which idle sandboxes become cases is decided here, before anything is posted: Leave
-//! recommendations never (they end on their own), kill recommendations not while the
-//! blast-radius guard holds them, and no more than `max_cases_per_sweep` (most expensive first).
+//! Which idle sandboxes become cases is decided here, before anything is posted: every idle
+//! sandbox (a Leave recommendation too: its card says why leaving it is fine, and a person may
+//! still choose otherwise), except kill recommendations while the blast-radius guard holds them,
+//! and no more than `max_cases_per_sweep` (most expensive first).
 //! Cases are opened only through `approvals::open_case`, which neither reposts nor extends the
 //! deadline of a case that is already open. This module must not call E2B.
 use std::collections::BTreeMap;
@@ -91,9 +92,7 @@ pub fn plan(report: &SweepReport, max_cases: usize) -> (Vec<&IdleSandbox>, Poste
     let mut raise = Vec::new();
     // `report.idle` is sorted most expensive first, so the cap keeps the costliest.
     for s in &report.idle {
-        if s.recommendation == Recommendation::Leave {
-            held.not_raised_leave += 1;
-        } else if report.guard.tripped && s.recommendation.is_kill() {
+        if report.guard.tripped && s.recommendation.is_kill() {
             held.held_for_review += 1;
         } else {
             raise.push(s);

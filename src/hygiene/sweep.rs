@@ -266,8 +266,6 @@ pub struct Posted {
     pub already_open: usize,
     /// Kill recommendations not opened because the blast-radius guard tripped.
     pub held_for_review: usize,
-    /// Leave recommendations (idle, but ending on their own soon): never raised.
-    pub not_raised_leave: usize,
     /// Over `max_cases_per_sweep`: left for the next pass.
     pub deferred: usize,
     /// Cases that could not be opened or posted.
