@@ -88,8 +88,8 @@ impl Application {
         self.sweep_every = every;
     }
 
-    /// Serves until `shutdown` completes, then lets open requests finish and the worker finish
-    /// its current job.
+    /// Serves until `shutdown` completes, then lets open requests finish, in-flight replies be
+    /// delivered (up to [`SHUTDOWN_GRACE`]) and the worker finish its current job.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -134,9 +134,22 @@ impl Application {
             shutdown.await;
             let _ = stop.send(true);
         });
+        let tasks = self.state.tasks.clone();
         let served = axum::serve(self.listener, router(self.state))
             .with_graceful_shutdown(signal())
             .await;
+        // Requests already answered may still owe Slack a reply or a card update: let them
+        // finish (bounded, so a stuck call cannot hold a deploy forever).
+        tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                unfinished = tasks.len(),
+                "stopping with replies still in flight after the shutdown grace period"
+            );
+        }
         for handle in loops {
             if let Err(e) = handle.await {
                 tracing::error!(error = %e, "a background loop panicked");
@@ -146,6 +159,9 @@ impl Application {
         Ok(())
     }
 }
+
+/// How long shutdown waits for replies and card updates that are still in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// `steward serve`: settings from the environment, runs until Ctrl-C or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<ExitCode> {

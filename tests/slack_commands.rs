@@ -429,3 +429,37 @@ async fn the_reply_reaches_slack_even_when_the_response_url_is_rate_limited_once
     let v: Value = posts[1].body.clone();
     assert!(v["text"].as_str().unwrap().contains("sbxrun1"));
 }
+
+#[tokio::test]
+async fn a_reply_still_in_flight_when_steward_stops_is_delivered_before_it_exits() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 3,
+        e2b_retry: sandbox_steward::e2b::RetryPolicy {
+            max_attempts: 2,
+            base_delay: std::time::Duration::from_millis(10),
+            max_delay: std::time::Duration::from_millis(50),
+            max_retry_after: std::time::Duration::from_secs(3),
+        },
+        ..TestAppOptions::default()
+    })
+    .await;
+    // E2B makes Steward wait a second before it can list, so the reply is still being worked
+    // on when the stop arrives.
+    app.e2b_fault(json!({"op": "list", "status": 429, "count": 1, "retry_after_secs": 1}))
+        .await;
+    let hook = "stopping";
+    let resp = app.post_command_to("list", hook).await;
+    assert_eq!(resp.status(), 200);
+    let slack = app.slack.clone();
+
+    app.shutdown().await;
+
+    // No waiting here: Steward returned only after delivering what it owed.
+    let posts = slack.hook_posts(hook);
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    let shown = visible_text(&posts[0]);
+    assert!(
+        shown.contains("running") || shown.contains("paused"),
+        "{shown}"
+    );
+}

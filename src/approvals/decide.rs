@@ -287,7 +287,9 @@ async fn decide(
     // The card update and the enqueue may wait on Slack's rate limits: keep them out of the
     // request that Slack wants answered within 3 s.
     let svc = svc.clone();
-    tokio::spawn(async move { after_decision(&svc, case).await });
+    svc.tasks
+        .clone()
+        .spawn(async move { after_decision(&svc, case).await });
     Ok(())
 }
 
@@ -351,7 +353,9 @@ pub async fn retry_clicked(
         Ok(Updated::Applied(case)) => {
             audit(&svc.store, &case, person(user), "retry", "ok").await;
             let svc = svc.clone();
-            tokio::spawn(async move { after_decision(&svc, case).await });
+            svc.tasks
+                .clone()
+                .spawn(async move { after_decision(&svc, case).await });
             Reply::Nothing
         }
         Ok(Updated::Rejected { current, .. }) => Reply::Ephemeral(format!(

@@ -37,6 +37,8 @@ pub struct Services {
     pub policy: Arc<ApprovalPolicy>,
     /// `[channels] approvals`; `None` posts cards where the command was typed.
     pub approvals_channel: Option<SlackChannelId>,
+    /// Where follow-up work (card updates after a decision) is spawned, so shutdown waits for it.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 /// Where a case card goes.

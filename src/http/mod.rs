@@ -5,6 +5,8 @@
 //! to `slack::execute` (and later to jobs and cases).
 use std::sync::Arc;
 
+use tokio_util::task::TaskTracker;
+
 use axum::Router;
 use axum::middleware;
 use axum::routing::{get, post};
@@ -37,6 +39,9 @@ pub struct AppState {
     pub store: Store,
     /// `[channels] approvals` from steward.toml, checked at startup.
     pub approvals_channel: Option<SlackChannelId>,
+    /// Work that continues after Slack was answered (replies, card updates). Shutdown waits for
+    /// it, so a replica stopped mid-reply still delivers what it owes.
+    pub tasks: TaskTracker,
 }
 
 impl AppState {
@@ -67,6 +72,7 @@ impl AppState {
             templates: Arc::new(templates),
             store,
             approvals_channel,
+            tasks: TaskTracker::new(),
         })
     }
 
@@ -79,6 +85,7 @@ impl AppState {
             templates: self.templates.clone(),
             policy: Arc::new(self.settings.policy.approvals.clone()),
             approvals_channel: self.approvals_channel.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 }

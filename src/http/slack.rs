@@ -148,7 +148,8 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
         channel: form.channel_id.clone(),
         reason: None,
     };
-    tokio::spawn(async move {
+    let tasks = state.tasks.clone();
+    tasks.spawn(async move {
         let now = chrono::Utc::now();
         let message = match cmd {
             SandboxCommand::Kill { id, reason } => {
@@ -202,7 +203,8 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
     };
     let slack = state.slack.clone();
     let response_url = form.response_url.clone();
-    tokio::spawn(async move {
+    let tasks = state.tasks.clone();
+    tasks.spawn(async move {
         let message =
             crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await;
         if let Err(e) = slack
@@ -234,7 +236,8 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
     let state = state.clone();
     let response_url = form.response_url.clone();
     let text = form.text.trim().to_owned();
-    tokio::spawn(async move {
+    let tasks = state.tasks.clone();
+    tasks.spawn(async move {
         let ctx = Context {
             e2b: state.e2b.as_ref(),
             templates: &state.templates,
@@ -298,7 +301,8 @@ fn case_click(
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let svc = state.services();
     let interaction = interaction.clone();
-    tokio::spawn(async move {
+    let tasks = state.tasks.clone();
+    tasks.spawn(async move {
         let user = &interaction.user.id;
         let reply = match option {
             Some(option) => decide::option_clicked(&svc, user, &case_id, option, &dedupe).await,
@@ -406,7 +410,7 @@ async fn view_submission(state: &AppState, interaction: &Interaction) -> Respons
     let user = interaction.user.id.clone();
     let view_id = view.id.clone();
     let (reason, until) = (reason.map(str::to_owned), until.map(str::to_owned));
-    let decision = tokio::spawn(async move {
+    let decision = state.tasks.spawn(async move {
         let submission = decide::Submission {
             user: &user,
             view_id: &view_id,
@@ -451,7 +455,8 @@ fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListC
         return;
     }
     let state = state.clone();
-    tokio::spawn(async move {
+    let tasks = state.tasks.clone();
+    tasks.spawn(async move {
         let ctx = Context {
             e2b: state.e2b.as_ref(),
             templates: &state.templates,

@@ -117,6 +117,7 @@ pub struct TestApp {
     pub state: AppState,
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
+    running: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// Set on the app that made up the prefix; its peers share the prefix and leave it alone.
     _cleanup: Option<PrefixCleanup>,
 }
@@ -149,6 +150,19 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
 }
 
 impl TestApp {
+    /// Stops Steward the way SIGTERM does and waits until `run_until_stopped` has returned.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(running) = self.running.take() {
+            running
+                .await
+                .expect("Steward's serve task did not panic")
+                .expect("Steward stopped cleanly");
+        }
+    }
+
     /// A second replica: same fake Slack, same E2B simulator, same Redis and key prefix.
     pub async fn spawn_peer(&self, opts: TestAppOptions) -> TestApp {
         let opts = TestAppOptions {
@@ -210,7 +224,7 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
     let port = app.port();
     let state = app.state().clone();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(app.run_until_stopped(async {
+    let running = tokio::spawn(app.run_until_stopped(async {
         let _ = stopped.await;
     }));
     TestApp {
@@ -224,6 +238,7 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         state,
         http: reqwest::Client::new(),
         stop: Some(stop),
+        running: Some(running),
         _cleanup: cleanup,
     }
 }
