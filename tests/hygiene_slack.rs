@@ -92,7 +92,7 @@ async fn slash_sweep_posts_the_digest_and_cases_in_the_hygiene_channel() {
 
     let text = visible_text(&answer);
     assert!(text.contains("Sweep done"), "{text}");
-    assert!(text.contains("1 cases opened"), "{text}");
+    assert!(text.contains("1 case opened"), "{text}");
     let calls = app.slack.messages();
     assert_eq!(digests(&calls).len(), 1, "{calls:#?}");
     let subject = Subject::Sandbox(SandboxId::parse(&id).unwrap());

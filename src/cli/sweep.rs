@@ -119,7 +119,7 @@ pub fn summary(r: &SweepReport) -> String {
     match &r.posted {
         None => line("Dry run: nothing was opened or posted.".to_owned()),
         Some(p) => line(format!(
-            "Posted the digest in {} (ts {}): {} cases opened, {} already open, {} held for review, {} deferred, {} failed.",
+            "Posted the digest in {} (ts {}): cases opened {}, already open {}, held for review {}, deferred {}, failed {}.",
             p.channel,
             p.digest_ts,
             p.opened.len(),

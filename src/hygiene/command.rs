@@ -34,8 +34,8 @@ pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>)
                     report.counts.idle, report.fleet.total, posted.channel
                 ),
                 details: Some(format!(
-                    "{} cases opened, {} already open, {} held for review, {} left for the next sweep.",
-                    posted.opened.len(),
+                    "{} opened, {} already open, {} held for review, {} left for the next sweep.",
+                    cases(posted.opened.len()),
                     posted.already_open + report.counts.already_open,
                     posted.held_for_review,
                     posted.deferred
@@ -44,4 +44,9 @@ pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>)
         }
         Err(e) => failed(&e),
     }
+}
+
+/// `1 case`, `3 cases`.
+fn cases(n: usize) -> String {
+    format!("{n} case{}", if n == 1 { "" } else { "s" })
 }
