@@ -3,22 +3,16 @@
 //!
 //! Button `action_id`s come from `slack::payload`, the same constants the click parser reads.
 //! This file must not call Slack, E2B or the store: it turns values into messages.
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::cases::{Case, CaseState, DecisionOption, Opener, StepOutcome, Subject};
-use crate::slack::format::{self, human_bytes};
+use crate::slack::format::{self, human_bytes, when};
 use crate::slack::payload::{
     CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RETRY, CASE_UNTIL_ACTION,
     CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
 use crate::slack::render::{KeyValue, MessageParams};
 use crate::store::{Actor, AuditEvent};
-
-/// How times are shown on cards.
-pub fn when(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
-}
 
 /// A confirm dialog on a button.
 #[derive(Debug, Clone, Serialize)]
@@ -493,6 +487,7 @@ mod tests {
     };
     use crate::ids::{CaseId, SandboxId, SlackUserId, TemplateId};
     use crate::slack::render::Templates;
+    use chrono::{DateTime, Utc};
     use std::collections::BTreeMap;
 
     fn t(secs: i64) -> DateTime<Utc> {

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::policy::{RunState, bytes, human};
 use super::sweep::{Capacity, IdleSandbox, Posted, SweepMode, SweepReport};
+use crate::slack::format::when;
 use crate::slack::render::MessageParams;
 
 /// Idle sandboxes listed by name in a digest.
@@ -18,10 +19,6 @@ pub fn dollars(amount: f64) -> String {
 
 fn percent(share: f64) -> String {
     format!("{:.0} %", share * 100.0)
-}
-
-fn when(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
 fn rate(per_min: f64) -> String {

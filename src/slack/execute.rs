@@ -13,7 +13,7 @@ use crate::e2b::{
 use crate::ids::{SandboxId, TemplateId};
 
 use super::command::{ListArgs, LogLevel, LogsArgs, SandboxCommand, StateFilter};
-use super::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration};
+use super::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when};
 use super::payload::{LIST_NEXT_PAGE, ListCursor};
 use super::render::*;
 
@@ -146,10 +146,6 @@ fn lower_first(s: &str) -> String {
         Some(c) => c.to_lowercase().chain(chars).collect(),
         None => String::new(),
     }
-}
-
-fn when(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
 fn since(now: DateTime<Utc>, t: DateTime<Utc>) -> Duration {

@@ -83,6 +83,11 @@ pub fn min_avg_max(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((min, avg, max))
 }
 
+/// A moment as every Slack message shows it: `2026-12-02 09:00 UTC`.
+pub fn when(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
 /// `1d 3h`, `2h 5m`, `4m 10s`, `12s`: the two largest units, good enough to read at a glance.
 pub fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
