@@ -121,6 +121,25 @@ async fn usergroup_members_come_from_the_seeded_group() {
 }
 
 #[tokio::test]
+async fn a_user_group_is_listed_once_for_a_burst_of_lookups() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    sim.add_usergroup("S1", &["U1"]);
+    for _ in 0..5 {
+        let members = client.usergroup_members("S1").await.unwrap();
+        assert_eq!(members, vec![SlackUserId::parse("U1").unwrap()]);
+    }
+    let listed = sim
+        .messages()
+        .iter()
+        .filter(|m| m.method == "usergroups.users.list")
+        .count();
+    assert_eq!(
+        listed, 1,
+        "usergroups.users.list is Tier 2: one call serves the burst"
+    );
+}
+
+#[tokio::test]
 async fn usergroups_can_be_seeded_and_messages_read_over_http() {
     let (sim, client) = setup(Some("xoxb-1")).await;
     let http = reqwest::Client::new();

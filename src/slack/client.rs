@@ -5,8 +5,9 @@
 //! number of times honouring `Retry-After`, and refuses to post to a `response_url` whose host
 //! is neither `hooks.slack.com` nor the configured API host. It must not render messages or
 //! decide what to say; callers hand it finished content.
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
@@ -111,7 +112,17 @@ pub struct SlackClient {
     bot_token: Option<SecretString>,
     /// Host (and port) of the configured API, the one other host response_urls may use.
     api_origin: Option<(String, String, Option<u16>)>,
+    /// Recently listed user groups. `usergroups.users.list` is a Tier 2 method (about 20 calls
+    /// a minute), so a burst of clicks by approver-group members must not each ask Slack.
+    groups: Arc<std::sync::Mutex<GroupCache>>,
 }
+
+/// Group id -> when it was listed, and its members.
+type GroupCache = HashMap<String, (Instant, Vec<SlackUserId>)>;
+
+/// How long a user group's member list is reused. A person removed from an approvers group
+/// may still decide for this long.
+pub const USERGROUP_CACHE_TTL: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for SlackClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,6 +162,7 @@ impl SlackClient {
             http,
             bot_token: settings.bot_token.clone(),
             api_origin,
+            groups: Arc::default(),
         })
     }
 
@@ -279,6 +291,28 @@ impl SlackClient {
     /// `usergroups.users.list`: the members of a user group such as an approvers group.
     #[tracing::instrument(skip(self))]
     pub async fn usergroup_members(&self, group_id: &str) -> Result<Vec<SlackUserId>, SlackError> {
+        if let Some((at, members)) = self.cached_group(group_id)
+            && at.elapsed() < USERGROUP_CACHE_TTL
+        {
+            return Ok(members);
+        }
+        let members = self.list_usergroup(group_id).await?;
+        self.groups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(group_id.to_owned(), (Instant::now(), members.clone()));
+        Ok(members)
+    }
+
+    fn cached_group(&self, group_id: &str) -> Option<(Instant, Vec<SlackUserId>)> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(group_id)
+            .cloned()
+    }
+
+    async fn list_usergroup(&self, group_id: &str) -> Result<Vec<SlackUserId>, SlackError> {
         let api = &self.api;
         let listed = self
             .with_retry("usergroups.users.list", |token| {
