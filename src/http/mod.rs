@@ -39,6 +39,8 @@ pub struct AppState {
     pub store: Store,
     /// `[channels] approvals` from steward.toml, checked at startup.
     pub approvals_channel: Option<SlackChannelId>,
+    /// `[approvals]` from steward.toml, shared by every request rather than copied per click.
+    pub approval_policy: Arc<crate::cases::ApprovalPolicy>,
     /// Work that continues after Slack was answered (replies, card updates). Shutdown waits for
     /// it, so a replica stopped mid-reply still delivers what it owes.
     pub tasks: TaskTracker,
@@ -66,6 +68,7 @@ impl AppState {
             })?),
         };
         Ok(Self {
+            approval_policy: Arc::new(settings.policy.approvals.clone()),
             settings: Arc::new(settings),
             slack,
             e2b,
@@ -83,7 +86,7 @@ impl AppState {
             slack: self.slack.clone(),
             e2b: self.e2b.clone(),
             templates: self.templates.clone(),
-            policy: Arc::new(self.settings.policy.approvals.clone()),
+            policy: self.approval_policy.clone(),
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
         }
