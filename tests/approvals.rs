@@ -1042,3 +1042,28 @@ async fn a_reason_form_is_answered_while_a_slow_slack_holds_up_the_decision() {
     assert!(!sandbox_exists(&app, "slowpoke1").await);
     assert_eq!(calls(&app, "kill").await, 1);
 }
+
+#[tokio::test]
+async fn an_e2b_rate_limit_during_an_approved_kill_is_waited_out_and_the_kill_runs_once() {
+    let app = spawn_app_with(TestAppOptions {
+        stale_after: Duration::from_millis(300),
+        ..options("")
+    })
+    .await;
+    seed(&app, "throttled1", "base").await;
+    let case = open_kill_case(&app, "throttled1").await;
+    // E2B rate-limits the kill for longer than the client waits inline: the step is left for a
+    // later delivery instead of failing the case.
+    app.e2b_fault(json!({"op": "kill", "status": 429, "count": 1, "retry_after_secs": 2}))
+        .await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+
+    wait_done(&app, &case).await;
+    assert!(!sandbox_exists(&app, "throttled1").await);
+    assert_eq!(calls(&app, "snapshot").await, 1, "no second snapshot");
+    assert_eq!(
+        calls(&app, "kill").await,
+        2,
+        "one rate-limited attempt, then the kill"
+    );
+}
