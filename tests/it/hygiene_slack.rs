@@ -1,11 +1,10 @@
 //! The sweep through the running service: `/sandbox sweep [--dry-run]` signed like Slack,
 //! answered through the response_url, and the scheduler started by `run_until_stopped`.
-mod common;
 
 use std::time::Duration;
 
+use crate::common::{TestAppOptions, spawn_app_with, visible_text};
 use chrono::Utc;
-use common::{TestAppOptions, spawn_app_with, visible_text};
 use sandbox_steward::cases::Subject;
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::slack::Recorded;
@@ -108,8 +107,10 @@ async fn slash_sweep_posts_the_digest_and_cases_in_the_hygiene_channel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_starting_replica_runs_the_sweep_it_missed_once() {
-    let prefix = common::unique_prefix();
-    let store = Store::redis(&common::redis_url(), &prefix).await.unwrap();
+    let prefix = crate::common::unique_prefix();
+    let store = Store::redis(&crate::common::redis_url(), &prefix)
+        .await
+        .unwrap();
     let config = sandbox_steward::hygiene::HygieneConfig::default();
     let latest = config.latest_slot(Utc::now()).unwrap();
     store

@@ -1,8 +1,7 @@
 //! Every Slack route refuses unsigned, forged, stale, future, malformed and oversized requests
 //! before doing anything: nothing reaches the fake Slack and no call reaches E2B.
-mod common;
 
-use common::{TestApp, command_form, spawn_app, unix_now};
+use crate::common::{TestApp, command_form, spawn_app, unix_now};
 use sandbox_steward::slack::signature::sign;
 
 /// A command that would call E2B and post to Slack if it were ever run.
@@ -206,7 +205,7 @@ async fn an_ssl_check_carrying_a_command_still_needs_a_signature() {
 
 #[tokio::test]
 async fn without_a_configured_signing_secret_everything_is_refused() {
-    let app = common::spawn_app_with(common::TestAppOptions {
+    let app = crate::common::spawn_app_with(crate::common::TestAppOptions {
         env: vec![("SLACK_SIGNING_SECRET".into(), "".into())],
         ..Default::default()
     })

@@ -1,8 +1,7 @@
 //! The routes that answer inline: health, readiness, events, help, parse errors, and the
 //! acknowledgement of interactions.
-mod common;
 
-use common::{TestAppOptions, spawn_app, spawn_app_with, visible_json_text};
+use crate::common::{TestAppOptions, spawn_app, spawn_app_with, visible_json_text};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -38,7 +37,7 @@ async fn readyz_names_what_is_missing_with_503() {
     assert_eq!(body["missing"], json!(["SLACK_BOT_TOKEN", "E2B_API_KEY"]));
     assert_eq!(body["checks"]["slack_signing_secret"], "ok");
     // No secret value leaks into the report.
-    assert!(!body.to_string().contains(common::SIGNING_SECRET));
+    assert!(!body.to_string().contains(crate::common::SIGNING_SECRET));
 }
 
 #[tokio::test]
@@ -66,10 +65,13 @@ async fn other_events_are_acknowledged_and_ignored() {
         .header("content-type", "application/json")
         .header("x-slack-retry-num", "1")
         .header("x-slack-retry-reason", "http_timeout")
-        .header("x-slack-request-timestamp", common::unix_now().to_string())
+        .header(
+            "x-slack-request-timestamp",
+            crate::common::unix_now().to_string(),
+        )
         .header(
             "x-slack-signature",
-            app.sign(common::unix_now(), body.to_string().as_bytes()),
+            app.sign(crate::common::unix_now(), body.to_string().as_bytes()),
         )
         .body(body.to_string())
         .send()
@@ -179,7 +181,7 @@ async fn a_malformed_command_form_is_a_bad_request() {
 #[tokio::test]
 async fn a_command_whose_response_url_is_not_slack_is_not_run() {
     let app = spawn_app().await;
-    let body = common::command_form("pause sbx1", "U0001", "https://evil.example.com/hook");
+    let body = crate::common::command_form("pause sbx1", "U0001", "https://evil.example.com/hook");
     let answer: Value = app
         .post_signed("/slack/commands", "application/x-www-form-urlencoded", body)
         .await

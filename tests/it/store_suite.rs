@@ -1,11 +1,10 @@
 //! The one store test suite, run against both backends: every scenario is an `async fn(Store)`
 //! and `suite!` instantiates it for `Store::memory()` and for real Redis (REDIS_URL or
 //! redis://127.0.0.1:6379) under a unique key prefix that is deleted afterwards.
-mod common;
 
 use std::sync::Arc;
 
-use common::{PrefixCleanup, redis_url};
+use crate::common::{PrefixCleanup, redis_url};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 

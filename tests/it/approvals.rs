@@ -2,12 +2,11 @@
 //! decide them, workers in one or two running replicas carry them out against the E2B
 //! simulator, and the fake Slack shows what people would see. Real Redis, a fresh key prefix
 //! per test.
-mod common;
 
 use std::future::Future;
 use std::time::Duration;
 
-use common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
 use sandbox_steward::approvals::worker::{RECONCILE_GRACE, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
@@ -95,7 +94,7 @@ fn case_id_in(text: &str) -> CaseId {
 async fn open_kill_case(app: &TestApp, sandbox: &str) -> CaseId {
     let (ack, reply) = command(app, &format!("kill {sandbox} finished with it")).await;
     assert!(
-        common::visible_json_text(&ack).contains("Opening a case"),
+        crate::common::visible_json_text(&ack).contains("Opening a case"),
         "{ack}"
     );
     let text = visible_text(&reply);
@@ -644,7 +643,7 @@ async fn leave_with_a_reason_closes_the_case_and_remembers_until_when() {
 
 #[tokio::test]
 async fn with_redis_stopped_clicks_and_commands_get_a_clear_error_and_e2b_hears_nothing() {
-    let redis = common::ThrowawayRedis::start();
+    let redis = crate::common::ThrowawayRedis::start();
     let app = spawn_app_with(TestAppOptions {
         redis_url: Some(redis.url()),
         ..options("")
@@ -992,7 +991,7 @@ async fn steward_starts_while_redis_is_down_and_becomes_ready_when_it_comes_up()
         .unwrap();
     assert_eq!(ready["checks"]["redis"], "unreachable", "{ready}");
 
-    let _redis = common::ThrowawayRedis::start_on(port);
+    let _redis = crate::common::ThrowawayRedis::start_on(port);
     eventually("readiness sees Redis", || async {
         app.http
             .get(app.url("/readyz"))

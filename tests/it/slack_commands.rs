@@ -1,9 +1,8 @@
 //! Every `/sandbox` subcommand end to end: a signed slash command to Steward, E2B played by the
 //! simulator, and what the user sees — the immediate acknowledgement and the reply posted to
 //! the fake Slack's response_url.
-mod common;
 
-use common::{TestApp, TestAppOptions, spawn_app, spawn_app_with, visible_text};
+use crate::common::{TestApp, TestAppOptions, spawn_app, spawn_app_with, visible_text};
 use serde_json::{Value, json};
 
 /// A running sandbox `sbxrun1` (owner=alice) and a paused `sbxpause1`, besides the seeded fleet.

@@ -1,7 +1,6 @@
 //! The hygiene sweep end to end over real sockets: the E2B simulator seeded with specific
 //! sandboxes, real Redis under a unique key prefix per test, and the fake Slack recording what
 //! Steward posts. Scheduling is driven through `scheduler_tick` with the real clock.
-mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +24,7 @@ use sandbox_steward::slack::render::Templates;
 use sandbox_steward::store::{LeftMark, Store};
 use serde_json::{Value, json};
 
-use common::{PrefixCleanup, redis_url};
+use crate::common::{PrefixCleanup, redis_url};
 
 const CHANNEL: &str = "C0HYGIENE";
 const ALICE: &str = "U0ALICE01";

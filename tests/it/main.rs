@@ -1,0 +1,17 @@
+//! Steward's integration tests, one binary: every surface is a module here, so the crate is
+//! linked once rather than once per file. Each test spawns what it needs on random ports
+//! (the app, the E2B and Slack simulators) and uses its own Redis key prefix.
+mod common;
+
+mod approvals;
+mod e2b_cli;
+mod e2b_client;
+mod hygiene;
+mod hygiene_slack;
+mod sim_e2b;
+mod slack_commands;
+mod slack_router;
+mod slack_signature;
+mod slack_sim;
+mod store_redis_down;
+mod store_suite;
