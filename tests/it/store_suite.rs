@@ -35,7 +35,8 @@ macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod memory {
             $(
-                #[tokio::test]
+                // Several worker threads, so the concurrency scenarios really interleave.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(sandbox_steward::store::Store::memory()).await;
                 }
@@ -343,7 +344,9 @@ async fn a_blocked_claim_wakes_up_when_a_job_arrives(store: Store) {
         let store = store.clone();
         tokio::spawn(async move { store.claim("worker-a", Duration::from_secs(8)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // No job exists yet, so the claim can only finish by seeing the one enqueued next
+    // (whether it is already waiting or starts reading just after the enqueue).
+    assert!(!waiting.is_finished(), "a claim with nothing queued waits");
     let job = job_for(&case, DecisionOption::Pause);
     store.enqueue(&job).await.unwrap();
     let claimed = waiting
@@ -818,11 +821,15 @@ async fn leases_are_exclusive_and_expire(store: Store) {
             .await
             .unwrap()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !store.lease_held(&name).await.unwrap(),
-        "an expired lease is free"
-    );
+    // Wait for the expiry itself (polled, with a generous deadline) rather than a fixed sleep.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.lease_held(&name).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a 50 ms lease was still held after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         !store.renew_lease(&name, "b", long).await.unwrap(),
         "an expired lease cannot be renewed"
