@@ -86,7 +86,16 @@ async fn groups_of(
     user: &SlackUserId,
     option: DecisionOption,
 ) -> Vec<SlackUserGroupId> {
-    let rule = svc.policy.approvers.rule_for(option);
+    groups_in_rule(svc, svc.policy.approvers.rule_for(option), user).await
+}
+
+/// The user groups listed in `rule` that `user` belongs to (asks Slack, one call per group,
+/// only when the user is not already allowed by name).
+pub async fn groups_in_rule(
+    svc: &Services,
+    rule: &crate::cases::ApproverRule,
+    user: &SlackUserId,
+) -> Vec<SlackUserGroupId> {
     if rule.anyone || rule.users.contains(user) {
         return Vec::new();
     }

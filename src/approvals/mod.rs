@@ -19,6 +19,7 @@ pub mod card;
 pub mod decide;
 pub mod evidence;
 pub mod history;
+pub mod lifetime;
 pub mod request;
 pub mod worker;
 

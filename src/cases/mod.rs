@@ -20,7 +20,7 @@ mod policy;
 mod steps;
 
 pub use machine::{Event, TransitionError, apply};
-pub use policy::{ApprovalPolicy, ApproverRule, Approvers, Refusal, may_decide};
+pub use policy::{ApprovalPolicy, ApproverRule, Approvers, Refusal, may_decide, may_start_sweep};
 pub use steps::{Step, StepOutcome, StepRecord, plan_for, remaining_steps};
 
 /// Metadata keys that may name a sandbox's owner, most specific first.

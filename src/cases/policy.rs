@@ -15,6 +15,8 @@ use crate::ids::{SlackUserGroupId, SlackUserId};
 
 /// Default time people have to decide a case.
 pub const DEFAULT_DECIDE_WITHIN_SECS: u64 = 24 * 60 * 60;
+/// Default floor of a timeout set without a decision: shorter ones are kills in disguise.
+pub const DEFAULT_MIN_TIMEOUT_SECS: u64 = 10 * 60;
 
 /// The `[approvals]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -25,6 +27,10 @@ pub struct ApprovalPolicy {
     pub decide_within: Duration,
     /// Forbids the requester of a case from approving its Kill / Delete Template.
     pub two_person_rule: bool,
+    /// A timeout (or resume timeout) that would end a sandbox sooner than this needs a
+    /// decision: `/sandbox timeout` below it opens a kill case instead.
+    #[serde(deserialize_with = "deserialize_min_timeout")]
+    pub min_timeout: Duration,
     pub approvers: Approvers,
 }
 
@@ -33,6 +39,7 @@ impl Default for ApprovalPolicy {
         Self {
             decide_within: Duration::from_secs(DEFAULT_DECIDE_WITHIN_SECS),
             two_person_rule: true,
+            min_timeout: Duration::from_secs(DEFAULT_MIN_TIMEOUT_SECS),
             approvers: Approvers::default(),
         }
     }
@@ -61,6 +68,11 @@ fn deserialize_decide_within<'de, D: Deserializer<'de>>(d: D) -> Result<Duration
     Ok(within)
 }
 
+fn deserialize_min_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    crate::config::parse_duration("approvals.min_timeout", &text).map_err(serde::de::Error::custom)
+}
+
 /// The `[approvals.approvers]` table: one rule per option.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -72,6 +84,9 @@ pub struct Approvers {
     pub leave: ApproverRule,
     pub delete_template: ApproverRule,
     pub keep: ApproverRule,
+    /// Who may start a live sweep from Slack; when unset, the `pause` rule applies (a sweep
+    /// only opens cases, and its cases' pause options are open to the same people).
+    pub sweep: Option<ApproverRule>,
 }
 
 impl Default for Approvers {
@@ -83,6 +98,7 @@ impl Default for Approvers {
             leave: ApproverRule::anyone(),
             delete_template: ApproverRule::default(),
             keep: ApproverRule::anyone(),
+            sweep: None,
         }
     }
 }
@@ -100,6 +116,11 @@ impl Approvers {
             DecisionOption::DeleteTemplate => &self.delete_template,
             DecisionOption::Keep => &self.keep,
         }
+    }
+
+    /// The rule that governs starting a live sweep.
+    pub fn sweep_rule(&self) -> &ApproverRule {
+        self.sweep.as_ref().unwrap_or(&self.pause)
     }
 }
 
@@ -138,6 +159,27 @@ pub enum Refusal {
         "You asked for this case, so someone else has to approve \"{option}\" (two-person rule)."
     )]
     OwnRequest { option: DecisionOption },
+    #[error(
+        "You may not start a live sweep: ask someone listed under [approvals.approvers] sweep, or run `/sandbox sweep --dry-run`."
+    )]
+    NotASweeper,
+}
+
+/// Decides whether `user` (a member of `user_groups`) may start a live sweep.
+pub fn may_start_sweep(
+    policy: &ApprovalPolicy,
+    user: &SlackUserId,
+    user_groups: &[SlackUserGroupId],
+) -> Result<(), Refusal> {
+    let rule = policy.approvers.sweep_rule();
+    let listed = rule.anyone
+        || rule.users.contains(user)
+        || rule.groups.iter().any(|g| user_groups.contains(g));
+    if listed {
+        Ok(())
+    } else {
+        Err(Refusal::NotASweeper)
+    }
 }
 
 /// Decides whether `user` (a member of `user_groups`) may choose `option` on a case requested by
@@ -330,6 +372,27 @@ delete_template = { users = ["U1"] }
         for text in bad {
             assert!(toml::from_str::<File>(text).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn live_sweeps_follow_the_pause_rule_unless_a_sweep_rule_is_set() {
+        let default = ApprovalPolicy::default();
+        assert_eq!(default.min_timeout, Duration::from_secs(600));
+        assert_eq!(may_start_sweep(&default, &user("U7"), &[]), Ok(()));
+        let policy = toml::from_str::<File>(
+            "[approvals]\nmin_timeout = \"5m\"\n[approvals.approvers]\nsweep = { groups = [\"S1\"] }\n",
+        )
+        .unwrap()
+        .approvals;
+        assert_eq!(policy.min_timeout, Duration::from_secs(300));
+        assert_eq!(
+            may_start_sweep(&policy, &user("U7"), &[]),
+            Err(Refusal::NotASweeper)
+        );
+        assert_eq!(
+            may_start_sweep(&policy, &user("U7"), &[group("S1")]),
+            Ok(())
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub enum Command {
     Sim(SimCommand),
     /// Call the E2B API directly.
     E2b(e2b::E2bArgs),
-    /// Run one hygiene sweep now (`--dry-run` opens nothing and posts nothing).
+    /// Run one hygiene sweep now: a dry run (opens nothing, posts nothing) unless `--live`.
     Sweep(sweep::SweepArgs),
     /// Say which settings are missing or invalid.
     Check,

@@ -1,7 +1,7 @@
-//! `steward sweep [--dry-run] [--json]`: one hygiene pass now, from the terminal.
+//! `steward sweep [--live] [--json]`: one hygiene pass now, from the terminal.
 //!
-//! A dry run reads E2B and the store and prints what would be raised; it opens nothing and
-//! posts nothing. Without `--dry-run` the pass is live: it posts the digest and opens cases in
+//! By default the pass is a dry run: it reads E2B and the store and prints what would be
+//! raised; it opens nothing and posts nothing. Only `--live` posts the digest and opens cases in
 //! the hygiene channel, under the same lease as scheduled sweeps. This module parses and prints;
 //! the pass itself is `hygiene::sweep_once`.
 use std::process::ExitCode;
@@ -20,9 +20,13 @@ use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct SweepArgs {
-    /// Report what would be raised; open no case and post nothing.
-    #[arg(long)]
+    /// Report what would be raised; open no case and post nothing (the default; kept so
+    /// scripts that say it keep working).
+    #[arg(long, conflicts_with = "live")]
     pub dry_run: bool,
+    /// Run a live sweep: post the digest and open cases in the hygiene channel.
+    #[arg(long)]
+    pub live: bool,
     /// Print the whole report as JSON (every idle sandbox with its evidence).
     #[arg(long)]
     pub json: bool,
@@ -47,10 +51,10 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(&ProcessEnv)?;
     let ctx = context(&settings).await?;
     let now = chrono::Utc::now();
-    let report = if args.dry_run {
-        sweep_once(&ctx, now, SweepMode::DryRun).await?
-    } else {
+    let report = if args.live {
         sweep_now(&Scheduler::new(ctx), now).await?
+    } else {
+        sweep_once(&ctx, now, SweepMode::DryRun).await?
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -15,6 +15,7 @@ use serde_json::json;
 use super::AppState;
 use super::error::ApiError;
 use crate::approvals::decide::{self, Reply, SubmissionReply};
+use crate::approvals::lifetime::{self, LifetimeChange};
 use crate::approvals::request::{self, CaseRequest};
 use crate::approvals::{Services, card, history};
 use crate::ids::CaseId;
@@ -204,9 +205,25 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
     let slack = state.slack.clone();
     let response_url = form.response_url.clone();
     let tasks = state.tasks.clone();
+    let svc = state.services();
+    let user = form.user_id.clone();
     tasks.spawn(async move {
-        let message =
-            crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await;
+        // A live sweep opens cases and posts to the hygiene channel: who may start one is
+        // policy (`[approvals.approvers] sweep`, by default the pause approvers).
+        let allowed = dry_run || {
+            let groups =
+                decide::groups_in_rule(&svc, svc.policy.approvers.sweep_rule(), &user).await;
+            crate::cases::may_start_sweep(&svc.policy, &user, &groups)
+                .inspect_err(|_| tracing::info!(%user, "refused a live sweep"))
+                .is_ok()
+        };
+        let message = if allowed {
+            crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await
+        } else {
+            svc.templates.render_or_plain(&FailureParams {
+                sentence: crate::cases::Refusal::NotASweeper.to_string(),
+            })
+        };
         if let Err(e) = slack
             .respond(&response_url, &ResponsePayload::ephemeral(message))
             .await
@@ -217,7 +234,7 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
     inline(Message::plain(if dry_run {
         "Sweeping the fleet (dry run: nothing will be opened or posted)…"
     } else {
-        "Sweeping the fleet; the digest and cases will appear in the hygiene channel…"
+        "Sweeping the fleet if you may start a live sweep; the digest and cases will appear in the hygiene channel…"
     }))
 }
 
@@ -237,13 +254,35 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
     let response_url = form.response_url.clone();
     let text = form.text.trim().to_owned();
     let tasks = state.tasks.clone();
+    let req = CaseRequest {
+        user: form.user_id.clone(),
+        channel: form.channel_id.clone(),
+        reason: None,
+    };
     tasks.spawn(async move {
+        let now = chrono::Utc::now();
         let ctx = Context {
             e2b: state.e2b.as_ref(),
             templates: &state.templates,
-            now: chrono::Utc::now(),
+            now,
         };
-        let message = execute::run(&ctx, &cmd, &text).await;
+        // Timeouts can end a sandbox, so they go through the floor check (which may open a
+        // kill case instead); everything else runs directly.
+        let change = match &cmd {
+            SandboxCommand::Timeout { id, duration } => Some(LifetimeChange::Timeout {
+                id: id.clone(),
+                duration: *duration,
+            }),
+            SandboxCommand::Resume { id, timeout } => Some(LifetimeChange::Resume {
+                id: id.clone(),
+                timeout: *timeout,
+            }),
+            _ => None,
+        };
+        let message = match change {
+            Some(change) => lifetime::change_lifetime(&state.services(), req, change, now).await,
+            None => execute::run(&ctx, &cmd, &text).await,
+        };
         if let Err(e) = state
             .slack
             .respond(&response_url, &ResponsePayload::ephemeral(message))

@@ -64,8 +64,6 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         SandboxCommand::Metrics { id, since } => metrics(ctx, id, *since).await,
         SandboxCommand::Team { since } => team(ctx, *since).await,
         SandboxCommand::Pause { id } => pause(ctx, id).await,
-        SandboxCommand::Resume { id, timeout } => resume(ctx, id, *timeout).await,
-        SandboxCommand::Timeout { id, duration } => set_timeout(ctx, id, *duration).await,
         SandboxCommand::Refresh { id, duration } => refresh(ctx, id, *duration).await,
         SandboxCommand::Snapshot { id, name } => snapshot(ctx, id, name.as_deref()).await,
         SandboxCommand::Snapshots { sandbox } => snapshots(ctx, sandbox.as_ref()).await,
@@ -81,12 +79,17 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         | SandboxCommand::Sweep { .. } => {
             return ctx.failure("That command is answered directly, not through E2B.".into());
         }
+        // A timeout may end a sandbox: `approvals::lifetime` checks it against the floor and
+        // calls `set_timeout` / `resume` itself. Running them here would be a side door.
+        SandboxCommand::Resume { .. } | SandboxCommand::Timeout { .. } => {
+            return ctx.failure("That command goes through Steward's timeout check.".into());
+        }
     };
     result.unwrap_or_else(|(subject, e)| ctx.failure(sentence(&subject, &e)))
 }
 
 /// An error together with what it was about ("Sandbox `i1`"), for the sentence.
-type Outcome = Result<Message, (String, E2bError)>;
+pub type Outcome = Result<Message, (String, E2bError)>;
 
 fn about(subject: impl Into<String>) -> impl FnOnce(E2bError) -> (String, E2bError) {
     let subject = subject.into();
@@ -504,7 +507,8 @@ async fn pause(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
     }
 }
 
-async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>) -> Outcome {
+/// `resume`; the caller (`approvals::lifetime`) has checked the timeout against the floor.
+pub async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>) -> Outcome {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let timeout = timeout.unwrap_or(e2b::DEFAULT_SANDBOX_TIMEOUT);
@@ -526,7 +530,8 @@ async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>) ->
     }
 }
 
-async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
+/// `timeout`; the caller (`approvals::lifetime`) has checked it against the floor.
+pub async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     e2b.set_timeout(id, duration)
