@@ -26,6 +26,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default prefix of every Redis key Steward writes.
 pub const DEFAULT_REDIS_PREFIX: &str = "steward";
+/// Default time a client has to send a request's headers (`STEWARD_HEADER_TIMEOUT`).
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 10;
+/// Default time a client has to send a request's body (`STEWARD_BODY_TIMEOUT`).
+pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
+/// Default time one request may take from its headers to its answer (`STEWARD_REQUEST_TIMEOUT`).
+pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 60;
+/// Default number of connections served at once (`STEWARD_MAX_CONNECTIONS`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// Why configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +166,65 @@ impl RedisSettings {
     }
 }
 
+/// Limits at the HTTP edge, so no client can hold a connection or a request open forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeSettings {
+    /// A connection that has not sent a whole request head within this is closed.
+    pub header_timeout: Duration,
+    /// A request whose body has not fully arrived within this is answered 408.
+    pub body_timeout: Duration,
+    /// A request not answered within this is answered 408.
+    pub request_timeout: Duration,
+    /// Connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+}
+
+impl Default for EdgeSettings {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
+            body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECS),
+            request_timeout: Duration::from_secs(DEFAULT_REQUEST_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl EdgeSettings {
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        let mut edge = Self::default();
+        for (name, slot) in [
+            ("STEWARD_HEADER_TIMEOUT", &mut edge.header_timeout),
+            ("STEWARD_BODY_TIMEOUT", &mut edge.body_timeout),
+            ("STEWARD_REQUEST_TIMEOUT", &mut edge.request_timeout),
+        ] {
+            if let Some(v) = env.var(name) {
+                let d = parse_duration(name, &v)?;
+                // A zero timeout would refuse every request; a huge one is no limit at all.
+                if d.is_zero() || d > Duration::from_secs(24 * 3600) {
+                    return Err(ConfigError::Invalid {
+                        name: name.to_owned(),
+                        reason: format!("{v:?} must be between 1s and 24h"),
+                    });
+                }
+                *slot = d;
+            }
+        }
+        if let Some(v) = env.var("STEWARD_MAX_CONNECTIONS") {
+            edge.max_connections = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1_000_000).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: "STEWARD_MAX_CONNECTIONS".into(),
+                    reason: format!("{v:?} is not a number of connections between 1 and 1000000"),
+                })?;
+        }
+        Ok(edge)
+    }
+}
+
 /// Policy read from `steward.toml`. Every field has a default.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -214,6 +281,8 @@ pub struct Settings {
     pub e2b: E2bSettings,
     pub slack: SlackSettings,
     pub redis: RedisSettings,
+    /// Timeouts and the connection cap of `steward serve`'s listener.
+    pub edge: EdgeSettings,
     pub policy: Policy,
 }
 
@@ -237,6 +306,7 @@ impl Settings {
             e2b: E2bSettings::from_env(env)?,
             slack: SlackSettings::from_env(env),
             redis: RedisSettings::from_env(env),
+            edge: EdgeSettings::from_env(env)?,
             policy,
         })
     }
@@ -305,6 +375,30 @@ mod tests {
             Duration::from_secs(600)
         );
         assert!(parse_duration("x", "soon").is_err());
+    }
+
+    #[test]
+    fn edge_limits_have_defaults_and_refuse_nonsense() {
+        assert_eq!(
+            EdgeSettings::from_env(&env(&[])).unwrap(),
+            EdgeSettings::default()
+        );
+        let edge = EdgeSettings::from_env(&env(&[
+            ("STEWARD_HEADER_TIMEOUT", "2s"),
+            ("STEWARD_MAX_CONNECTIONS", "8"),
+        ]))
+        .unwrap();
+        assert_eq!(edge.header_timeout, Duration::from_secs(2));
+        assert_eq!(edge.max_connections, 8);
+        for (name, value) in [
+            ("STEWARD_BODY_TIMEOUT", "0s"),
+            ("STEWARD_REQUEST_TIMEOUT", "soon"),
+            ("STEWARD_MAX_CONNECTIONS", "0"),
+            ("STEWARD_MAX_CONNECTIONS", "lots"),
+        ] {
+            let err = EdgeSettings::from_env(&env(&[(name, value)])).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+        }
     }
 
     #[test]

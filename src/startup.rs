@@ -135,9 +135,8 @@ impl Application {
             let _ = stop.send(true);
         });
         let tasks = self.state.tasks.clone();
-        let served = axum::serve(self.listener, router(self.state))
-            .with_graceful_shutdown(signal())
-            .await;
+        let limits = self.state.settings.edge;
+        crate::http::edge::serve(self.listener, router(self.state), limits, signal()).await;
         // Requests already answered may still owe Slack a reply or a card update: let them
         // finish (bounded, so a stuck call cannot hold a deploy forever).
         tasks.close();
@@ -155,7 +154,6 @@ impl Application {
                 tracing::error!(error = %e, "a background loop panicked");
             }
         }
-        served?;
         Ok(())
     }
 }

@@ -19,6 +19,8 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("request body could not be read: {0}")]
     BodyRead(String),
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
     #[error("payload not understood: {0}")]
     Payload(#[from] PayloadError),
     #[error("internal error: {0:#}")]
@@ -31,8 +33,23 @@ impl ApiError {
             Self::Signature(_) => StatusCode::UNAUTHORIZED,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead(_) | Self::Payload(_) => StatusCode::BAD_REQUEST,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+}
+
+impl ApiError {
+    /// A failed body read: a 408 when the edge's body deadline cut it off, a 400 otherwise.
+    pub fn body_read(error: axum::Error) -> Self {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        while let Some(e) = cause {
+            if e.is::<tower_http::timeout::TimeoutError>() {
+                return Self::BodyTimeout;
+            }
+            cause = e.source();
+        }
+        Self::BodyRead(error.to_string())
     }
 }
 

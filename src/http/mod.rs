@@ -8,8 +8,10 @@ use std::sync::Arc;
 use tokio_util::task::TaskTracker;
 
 use axum::Router;
+use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{get, post};
+use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::approvals::Services;
@@ -20,6 +22,7 @@ use crate::slack::client::SlackClient;
 use crate::slack::render::Templates;
 use crate::store::Store;
 
+pub mod edge;
 pub mod error;
 pub mod health;
 pub mod slack;
@@ -93,8 +96,10 @@ impl AppState {
     }
 }
 
-/// Every route Steward serves.
+/// Every route Steward serves. Every request is bounded: its body must arrive within
+/// `STEWARD_BODY_TIMEOUT` and its answer within `STEWARD_REQUEST_TIMEOUT` (both 408 otherwise).
 pub fn router(state: AppState) -> Router {
+    let limits = state.settings.edge;
     let slack_routes = Router::new()
         .route("/slack/commands", post(slack::command))
         .route("/slack/interactions", post(slack::interaction))
@@ -107,6 +112,11 @@ pub fn router(state: AppState) -> Router {
         .merge(slack_routes)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -87,7 +87,7 @@ async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BodyRead(e.to_string()))?;
+        let chunk = chunk.map_err(ApiError::body_read)?;
         if buf.len() + chunk.len() > limit {
             return Err(ApiError::TooLarge { limit });
         }

@@ -6,6 +6,7 @@ mod common;
 mod approvals;
 mod e2b_cli;
 mod e2b_client;
+mod edge;
 mod hygiene;
 mod hygiene_slack;
 mod no_side_door;

@@ -1,0 +1,160 @@
+//! The HTTP edge over real TCP: a client cannot hold a connection open with half a header or a
+//! short body, and connections over `STEWARD_MAX_CONNECTIONS` are refused rather than served.
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::{TestApp, TestAppOptions, spawn_app_with};
+
+/// Deadline for the server to do what the test expects; never a timing assertion.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+async fn app_with(env: &[(&str, &str)]) -> TestApp {
+    spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        worker: false,
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..TestAppOptions::default()
+    })
+    .await
+}
+
+async fn connect(app: &TestApp) -> TcpStream {
+    TcpStream::connect(("127.0.0.1", app.port))
+        .await
+        .expect("the app accepts TCP connections")
+}
+
+/// Reads until the server closes the connection (a reset counts as closed), failing the test
+/// if it is still open at the deadline.
+async fn read_until_closed(stream: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open; it sent: {:?}",
+        String::from_utf8_lossy(&seen)
+    );
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// Sends `GET /healthz` on a keep-alive connection and reads the whole answer.
+async fn healthz_keep_alive(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: steward\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(DEADLINE, async {
+        while !String::from_utf8_lossy(&seen).contains("alive") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "closed before answering: {:?}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("healthz answers");
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_half_a_header_is_closed_by_the_server() {
+    let app = app_with(&[("STEWARD_HEADER_TIMEOUT", "1s")]).await;
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        let mut stream = connect(&app).await;
+        stream
+            .write_all(b"POST /slack/commands HTTP/1.1\r\nhost: steward\r\nx-slack-")
+            .await
+            .unwrap();
+        idle.push(stream);
+    }
+    for stream in &mut idle {
+        let seen = read_until_closed(stream).await;
+        assert!(!seen.contains("200 OK"), "{seen}");
+    }
+    // The replica still serves others.
+    let resp = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_is_answered_408() {
+    let app = app_with(&[("STEWARD_BODY_TIMEOUT", "1s")]).await;
+    let mut stream = connect(&app).await;
+    stream
+        .write_all(
+            b"POST /slack/commands HTTP/1.1\r\nhost: steward\r\n\
+              content-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\ntext=help",
+        )
+        .await
+        .unwrap();
+    let seen = read_until_closed(&mut stream).await;
+    assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
+    assert!(seen.contains("did not arrive in time"), "{seen}");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_answered_503_and_closed_until_one_ends() {
+    let app = app_with(&[
+        ("STEWARD_MAX_CONNECTIONS", "2"),
+        ("STEWARD_HEADER_TIMEOUT", "60s"),
+    ])
+    .await;
+    // Two keep-alive connections that have been served hold both places.
+    let mut first = connect(&app).await;
+    let mut second = connect(&app).await;
+    assert!(
+        healthz_keep_alive(&mut first)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        healthz_keep_alive(&mut second)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+
+    let mut third = connect(&app).await;
+    let seen = read_until_closed(&mut third).await;
+    assert!(seen.starts_with("HTTP/1.1 503"), "{seen}");
+    assert!(seen.contains("connection limit"), "{seen}");
+
+    // Once a connection ends, its place is free again.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let mut next = connect(&app).await;
+        next.write_all(b"GET /healthz HTTP/1.1\r\nhost: steward\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let seen = read_until_closed(&mut next).await;
+        if seen.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no place freed up after a connection closed: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(second);
+}
