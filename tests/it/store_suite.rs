@@ -74,6 +74,7 @@ suite!(
     the_worker_loop_runs_jobs_until_shutdown,
     a_leave_decision_outlives_its_case_for_sweeps,
     the_sweep_marker_never_moves_backwards,
+    history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
 );
 
 fn t(secs: i64) -> DateTime<Utc> {
@@ -606,8 +607,8 @@ async fn due_cases_are_expired_exactly_once_by_concurrent_expirers(store: Store)
 }
 
 async fn the_audit_log_answers_by_case_subject_and_time(store: Store) {
-    let case_a = CaseId::generate();
     let sandbox = new_sandbox();
+    let case_a = open(&store, &sandbox).await.id;
     let template = Subject::Template(TemplateId::parse("tmpl-x").unwrap());
     let now = Utc::now();
     let event = |secs_ago: i64, case: Option<CaseId>, subject: Subject, action: &str| AuditEvent {
@@ -965,5 +966,161 @@ async fn the_sweep_marker_never_moves_backwards(store: Store) {
     assert_eq!(
         store.last_completed_sweep().await.unwrap(),
         Some(t(2_000_086_400))
+    );
+}
+
+async fn history_reads_a_bounded_recent_slice_and_export_pages_through_everything(store: Store) {
+    let busy = new_sandbox();
+    let quiet = new_sandbox();
+    let case = open(&store, &busy).await;
+    let start = Utc::now() - chrono::Duration::minutes(30);
+    let event = |n: i64, subject: &Subject| AuditEvent {
+        time: start + chrono::Duration::milliseconds(n),
+        case: Some(case.id.clone()),
+        subject: Some(subject.clone()),
+        actor: Actor::Steward {
+            part: "test".into(),
+        },
+        action: format!("step:{n}"),
+        outcome: "ok".into(),
+    };
+    const MANY: i64 = 1_300;
+    for n in 0..MANY {
+        store.append_audit(&event(n, &busy)).await.unwrap();
+    }
+    store.append_audit(&event(MANY, &quiet)).await.unwrap();
+
+    // History: only the latest 60, in order, and a count that says there were more.
+    let slice = store.recent_audit(&busy, None, 60).await.unwrap();
+    let actions: Vec<String> = slice.events.iter().map(|e| e.action.clone()).collect();
+    let expected: Vec<String> = (MANY - 60..MANY).map(|n| format!("step:{n}")).collect();
+    assert_eq!(actions, expected);
+    assert!(slice.total >= 1_000, "total {}", slice.total);
+    let by_case = store.recent_case_audit(&case.id, 5).await.unwrap();
+    assert_eq!(by_case.events.last().unwrap().action, "step:1299");
+    assert_eq!(by_case.events.len(), 5);
+    let other = store.recent_audit(&quiet, None, 60).await.unwrap();
+    assert_eq!(other.events.len(), 1);
+    assert_eq!(other.total, 1);
+
+    // Export: every event, oldest first, written page by page.
+    let mut out = Vec::new();
+    let written = sandbox_steward::approvals::history::export(&store, start, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(written, MANY as usize + 1);
+    let lines: Vec<AuditEvent> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), MANY as usize + 1);
+    assert_eq!(lines[0].action, "step:0");
+    assert_eq!(lines[MANY as usize].action, format!("step:{MANY}"));
+}
+
+/// A decision whose case write succeeded is never reported as failed: with a key of the wrong
+/// type planted where the deadline index of the case's shard lives, the old code wrote the
+/// decision, then failed to drop the index entry and told the clicker "could not record that"
+/// without queueing the work. Now the case and its indexes are one script: the decision stands,
+/// the work runs, and nobody is told otherwise.
+#[tokio::test]
+async fn a_decision_stands_and_runs_when_an_index_entry_cannot_be_removed() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+    use sandbox_steward::store::keys::{Keys, shard_of};
+    use serde_json::json;
+
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(
+            r#"
+[channels]
+approvals = "C0APPROVALS"
+[approvals.approvers]
+kill = { users = ["U0002"] }
+"#
+            .into(),
+        ),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.seed_sandbox(json!({"sandboxID": "victim8", "templateID": "base", "state": "running"}))
+        .await;
+    let opened = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("kill victim8 finished with it", &opened)
+        .await;
+    let text = visible_text(&app.wait_for_hook(&opened).await);
+    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
+    let case_id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let case_id = CaseId::parse(case_id).unwrap();
+
+    // Sabotage: the shard's deadline index becomes a string, so removing the case from it fails.
+    let subject = Subject::Sandbox(SandboxId::parse("victim8").unwrap());
+    let due = Keys::new(&app.redis_prefix)
+        .unwrap()
+        .due(shard_of(&subject.key()));
+    let mut redis = redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL").arg(&due).query(&mut redis).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&due)
+        .arg("not a sorted set")
+        .query(&mut redis)
+        .unwrap();
+
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let click = json!({
+        "type": "block_actions",
+        "user": {"id": "U0002"},
+        "trigger_id": format!("trigger-{reply}"),
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "channel": {"id": "C0APPROVALS"},
+        "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
+                     "value": case_id.as_str(), "action_ts": reply}],
+    });
+    assert_eq!(app.post_interaction(&click).await.status(), 200);
+
+    // The decision stands and its work runs to the end (the old code never queued it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = app.state.store.get_case(&case_id).await.unwrap().state;
+        if matches!(state, CaseState::Done { .. }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decided case never finished: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let told: Vec<String> = app
+        .slack
+        .hook_posts(&reply)
+        .iter()
+        .map(visible_text)
+        .collect();
+    assert!(
+        told.iter()
+            .all(|t| !t.contains("could not") && !t.contains("nothing was done")),
+        "the clicker was told the decision failed: {told:?}"
+    );
+    let actions: Vec<String> = app
+        .state
+        .store
+        .audit_for_case(&case_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{}: {}", e.action, e.outcome))
+        .collect();
+    assert!(
+        actions.contains(&"decide:snapshot_then_kill: ok".to_owned()),
+        "{actions:?}"
     );
 }
