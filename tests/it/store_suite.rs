@@ -1,6 +1,7 @@
 //! The one store test suite, run against both backends: every scenario is an `async fn(Store)`
-//! and `suite!` instantiates it for `Store::memory()` and for real Redis (REDIS_URL or
-//! redis://127.0.0.1:6379) under a unique key prefix that is deleted afterwards.
+//! and `suite!` instantiates it for `Store::memory()`, for real Redis (REDIS_URL or
+//! redis://127.0.0.1:6379) and for a 3-node Redis Cluster started by the tests, each under a
+//! unique key prefix that is deleted afterwards.
 
 use std::sync::Arc;
 
@@ -47,6 +48,16 @@ macro_rules! suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let (store, _cleanup) = super::redis_store().await;
+                    super::$name(store).await;
+                }
+            )*
+        }
+        // The same scenarios on a 3-node Redis Cluster the tests start (see store_cluster.rs).
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (store, _cleanup) = crate::store_cluster::cluster_store().await;
                     super::$name(store).await;
                 }
             )*
