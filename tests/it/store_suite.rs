@@ -1135,3 +1135,258 @@ kill = { users = ["U0002"] }
         "{actions:?}"
     );
 }
+
+/// A TCP proxy in front of the real Redis that, once armed, forwards the next request holding
+/// `EVALSHA` and the marker, swallows Redis's answer to it and drops the connection: the write
+/// happened, its answer was lost.
+struct LosingProxy {
+    url: String,
+    armed: Arc<std::sync::Mutex<Option<String>>>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LosingProxy {
+    async fn start(upstream: String) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let armed: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (armed_c, fired_c) = (armed.clone(), fired.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut client_r, mut client_w) = client.into_split();
+                let (mut server_r, mut server_w) = server.into_split();
+                let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let (armed, fired, muted_up) = (armed_c.clone(), fired_c.clone(), muted.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        let trigger = {
+                            let mut armed = armed.lock().unwrap();
+                            let hit = armed
+                                .as_ref()
+                                .is_some_and(|m| chunk.contains("EVALSHA") && chunk.contains(m));
+                            if hit {
+                                *armed = None;
+                            }
+                            hit
+                        };
+                        if trigger {
+                            muted_up.store(true, Ordering::SeqCst);
+                            fired.store(true, Ordering::SeqCst);
+                        }
+                        if server_w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut swallowed = String::new();
+                    loop {
+                        let n = match server_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if muted.load(Ordering::SeqCst) {
+                            // Swallow everything until the script's answer ({1, strays}) has
+                            // come back, then hang up without passing it on.
+                            swallowed.push_str(&String::from_utf8_lossy(&buf[..n]));
+                            if swallowed.contains("*2\r\n:1\r\n") {
+                                let _ = client_w.shutdown().await;
+                                return;
+                            }
+                            continue;
+                        }
+                        if client_w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { url, armed, fired }
+    }
+
+    fn arm(&self, marker: &str) {
+        *self.armed.lock().unwrap() = Some(marker.to_owned());
+    }
+}
+
+/// The decision's write reached Redis but its answer was lost (the connection dropped after
+/// the script ran). The old code told the clicker "Steward can't reach its database (Redis), so
+/// nothing was done" and queued no work, though the decision was recorded. Now the store reads
+/// the case back by its write token: the decision stands, the clicker is told nothing went
+/// wrong, and the work runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_whose_answer_was_lost_is_read_back_and_runs() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+    use serde_json::json;
+
+    let upstream = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = LosingProxy::start(upstream).await;
+    let prefix = format!("steward-test-{}", uuid::Uuid::new_v4().simple());
+    let _cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: prefix.clone(),
+    };
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        redis_url: Some(proxy.url.clone()),
+        redis_prefix: Some(prefix),
+        policy: Some(
+            r#"
+[channels]
+approvals = "C0APPROVALS"
+[approvals.approvers]
+kill = { users = ["U0002"] }
+"#
+            .into(),
+        ),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.seed_sandbox(json!({"sandboxID": "victim9", "templateID": "base", "state": "running"}))
+        .await;
+    let opened = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("kill victim9 finished with it", &opened)
+        .await;
+    let text = visible_text(&app.wait_for_hook(&opened).await);
+    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
+    let case_id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let case_id = CaseId::parse(case_id).unwrap();
+    // The card is recorded by a case write too: arm only once it is there, so the next case
+    // write is the decision.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while app
+        .state
+        .store
+        .get_case(&case_id)
+        .await
+        .unwrap()
+        .card
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.arm(case_id.as_str());
+
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let click = json!({
+        "type": "block_actions",
+        "user": {"id": "U0002"},
+        "trigger_id": format!("trigger-{reply}"),
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "channel": {"id": "C0APPROVALS"},
+        "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
+                     "value": case_id.as_str(), "action_ts": reply}],
+    });
+    assert_eq!(app.post_interaction(&click).await.status(), 200);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = app.state.store.get_case(&case_id).await.unwrap().state;
+        if matches!(state, CaseState::Done { .. }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decided case never finished: {state:?}; told: {:?}",
+            app.slack
+                .hook_posts(&reply)
+                .iter()
+                .map(visible_text)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        proxy.fired.load(Ordering::SeqCst),
+        "the decision's answer was never dropped"
+    );
+    let told: Vec<String> = app
+        .slack
+        .hook_posts(&reply)
+        .iter()
+        .map(visible_text)
+        .collect();
+    assert!(
+        told.iter()
+            .all(|t| !t.contains("nothing was done") && !t.contains("could not")),
+        "the clicker was told the decision failed: {told:?}"
+    );
+}
+
+/// The case-id -> subject pointer is refreshed with every case write and always outlives its
+/// case: the old code set its TTL once when the case opened, so a case kept alive by later
+/// writes could outlive its pointer and become unreadable ("not found").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_case_pointer_ttl_is_refreshed_with_the_case_and_outlives_it() {
+    use sandbox_steward::store::keys::{CASE_RETENTION, Keys};
+
+    let (store, cleanup) = redis_store().await;
+    let subject = new_sandbox();
+    let case = open(&store, &subject).await;
+    let keys = Keys::new(&cleanup.prefix).unwrap();
+    let pointer = keys.case_subject(&case.id);
+    let case_key = keys.case(&subject, &case.id);
+    let mut redis = redis::Client::open(redis_url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // As if the case had been opened long ago: its pointer has little time left.
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&pointer)
+        .arg(5_000)
+        .query(&mut redis)
+        .unwrap();
+
+    store
+        .set_card(
+            &case.id,
+            Card {
+                channel: SlackChannelId::parse("C0APPROVALS").unwrap(),
+                ts: "1.1".into(),
+            },
+        )
+        .await
+        .unwrap();
+
+    let pttl = |key: &str, redis: &mut redis::Connection| -> i64 {
+        redis::cmd("PTTL").arg(key).query(redis).unwrap()
+    };
+    let pointer_left = pttl(&pointer, &mut redis);
+    let case_left = pttl(&case_key, &mut redis);
+    assert!(
+        pointer_left > CASE_RETENTION.as_millis() as i64,
+        "the pointer has {pointer_left} ms left"
+    );
+    assert!(
+        pointer_left > case_left,
+        "the pointer ({pointer_left} ms) must outlive its case ({case_left} ms)"
+    );
+    assert_eq!(store.get_case(&case.id).await.unwrap().version, 2);
+}
