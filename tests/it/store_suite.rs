@@ -1390,3 +1390,87 @@ async fn the_case_pointer_ttl_is_refreshed_with_the_case_and_outlives_it() {
     );
     assert_eq!(store.get_case(&case.id).await.unwrap().version, 2);
 }
+
+/// `/sandbox history` over HTTP answers from a bounded slice (the latest 60 of 1,300 events of
+/// one sandbox, with the count of what is kept), and `steward audit export` writes all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_the_latest_slice_and_export_writes_every_event() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let subject = Subject::Sandbox(SandboxId::parse("busy1").unwrap());
+    let start = Utc::now() - chrono::Duration::minutes(10);
+    // An old entry no reader can decode, at the start of the whole log: a history that read the
+    // whole log (as the old code did) fails on it; one that reads the sandbox's latest slice
+    // never sees it.
+    let mut redis = redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let global = sandbox_steward::store::keys::Keys::new(&app.redis_prefix)
+        .unwrap()
+        .audit();
+    let poison: String = redis::cmd("XADD")
+        .arg(&global)
+        .arg("*")
+        .arg("event")
+        .arg("not json")
+        .query(&mut redis)
+        .unwrap();
+    const MANY: i64 = 1_300;
+    for n in 0..MANY {
+        app.state
+            .store
+            .append_audit(&AuditEvent {
+                time: start + chrono::Duration::milliseconds(n),
+                case: None,
+                subject: Some(subject.clone()),
+                actor: Actor::Steward {
+                    part: "test".into(),
+                },
+                action: format!("probe{n:04}"),
+                outcome: "ok".into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    let hook = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("history busy1", &hook).await;
+    let text = visible_text(&app.wait_for_hook(&hook).await);
+    assert!(text.contains("the latest 60 shown"), "{text}");
+    assert!(text.contains("probe1299: ok"), "{text}");
+    assert!(text.contains("probe1240: ok"), "{text}");
+    assert!(!text.contains("probe1239: ok"), "{text}");
+
+    // The export reads everything, so the poison goes first.
+    let _: i64 = redis::cmd("XDEL")
+        .arg(&global)
+        .arg(&poison)
+        .query(&mut redis)
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["audit", "export", "--since", "1h"])
+        .env("REDIS_URL", &app.redis_url)
+        .env("STEWARD_REDIS_PREFIX", &app.redis_prefix)
+        .env("STEWARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let actions: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<AuditEvent>(l).unwrap().action)
+        .filter(|a| a.starts_with("probe"))
+        .collect();
+    let expected: Vec<String> = (0..MANY).map(|n| format!("probe{n:04}")).collect();
+    assert_eq!(actions, expected);
+}
