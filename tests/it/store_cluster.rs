@@ -229,3 +229,34 @@ async fn a_cluster_store_spreads_its_shards_over_every_node() {
     .unwrap();
     assert_eq!(written, 64);
 }
+
+/// The service connects lazily (it starts while Redis is down); on a cluster that first use
+/// connects, creates the queue's consumer group and hands out a job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazily_connected_cluster_store_connects_on_first_use() {
+    use sandbox_steward::ids::CaseId;
+    use sandbox_steward::jobs::Job;
+
+    let ports = cluster_ports().await;
+    let prefix = format!("steward-cluster-{}", uuid::Uuid::new_v4().simple());
+    let _cleanup = ClusterCleanup {
+        ports: ports.clone(),
+        prefix: prefix.clone(),
+    };
+    let url = format!("redis+cluster://127.0.0.1:{}", ports[2]);
+    let store = Store::redis_lazy(&url, &prefix).unwrap();
+    store.ping().await.unwrap();
+    let job = Job::RunDecision {
+        case_id: CaseId::generate(),
+        option: sandbox_steward::cases::DecisionOption::Kill,
+        attempt: 1,
+    };
+    store.enqueue(&job).await.unwrap();
+    let claimed = store
+        .claim("worker-a", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("the job is handed out");
+    assert_eq!(claimed.job, job);
+    store.ack(&claimed.id).await.unwrap();
+}
