@@ -701,3 +701,60 @@ fn encode<T: Serialize>(value: &T) -> Result<String, StoreError> {
 fn decode<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cases::{CaseDraft, DecisionOption, Evidence, Opener, Recommendation};
+    use crate::ids::SandboxId;
+
+    fn pending_case(decide_by: DateTime<Utc>) -> Case {
+        CaseDraft {
+            subject: Subject::Sandbox(SandboxId::parse("sbx1").unwrap()),
+            evidence: Evidence::default(),
+            recommendation: Recommendation {
+                option: DecisionOption::Kill,
+                reason: "idle".into(),
+            },
+            options: None,
+            opener: Opener::Person {
+                user: SlackUserId::parse("U1").unwrap(),
+            },
+            reason: "cleanup".into(),
+            decide_by,
+        }
+        .into_case(decide_by - chrono::Duration::hours(1))
+        .unwrap()
+    }
+
+    /// An expirer that read a due entry, then lost the race to a write that re-indexed the case
+    /// at a new deadline, must not drop the new entry: removals are score-checked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_due_entry_is_not_removed_once_the_case_was_re_indexed() {
+        let store = MemoryStore::new();
+        let first = DateTime::from_timestamp(1_000, 0).unwrap();
+        let case = pending_case(first);
+        store.open_case(case.clone()).await.unwrap();
+        let read = store.due_ids(first).await.unwrap();
+        assert_eq!(read.len(), 1);
+
+        // Meanwhile the case is written again with a later deadline.
+        let mut later = case.clone();
+        later.decide_by = first + chrono::Duration::hours(1);
+        later.version = case.version + 1;
+        let swap = store
+            .swap_case(case.version, &later, DecidedMark::Leave, None, first)
+            .await
+            .unwrap();
+        assert!(matches!(swap, Swap::Written));
+
+        store.forget_due(&read[0]).await.unwrap();
+        let now_due = store.due_ids(later.decide_by).await.unwrap();
+        assert_eq!(now_due.len(), 1, "the re-indexed entry was dropped");
+        assert_eq!(now_due[0].at, later.decide_by);
+
+        // Forgetting the entry as it is now does drop it.
+        store.forget_due(&now_due[0]).await.unwrap();
+        assert!(store.due_ids(later.decide_by).await.unwrap().is_empty());
+    }
+}
