@@ -372,8 +372,10 @@ impl Store {
             // A Leave decision is kept past its case's life (see [`LeftMark`]), written by the
             // same atomic write as the case.
             let left = left_mark_between(&current, &next);
+            // Redis expires keys by the real clock, so the mark's TTL is counted from it.
+            let clock = Utc::now();
             let swap: Swap =
-                delegate!(self.swap_case(current.version, &next, mark, left.as_ref(), now))?;
+                delegate!(self.swap_case(current.version, &next, mark, left.as_ref(), clock))?;
             match swap {
                 Swap::Written => return Ok(Updated::Applied(next)),
                 Swap::Stale(newer) => current = *newer,
