@@ -56,6 +56,12 @@ fn unavailable(e: &StoreError) -> Option<String> {
 fn store_sentence(e: StoreError) -> String {
     unavailable(&e).unwrap_or_else(|| match e {
         StoreError::NotFound(_) => "This case no longer exists.".to_owned(),
+        // The write may have happened: never say "nothing was done".
+        StoreError::Unconfirmed(_) => "Steward could not confirm that your decision was \
+            recorded: its database stopped answering mid-write. If it was, the card will show \
+            it within a minute and the work will run; if the card still asks for a decision, \
+            choose again."
+            .to_owned(),
         other => format!("Steward could not record that: {other}."),
     })
 }

@@ -2,15 +2,20 @@
 //! `steward audit export` as JSON lines.
 //!
 //! The audit log is append-only; this file only reads it and must never write or trim it.
+//! History reads a bounded slice (the latest [`HISTORY_MAX_LINES`] events of one subject, from
+//! its own capped stream); the export pages through the whole log, writing as it reads.
 use std::io::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::card::history_params;
+use super::card::{HISTORY_MAX_LINES, history_params};
 use crate::cases::Subject;
 use crate::ids::{CaseId, SandboxId, TemplateId};
 use crate::slack::render::{FailureParams, Message, Templates};
-use crate::store::{Store, StoreError};
+use crate::store::{AuditSlice, Store, StoreError};
+
+/// Audit events read per page by the export.
+pub const EXPORT_PAGE: usize = 500;
 
 /// What `/sandbox history` was asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,14 +55,23 @@ pub async fn history_message(store: &Store, templates: &Templates, text: &str) -
         Ok(target) => target,
         Err(sentence) => return failure(sentence),
     };
-    let (about, events) = match &target {
-        HistoryTarget::Case(id) => (format!("case `{id}`"), store.audit_for_case(id).await),
-        HistoryTarget::Subject(subject) => {
-            (format!("{subject}"), store.audit_for_subject(subject).await)
-        }
+    let (about, slice) = match &target {
+        HistoryTarget::Case(id) => (
+            format!("case `{id}`"),
+            store.recent_case_audit(id, HISTORY_MAX_LINES).await,
+        ),
+        HistoryTarget::Subject(subject) => (
+            format!("{subject}"),
+            store.recent_audit(subject, None, HISTORY_MAX_LINES).await,
+        ),
     };
-    match events {
-        Ok(events) => templates.render_or_plain(&history_params(about, &events)),
+    match slice {
+        Ok(AuditSlice { events, total }) => {
+            let mut params = history_params(about, &events);
+            // Only the latest events were read; the count says how many there are.
+            params.count = total.max(events.len());
+            templates.render_or_plain(&params)
+        }
         Err(StoreError::Unavailable(_)) => failure(
             "Steward can't reach its database (Redis), so the history cannot be shown right now."
                 .into(),
@@ -67,19 +81,30 @@ pub async fn history_message(store: &Store, templates: &Templates, text: &str) -
 }
 
 /// Writes every audit event at or after `since` to `out`, one JSON object per line, oldest
-/// first. Returns how many were written.
+/// first, a page at a time (memory stays one page however long the log). Returns how many were
+/// written.
 pub async fn export(
     store: &Store,
     since: DateTime<Utc>,
     out: &mut impl Write,
 ) -> anyhow::Result<usize> {
-    let events = store.audit_since(since).await?;
-    for event in &events {
-        serde_json::to_writer(&mut *out, event)?;
-        out.write_all(b"\n")?;
+    let mut written = 0;
+    let mut cursor = None;
+    loop {
+        let (page, next) = store
+            .audit_page(since, cursor.as_ref(), EXPORT_PAGE)
+            .await?;
+        for event in &page {
+            serde_json::to_writer(&mut *out, event)?;
+            out.write_all(b"\n")?;
+        }
+        written += page.len();
+        out.flush()?;
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(written),
+        }
     }
-    out.flush()?;
-    Ok(events.len())
 }
 
 #[cfg(test)]

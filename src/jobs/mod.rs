@@ -60,7 +60,8 @@ pub enum JobError {
 impl From<StoreError> for JobError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(_) | StoreError::Conflict(_) => {
+            // An unconfirmed write is re-read on the next delivery.
+            StoreError::Unavailable(_) | StoreError::Conflict(_) | StoreError::Unconfirmed(_) => {
                 JobError::Transient(e.to_string())
             }
             _ => JobError::Permanent(e.to_string()),

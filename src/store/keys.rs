@@ -1,25 +1,32 @@
 //! Every Redis key Steward writes, built in this one place, and how long each lives.
 //!
-//! Layout under a configurable prefix `P`:
-//! - `P:case:{sandbox:<id>}:<case_id>` (hash `v`, `json`): one case, tagged by its **subject**.
-//! - `P:open:{sandbox:<id>}` (string): the id of the subject's open case.
-//!   The case and its subject's pointer share the `{subject}` hash tag, so the Lua scripts that
-//!   open a case and move it between states touch one Redis Cluster slot.
+//! Every key that a script or pipeline touches together shares one `{hash tag}`, so each
+//! multi-key operation stays in one Redis Cluster slot. Subjects are spread over
+//! [`INDEX_SHARDS`] shards by a stable hash of their key; shard `NN` has the tag `{sNN}`.
+//!
+//! Layout under a configurable prefix `P` (`S` is a subject key such as `sandbox:<id>`, `NN`
+//! its shard):
+//! - `P:case:{sNN}:S:<case_id>` (hash `v`, `json`, `w`): one case; `w` is the token of the
+//!   write that stored it, so a write whose answer was lost can be read back.
+//! - `P:open:{sNN}:S` (string): the id of the subject's open case.
+//! - `P:left:{sNN}:S` (string, JSON [`LeftMark`](super::LeftMark)): the subject's latest
+//!   Leave decision, so sweeps do not ask again before its `until`.
+//! - `P:due:{sNN}` (sorted set, score = decide_by in ms): the shard's open cases by deadline;
+//!   an index only, every entry is re-checked by an atomic transition before anything happens.
+//! - `P:decided:{sNN}` (sorted set, score = ms when the case entered Decided or its job was last
+//!   re-queued): the shard's decided cases whose work has not finished; an index only.
+//! - `P:audit:{sNN}:S` (stream, capped at [`SUBJECT_AUDIT_MAX_ENTRIES`]): the subject's recent
+//!   audit events, so `/sandbox history` reads a bounded slice.
+//!
+//! A case, its open pointer, its Leave mark and its shard's two indexes share `{sNN}`, so one
+//! Lua script writes them all at once. Background passes read all shards' indexes.
 //! - `P:case-subject:{<case_id>}` (string): which subject a case id belongs to. It is written
-//!   before the case and never changes, so a crash between the two writes leaves only a pointer
-//!   to nothing, which reads as "not found".
+//!   before the case, never changes, and its TTL is refreshed (to a day more than the case's)
+//!   before every case write, so it always outlives its case.
 //! - `P:steps:{<case_id>}` (hash step -> record): the step log of a case's execution.
-//! - `P:due` (sorted set, score = decide_by in ms): open cases by deadline; an index only,
-//!   every entry is re-checked by an atomic transition before anything happens.
-//! - `P:decided` (sorted set, score = ms when the case entered Decided or its job was last
-//!   re-queued): decided cases whose work has not finished (Decided or Executing). Written
-//!   before a case enters Decided and removed after it leaves, so it may hold strays but never
-//!   misses a case; an index only.
 //! - `P:jobs` (stream, group [`JOB_GROUP`]): the durable work queue.
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
-//! - `P:left:{sandbox:<id>}` (string, JSON [`LeftMark`](super::LeftMark)): the subject's latest
-//!   Leave decision, so sweeps do not ask again before its `until`.
 //! - `P:sweep:last-completed` (string, RFC 3339): the scheduled slot of the last finished sweep.
 //!
 //! This file must not talk to Redis; it only names things.
@@ -35,6 +42,26 @@ pub const CASE_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
 pub const JOB_GROUP: &str = "steward-workers";
 /// The audit stream is trimmed (approximately) beyond this many entries.
 pub const AUDIT_MAX_ENTRIES: u64 = 1_000_000;
+/// Each subject's own audit stream keeps (approximately) this many recent entries.
+pub const SUBJECT_AUDIT_MAX_ENTRIES: u64 = 1_000;
+/// How many shards the global indexes are split into (each its own Cluster slot).
+pub const INDEX_SHARDS: u16 = 16;
+/// The case-subject pointer lives this much longer than its case, so it never expires first.
+pub const POINTER_MARGIN: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The shard of a subject: a stable hash (FNV-1a) of its key, so every replica agrees.
+pub fn shard_of(subject_key: &str) -> u16 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in subject_key.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    (hash % u32::from(INDEX_SHARDS)) as u16
+}
+
+fn tag(shard: u16) -> String {
+    format!("{{s{shard:02}}}")
+}
 
 /// Builds keys under one prefix.
 #[derive(Debug, Clone)]
@@ -64,12 +91,13 @@ impl Keys {
     }
 
     pub fn case(&self, subject: &Subject, id: &CaseId) -> String {
-        format!("{}:case:{{{}}}:{}", self.prefix, subject.key(), id)
+        self.case_by_subject_key(&subject.key(), id)
     }
 
     /// Same as [`Keys::case`] when only the subject's key text is known.
     pub fn case_by_subject_key(&self, subject_key: &str, id: &CaseId) -> String {
-        format!("{}:case:{{{}}}:{}", self.prefix, subject_key, id)
+        let tag = tag(shard_of(subject_key));
+        format!("{}:case:{tag}:{subject_key}:{id}", self.prefix)
     }
 
     pub fn open_case(&self, subject: &Subject) -> String {
@@ -77,7 +105,8 @@ impl Keys {
     }
 
     pub fn open_case_by_subject_key(&self, subject_key: &str) -> String {
-        format!("{}:open:{{{}}}", self.prefix, subject_key)
+        let tag = tag(shard_of(subject_key));
+        format!("{}:open:{tag}:{subject_key}", self.prefix)
     }
 
     pub fn case_subject(&self, id: &CaseId) -> String {
@@ -88,12 +117,14 @@ impl Keys {
         format!("{}:steps:{{{}}}", self.prefix, id)
     }
 
-    pub fn due(&self) -> String {
-        format!("{}:due", self.prefix)
+    /// The deadline index of one shard.
+    pub fn due(&self, shard: u16) -> String {
+        format!("{}:due:{}", self.prefix, tag(shard))
     }
 
-    pub fn decided(&self) -> String {
-        format!("{}:decided", self.prefix)
+    /// The decided-but-unfinished index of one shard.
+    pub fn decided(&self, shard: u16) -> String {
+        format!("{}:decided:{}", self.prefix, tag(shard))
     }
 
     pub fn jobs(&self) -> String {
@@ -112,9 +143,16 @@ impl Keys {
         format!("{}:lease:{}", self.prefix, name)
     }
 
+    /// The subject's own (capped) audit stream.
+    pub fn subject_audit(&self, subject: &Subject) -> String {
+        let key = subject.key();
+        format!("{}:audit:{}:{key}", self.prefix, tag(shard_of(&key)))
+    }
+
     /// Shares the subject's hash tag, like its cases.
     pub fn left(&self, subject: &Subject) -> String {
-        format!("{}:left:{{{}}}", self.prefix, subject.key())
+        let key = subject.key();
+        format!("{}:left:{}:{key}", self.prefix, tag(shard_of(&key)))
     }
 
     pub fn last_sweep(&self) -> String {
@@ -136,14 +174,35 @@ mod tests {
     use crate::ids::SandboxId;
 
     #[test]
-    fn a_case_and_its_subject_pointer_share_one_hash_tag() {
+    fn a_case_its_pointer_leave_mark_and_shard_indexes_share_one_hash_tag() {
         let keys = Keys::new("steward").unwrap();
         let subject = Subject::Sandbox(SandboxId::parse("sbx1").unwrap());
         let id = CaseId::generate();
         let case = keys.case(&subject, &id);
-        assert_eq!(hash_tag(&case), Some("sandbox:sbx1"));
-        assert_eq!(hash_tag(&case), hash_tag(&keys.open_case(&subject)));
+        let shard = shard_of(&subject.key());
+        let tag = hash_tag(&case).unwrap().to_owned();
+        assert_eq!(tag, format!("s{shard:02}"));
+        for other in [
+            keys.open_case(&subject),
+            keys.left(&subject),
+            keys.subject_audit(&subject),
+            keys.due(shard),
+            keys.decided(shard),
+        ] {
+            assert_eq!(hash_tag(&other), Some(tag.as_str()), "{other}");
+        }
         assert!(case.starts_with("steward:case:"));
+    }
+
+    #[test]
+    fn subjects_spread_over_every_shard_and_keep_theirs() {
+        let shards: std::collections::HashSet<u16> = (0..500)
+            .map(|n| shard_of(&format!("sandbox:sbx{n}")))
+            .collect();
+        assert_eq!(shards.len(), usize::from(INDEX_SHARDS));
+        // Stable across processes and versions: this value is part of the key layout.
+        assert_eq!(shard_of("sandbox:sbx1"), shard_of("sandbox:sbx1"));
+        assert!(shard_of("") < INDEX_SHARDS);
     }
 
     #[test]

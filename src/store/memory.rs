@@ -13,7 +13,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{AuditEvent, ClaimedJob, DecidedMark, JobId, LeftMark, Opened, StoreError, Swap};
+use super::{
+    AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
+    Opened, StoreError, Swap,
+};
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::CaseId;
 use crate::jobs::Job;
@@ -118,6 +121,8 @@ impl MemoryStore {
         expected: u64,
         next: &Case,
         decided: DecidedMark,
+        left: Option<&LeftMark>,
+        _now: DateTime<Utc>,
     ) -> Result<Swap, StoreError> {
         let mut s = self.lock();
         let Some(current) = s.cases.get(&next.id) else {
@@ -152,56 +157,43 @@ impl MemoryStore {
                 s.decided.remove(&next.id);
             }
         }
+        if let Some(mark) = left {
+            s.left.insert(next.subject.key(), mark.clone());
+        }
         s.cases.insert(next.id.clone(), next.clone());
         Ok(Swap::Written)
     }
 
-    pub(crate) async fn due_ids(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-        let s = self.lock();
-        let mut due: Vec<(DateTime<Utc>, CaseId)> = s
-            .due
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(id, at)| (*at, id.clone()))
-            .collect();
-        due.sort();
-        Ok(due.into_iter().map(|(_, id)| id).collect())
+    pub(crate) async fn due_ids(&self, now: DateTime<Utc>) -> Result<Vec<IndexEntry>, StoreError> {
+        Ok(entries(&self.lock().due, now))
     }
 
-    pub(crate) async fn forget_due(&self, id: &CaseId) -> Result<(), StoreError> {
-        self.lock().due.remove(id);
+    pub(crate) async fn forget_due(&self, entry: &IndexEntry) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.due.get(&entry.id).map(|at| whole_ms(*at)) == Some(entry.at) {
+            s.due.remove(&entry.id);
+        }
         Ok(())
     }
 
     pub(crate) async fn decided_ids(
         &self,
         cutoff: DateTime<Utc>,
-    ) -> Result<Vec<(CaseId, DateTime<Utc>)>, StoreError> {
-        let s = self.lock();
-        let mut decided: Vec<(DateTime<Utc>, CaseId)> = s
-            .decided
-            .iter()
-            .filter(|(_, at)| **at <= whole_ms(cutoff))
-            .map(|(id, at)| (*at, id.clone()))
-            .collect();
-        decided.sort();
-        Ok(decided.into_iter().map(|(at, id)| (id, at)).collect())
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        Ok(entries(&self.lock().decided, whole_ms(cutoff)))
     }
 
-    pub(crate) async fn forget_decided(
-        &self,
-        id: &CaseId,
-        at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    pub(crate) async fn forget_decided(&self, entry: &IndexEntry) -> Result<(), StoreError> {
         let mut s = self.lock();
-        if s.decided.get(id) == Some(&at) {
-            s.decided.remove(id);
+        if s.decided.get(&entry.id) == Some(&entry.at) {
+            s.decided.remove(&entry.id);
         }
         Ok(())
     }
 
     pub(crate) async fn postpone_decided(
         &self,
+        _subject: &Subject,
         id: &CaseId,
         since: DateTime<Utc>,
         until: DateTime<Utc>,
@@ -452,10 +444,67 @@ impl MemoryStore {
         Ok(())
     }
 
-    pub(crate) async fn audit_scan(
-        &self,
-        _since: Option<DateTime<Utc>>,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        Ok(self.lock().audit.clone())
+    pub(crate) async fn subject_of(&self, id: &CaseId) -> Result<Option<Subject>, StoreError> {
+        Ok(self.lock().cases.get(id).map(|c| c.subject.clone()))
     }
+
+    pub(crate) async fn recent_audit(
+        &self,
+        subject: &Subject,
+        case: Option<&CaseId>,
+        limit: usize,
+    ) -> Result<AuditSlice, StoreError> {
+        let s = self.lock();
+        let matching: Vec<&AuditEvent> = s
+            .audit
+            .iter()
+            .filter(|e| e.subject.as_ref() == Some(subject))
+            .filter(|e| case.is_none_or(|c| e.case.as_ref() == Some(c)))
+            .collect();
+        let start = matching.len().saturating_sub(limit);
+        Ok(AuditSlice {
+            events: matching[start..].iter().map(|e| (*e).clone()).collect(),
+            total: matching.len(),
+        })
+    }
+
+    /// The cursor is the index of the next entry to read.
+    pub(crate) async fn audit_page(
+        &self,
+        since: DateTime<Utc>,
+        after: Option<&AuditCursor>,
+        count: usize,
+    ) -> Result<(Vec<AuditEvent>, Option<AuditCursor>), StoreError> {
+        let from = match after {
+            Some(cursor) => cursor
+                .0
+                .parse::<usize>()
+                .map_err(|_| StoreError::Corrupt(format!("audit cursor {:?}", cursor.0)))?,
+            None => 0,
+        };
+        let s = self.lock();
+        let end = (from + count).min(s.audit.len());
+        let events = s.audit[from.min(end)..end]
+            .iter()
+            .filter(|e| e.time >= since)
+            .cloned()
+            .collect();
+        let next = (end < s.audit.len()).then(|| AuditCursor(end.to_string()));
+        Ok((events, next))
+    }
+}
+
+/// The entries of an index at or before `up_to`, earliest first (one shard in memory).
+fn entries(index: &HashMap<CaseId, DateTime<Utc>>, up_to: DateTime<Utc>) -> Vec<IndexEntry> {
+    let mut found: Vec<IndexEntry> = index
+        .iter()
+        .filter(|(_, at)| **at <= up_to)
+        .map(|(id, at)| IndexEntry {
+            id: id.clone(),
+            at: whole_ms(*at),
+            shard: 0,
+        })
+        .collect();
+    found.sort_by(|a, b| (a.at, a.id.as_str()).cmp(&(b.at, b.id.as_str())));
+    found
 }

@@ -45,6 +45,10 @@ pub enum StoreError {
     Backend(String),
     #[error("invalid store settings: {0}")]
     Invalid(String),
+    /// A write was sent but its answer was lost, and reading it back failed too: it may or may
+    /// not have happened. Never reported as "nothing was done".
+    #[error("Steward could not confirm the write (its database stopped answering): {0}")]
+    Unconfirmed(String),
 }
 
 /// The result of [`Store::open_case`].
@@ -143,6 +147,43 @@ pub(crate) fn left_mark_ttl(mark: &LeftMark, now: DateTime<Utc>) -> Duration {
         None => keys::CASE_RETENTION,
     }
 }
+
+/// One entry of a sharded index (`due` or `decided`), as read: enough to drop or move exactly
+/// this entry later (score-checked), whichever shard it lives in.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct IndexEntry {
+    pub id: CaseId,
+    pub at: DateTime<Utc>,
+    pub shard: u16,
+}
+
+/// The Leave mark a case write records, if the case becomes Left with it.
+fn left_mark_between(before: &Case, after: &Case) -> Option<LeftMark> {
+    let cases::CaseState::Left { until, at, .. } = &after.state else {
+        return None;
+    };
+    if matches!(before.state, cases::CaseState::Left { .. }) {
+        return None;
+    }
+    Some(LeftMark {
+        case: after.id.clone(),
+        until: *until,
+        at: *at,
+    })
+}
+
+/// A bounded slice of one subject's audit events, from [`Store::recent_audit`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditSlice {
+    /// The latest matching events, oldest first.
+    pub events: Vec<AuditEvent>,
+    /// How many matching events the store still holds (at least `events.len()`).
+    pub total: usize,
+}
+
+/// Where [`Store::audit_page`] continues from (opaque).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditCursor(pub(crate) String);
 
 /// The outcome of a backend's compare-and-swap of one case.
 #[derive(Debug)]
@@ -328,12 +369,15 @@ impl Store {
             }
             next.version = current.version + 1;
             let mark = DecidedMark::between(&current.state, &next.state, now);
-            let swap: Swap = delegate!(self.swap_case(current.version, &next, mark))?;
+            // A Leave decision is kept past its case's life (see [`LeftMark`]), written by the
+            // same atomic write as the case.
+            let left = left_mark_between(&current, &next);
+            // Redis expires keys by the real clock, so the mark's TTL is counted from it.
+            let clock = Utc::now();
+            let swap: Swap =
+                delegate!(self.swap_case(current.version, &next, mark, left.as_ref(), clock))?;
             match swap {
-                Swap::Written => {
-                    self.remember_leave(&current, &next).await;
-                    return Ok(Updated::Applied(next));
-                }
+                Swap::Written => return Ok(Updated::Applied(next)),
                 Swap::Stale(newer) => current = *newer,
                 Swap::SubjectBusy(other) => {
                     return Err(StoreError::Conflict(format!(
@@ -347,28 +391,6 @@ impl Store {
         Err(StoreError::Conflict(format!(
             "case {id} kept changing; gave up after {MAX_UPDATE_ATTEMPTS} attempts"
         )))
-    }
-
-    /// Keeps a Leave decision past its case's life (see [`LeftMark`]). Written after the case
-    /// itself, so a crash in between only loses the mark: the sandbox may be asked about once
-    /// more, which is the harmless direction.
-    async fn remember_leave(&self, before: &Case, after: &Case) {
-        let cases::CaseState::Left { until, at, .. } = &after.state else {
-            return;
-        };
-        if matches!(before.state, cases::CaseState::Left { .. }) {
-            return;
-        }
-        let mark = LeftMark {
-            case: after.id.clone(),
-            until: *until,
-            at: *at,
-        };
-        let written: Result<(), StoreError> =
-            delegate!(self.set_left_mark(&after.subject, &mark, Utc::now()));
-        if let Err(e) = written {
-            tracing::warn!(error = %e, subject = %after.subject, "could not keep the Leave decision for sweeps");
-        }
     }
 
     /// Applies one state-machine event atomically (see [`Store::update_case`]).
@@ -385,24 +407,27 @@ impl Store {
     /// Ids of open cases whose deadline is at or before `now`, earliest first. An index only:
     /// it may name cases that were decided meanwhile.
     pub async fn pending_due(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-        delegate!(self.due_ids(now))
+        let due: Vec<IndexEntry> = delegate!(self.due_ids(now))?;
+        Ok(due.into_iter().map(|e| e.id).collect())
     }
 
     /// Expires every pending case past its deadline and returns the cases this call expired.
     /// Safe to run on every replica at once: each case is expired by exactly one caller.
     pub async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<Case>, StoreError> {
         let mut expired = Vec::new();
-        for id in self.pending_due(now).await? {
-            match self.apply_event(&id, Event::Expire, now).await {
+        let due: Vec<IndexEntry> = delegate!(self.due_ids(now))?;
+        for entry in due {
+            match self.apply_event(&entry.id, Event::Expire, now).await {
                 Ok(Updated::Applied(case)) => expired.push(case),
                 // Decided meanwhile, or its deadline moved later: nothing to do here. The
-                // index entry of a case that is no longer pending is dropped.
+                // index entry of a case that is no longer pending is dropped, only if it still
+                // has the score read (a case re-opened meanwhile keeps its new entry).
                 Ok(Updated::Rejected { current, .. }) => {
                     if current.state != cases::CaseState::Pending {
-                        delegate!(self.forget_due(&id))?;
+                        delegate!(self.forget_due(&entry))?;
                     }
                 }
-                Err(StoreError::NotFound(_)) => delegate!(self.forget_due(&id))?,
+                Err(StoreError::NotFound(_)) => delegate!(self.forget_due(&entry))?,
                 Err(e) => return Err(e),
             }
         }
@@ -413,8 +438,8 @@ impl Store {
     /// or before `cutoff`, oldest first. An index only: it may name cases that have finished
     /// meanwhile.
     pub async fn decided_before(&self, cutoff: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-        let indexed: Vec<(CaseId, DateTime<Utc>)> = delegate!(self.decided_ids(cutoff))?;
-        Ok(indexed.into_iter().map(|(id, _)| id).collect())
+        let indexed: Vec<IndexEntry> = delegate!(self.decided_ids(cutoff))?;
+        Ok(indexed.into_iter().map(|e| e.id).collect())
     }
 
     /// The cases still Decided or Executing whose index time is at or before `cutoff`, oldest
@@ -424,16 +449,17 @@ impl Store {
         cutoff: DateTime<Utc>,
     ) -> Result<Vec<Unfinished>, StoreError> {
         let mut unfinished = Vec::new();
-        let indexed: Vec<(CaseId, DateTime<Utc>)> = delegate!(self.decided_ids(cutoff))?;
-        for (id, at) in indexed {
-            let found: Option<Case> = delegate!(self.load_case(&id))?;
+        let indexed: Vec<IndexEntry> = delegate!(self.decided_ids(cutoff))?;
+        for entry in indexed {
+            let found: Option<Case> = delegate!(self.load_case(&entry.id))?;
             match found {
-                Some(case) if is_unfinished(&case.state) => {
-                    unfinished.push(Unfinished { case, since: at })
-                }
+                Some(case) if is_unfinished(&case.state) => unfinished.push(Unfinished {
+                    case,
+                    since: entry.at,
+                }),
                 // Dropped only if still indexed at `at`: a case that is being decided again
                 // right now has just been re-indexed at a later time and keeps its entry.
-                _ => delegate!(self.forget_decided(&id, at))?,
+                _ => delegate!(self.forget_decided(&entry))?,
             }
         }
         Ok(unfinished)
@@ -448,7 +474,12 @@ impl Store {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        delegate!(self.postpone_decided(id, since, until))
+        // The index is sharded by subject: find the case's shard through the case itself.
+        let found: Option<Case> = delegate!(self.load_case(id))?;
+        let Some(case) = found else {
+            return Ok(false);
+        };
+        delegate!(self.postpone_decided(&case.subject, id, since, until))
     }
 
     // ----- what sweeps need -----
@@ -590,33 +621,78 @@ impl Store {
         delegate!(self.append_audit(event))
     }
 
-    /// Every audit event about `case`, oldest first.
-    pub async fn audit_for_case(&self, case: &CaseId) -> Result<Vec<AuditEvent>, StoreError> {
-        self.audit_where(None, |e| e.case.as_ref() == Some(case))
-            .await
+    /// The latest `limit` audit events about `subject` (only those of `case`, if given),
+    /// oldest first. Reads the subject's own capped stream, never the whole log.
+    pub async fn recent_audit(
+        &self,
+        subject: &Subject,
+        case: Option<&CaseId>,
+        limit: usize,
+    ) -> Result<AuditSlice, StoreError> {
+        delegate!(self.recent_audit(subject, case, limit))
     }
 
-    /// Every audit event about `subject`, oldest first.
+    /// The latest `limit` audit events about `case`, oldest first, read from its subject's
+    /// capped stream. Empty when the case is unknown.
+    pub async fn recent_case_audit(
+        &self,
+        case: &CaseId,
+        limit: usize,
+    ) -> Result<AuditSlice, StoreError> {
+        match delegate!(self.subject_of(case))? {
+            Some(subject) => self.recent_audit(&subject, Some(case), limit).await,
+            None => Ok(AuditSlice {
+                events: Vec::new(),
+                total: 0,
+            }),
+        }
+    }
+
+    /// The audit events about `case` still kept for its subject (at most
+    /// [`keys::SUBJECT_AUDIT_MAX_ENTRIES`] are read), oldest first. Empty when the case is
+    /// unknown.
+    pub async fn audit_for_case(&self, case: &CaseId) -> Result<Vec<AuditEvent>, StoreError> {
+        let slice = self
+            .recent_case_audit(case, keys::SUBJECT_AUDIT_MAX_ENTRIES as usize)
+            .await?;
+        Ok(slice.events)
+    }
+
+    /// The audit events about `subject` still kept for it, oldest first.
     pub async fn audit_for_subject(
         &self,
         subject: &Subject,
     ) -> Result<Vec<AuditEvent>, StoreError> {
-        self.audit_where(None, |e| e.subject.as_ref() == Some(subject))
-            .await
+        let slice = self
+            .recent_audit(subject, None, keys::SUBJECT_AUDIT_MAX_ENTRIES as usize)
+            .await?;
+        Ok(slice.events)
     }
 
-    /// Audit events whose time is at or after `since`, oldest first.
-    pub async fn audit_since(&self, since: DateTime<Utc>) -> Result<Vec<AuditEvent>, StoreError> {
-        self.audit_where(Some(since), |e| e.time >= since).await
-    }
-
-    async fn audit_where(
+    /// One page of the whole audit log, oldest first: up to `count` events whose time is at or
+    /// after `since`, continuing after `after`. The cursor is `None` once the log is read.
+    pub async fn audit_page(
         &self,
-        since: Option<DateTime<Utc>>,
-        keep: impl Fn(&AuditEvent) -> bool,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let all: Vec<AuditEvent> = delegate!(self.audit_scan(since))?;
-        Ok(all.into_iter().filter(|e| keep(e)).collect())
+        since: DateTime<Utc>,
+        after: Option<&AuditCursor>,
+        count: usize,
+    ) -> Result<(Vec<AuditEvent>, Option<AuditCursor>), StoreError> {
+        delegate!(self.audit_page(since, after, count.max(1)))
+    }
+
+    /// Audit events whose time is at or after `since`, oldest first, collected in memory. For
+    /// small windows and tests; `steward audit export` pages through [`Store::audit_page`].
+    pub async fn audit_since(&self, since: DateTime<Utc>) -> Result<Vec<AuditEvent>, StoreError> {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (page, next) = self.audit_page(since, cursor.as_ref(), 500).await?;
+            all.extend(page);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 }
 
@@ -626,4 +702,61 @@ fn encode<T: Serialize>(value: &T) -> Result<String, StoreError> {
 
 fn decode<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cases::{CaseDraft, DecisionOption, Evidence, Opener, Recommendation};
+    use crate::ids::SandboxId;
+
+    fn pending_case(decide_by: DateTime<Utc>) -> Case {
+        CaseDraft {
+            subject: Subject::Sandbox(SandboxId::parse("sbx1").unwrap()),
+            evidence: Evidence::default(),
+            recommendation: Recommendation {
+                option: DecisionOption::Kill,
+                reason: "idle".into(),
+            },
+            options: None,
+            opener: Opener::Person {
+                user: SlackUserId::parse("U1").unwrap(),
+            },
+            reason: "cleanup".into(),
+            decide_by,
+        }
+        .into_case(decide_by - chrono::Duration::hours(1))
+        .unwrap()
+    }
+
+    /// An expirer that read a due entry, then lost the race to a write that re-indexed the case
+    /// at a new deadline, must not drop the new entry: removals are score-checked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_due_entry_is_not_removed_once_the_case_was_re_indexed() {
+        let store = MemoryStore::new();
+        let first = DateTime::from_timestamp(1_000, 0).unwrap();
+        let case = pending_case(first);
+        store.open_case(case.clone()).await.unwrap();
+        let read = store.due_ids(first).await.unwrap();
+        assert_eq!(read.len(), 1);
+
+        // Meanwhile the case is written again with a later deadline.
+        let mut later = case.clone();
+        later.decide_by = first + chrono::Duration::hours(1);
+        later.version = case.version + 1;
+        let swap = store
+            .swap_case(case.version, &later, DecidedMark::Leave, None, first)
+            .await
+            .unwrap();
+        assert!(matches!(swap, Swap::Written));
+
+        store.forget_due(&read[0]).await.unwrap();
+        let now_due = store.due_ids(later.decide_by).await.unwrap();
+        assert_eq!(now_due.len(), 1, "the re-indexed entry was dropped");
+        assert_eq!(now_due[0].at, later.decide_by);
+
+        // Forgetting the entry as it is now does drop it.
+        store.forget_due(&now_due[0]).await.unwrap();
+        assert!(store.due_ids(later.decide_by).await.unwrap().is_empty());
+    }
 }

@@ -1,27 +1,39 @@
 //! The Redis backend: every command and Lua script Steward sends to Redis.
 //!
-//! Ordinary commands share one auto-reconnecting `ConnectionManager` with short connect and
-//! response timeouts, so a dead Redis fails fast with `Unavailable` instead of hanging. Blocking
-//! queue reads (`XREADGROUP BLOCK`) would stall every other command on a shared connection, so
-//! they borrow a dedicated connection from a small pool instead.
+//! One Redis server (`redis://`, `rediss://`) or a Redis Cluster (`redis+cluster://h1:p1,h2:p2`,
+//! see [`cluster_nodes`]). On one server, ordinary commands share one auto-reconnecting
+//! `ConnectionManager`; on a cluster, one cluster connection that follows the slot map. Both
+//! have short connect and response timeouts, so a dead Redis fails fast with `Unavailable`
+//! instead of hanging. Blocking queue reads (`XREADGROUP BLOCK`) would stall every other command
+//! on a shared connection, so they borrow a dedicated connection from a small pool instead.
 //!
-//! Case writes are Lua scripts over keys that share the subject's hash tag (see `keys.rs`), so
-//! they are atomic on one node and on a Redis Cluster. This file must not decide which
-//! transitions are legal; it only writes what `Store` hands it, if the version still matches.
+//! Every script and pipeline touches keys of one hash tag (see `keys.rs`), so it stays in one
+//! Cluster slot: a case write is one Lua script over the case, its subject's open pointer, its
+//! Leave mark and its shard's two indexes. A write whose answer is lost is read back by its
+//! write token and reported as written, not written, or [`StoreError::Unconfirmed`]. This file
+//! must not decide which transitions are legal; it only writes what `Store` hands it, if the
+//! version still matches.
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::streams::{
     StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamRangeReply, StreamReadReply,
 };
-use redis::{AsyncConnectionConfig, RedisError, Script};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 
-use super::keys::{AUDIT_MAX_ENTRIES, CASE_RETENTION, JOB_GROUP, Keys};
+use super::keys::{
+    AUDIT_MAX_ENTRIES, CASE_RETENTION, INDEX_SHARDS, JOB_GROUP, Keys, POINTER_MARGIN,
+    SUBJECT_AUDIT_MAX_ENTRIES, shard_of,
+};
 use super::{
-    AuditEvent, ClaimedJob, DecidedMark, JobId, LeftMark, Opened, StoreError, Swap, decode, encode,
-    left_mark_ttl,
+    AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
+    Opened, StoreError, Swap, decode, encode, left_mark_ttl,
 };
 use crate::cases::{Case, CaseState, StepRecord, Subject};
 use crate::ids::CaseId;
@@ -47,9 +59,9 @@ const JOB_FIELD: &str = "job";
 /// Field of an audit entry that holds the event's JSON.
 const AUDIT_FIELD: &str = "event";
 
-/// Opens a case unless the subject has an open one.
-/// KEYS: open pointer, case hash (one slot). ARGV: id, json, ttl ms.
-/// Returns {1, id} when created, {0, existing id} otherwise.
+/// Opens a case unless the subject has an open one, indexing it by deadline in the same step.
+/// KEYS: open pointer, case hash, due index of the shard (one slot). ARGV: id, json, ttl ms,
+/// deadline ms, write token. Returns {1, id} when created, {0, existing id} otherwise.
 static OPEN_CASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -57,18 +69,27 @@ local existing = redis.call('GET', KEYS[1])
 if existing then
   return {0, existing}
 end
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-redis.call('HSET', KEYS[2], 'v', 1, 'json', ARGV[2])
+redis.call('HSET', KEYS[2], 'v', 1, 'json', ARGV[2], 'w', ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {1, ARGV[1]}
 "#,
     )
 });
 
-/// Compare-and-swap of one case, keeping the subject's open pointer in step.
-/// KEYS: case hash, open pointer. ARGV: expected version, new json, new version, id,
-/// '1' if the new state is open, ttl ms.
-/// Returns {1,''} written, {0,json} stale, {2,holder} subject busy, {3,''} missing.
+/// Compare-and-swap of one case with every index that follows it, in one atomic step.
+/// KEYS: case hash, open pointer, due index, decided index, Leave mark (one slot).
+/// ARGV: 1 expected version, 2 new json, 3 new version, 4 id, 5 '1' if the new state is open,
+/// 6 ttl ms, 7 write token, 8 deadline ms if the new state is Pending (else ''),
+/// 9 decided move ('enter', 'keep' or 'leave'), 10 decided score ms, 11 Leave mark json (or ''),
+/// 12 Leave mark ttl ms.
+/// Returns {1, strays} written (strays: index entries that could not be removed), {0, json}
+/// stale, {2, holder} subject busy, {3, ''} missing.
+///
+/// Redis does not roll a script back, so everything that can fail (an index of the wrong type)
+/// comes before the case is written, and the removals after it use `pcall`: either nothing of
+/// the case is written, or all of it is and only a harmless stray index entry may remain.
 static SWAP_CASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -80,17 +101,41 @@ if v ~= ARGV[1] then
   return {0, redis.call('HGET', KEYS[1], 'json')}
 end
 local holder = redis.call('GET', KEYS[2])
+if ARGV[5] == '1' and holder and holder ~= ARGV[4] then
+  return {2, holder}
+end
+if ARGV[8] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[8], ARGV[4])
+end
+if ARGV[9] == 'enter' then
+  redis.call('ZADD', KEYS[4], ARGV[10], ARGV[4])
+elseif ARGV[9] == 'keep' then
+  redis.call('ZADD', KEYS[4], 'NX', ARGV[10], ARGV[4])
+end
+if ARGV[11] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[11], 'PX', ARGV[12])
+end
 if ARGV[5] == '1' then
-  if holder and holder ~= ARGV[4] then
-    return {2, holder}
-  end
   redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[6])
 elseif holder == ARGV[4] then
   redis.call('DEL', KEYS[2])
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[3], 'json', ARGV[2])
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'json', ARGV[2], 'w', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-return {1, ''}
+local strays = 0
+local function drop(key)
+  local r = redis.pcall('ZREM', key, ARGV[4])
+  if type(r) == 'table' and r.err then
+    strays = strays + 1
+  end
+end
+if ARGV[8] == '' then
+  drop(KEYS[3])
+end
+if ARGV[9] == 'leave' then
+  drop(KEYS[4])
+end
+return {1, tostring(strays)}
 "#,
     )
 });
@@ -171,9 +216,105 @@ pub struct RedisStore {
 
 struct Inner {
     keys: Keys,
-    client: redis::Client,
-    conn: ConnectionManager,
-    blocking: Mutex<Vec<MultiplexedConnection>>,
+    client: Client,
+    conn: Conn,
+    blocking: Mutex<Vec<Conn>>,
+}
+
+/// Where commands go: one server or a cluster.
+enum Client {
+    Single(redis::Client),
+    /// The second client answers slowly enough for blocking reads.
+    Cluster {
+        blocking: Box<ClusterClient>,
+    },
+}
+
+/// One connection handle of either kind; cloning shares the connection.
+#[derive(Clone)]
+enum Conn {
+    Manager(ConnectionManager),
+    Plain(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Manager(c) => c.req_packed_command(cmd),
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Plain(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(c) => c.get_db(),
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The URL scheme of a Redis Cluster: `redis+cluster://[user:password@]host:port,host:port`.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The seed nodes of a cluster URL (each as a `redis://` URL carrying the credentials), or
+/// `None` for an ordinary one-server URL. The error never quotes the URL (it may hold a
+/// password).
+pub fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, String>> {
+    let rest = url.trim().strip_prefix(CLUSTER_SCHEME)?;
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let nodes: Vec<String> = hosts
+        .trim_end_matches('/')
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{userinfo}{h}"))
+        .collect();
+    if nodes.is_empty() {
+        return Some(Err(format!(
+            "REDIS_URL names no cluster nodes; write it as {CLUSTER_SCHEME}host:port,host:port"
+        )));
+    }
+    Some(Ok(nodes))
+}
+
+/// Cluster clients with Steward's timeouts: one for ordinary commands, one for blocking reads.
+fn cluster_clients(nodes: &[String]) -> Result<(ClusterClient, ClusterClient), StoreError> {
+    let build = |response: Duration| {
+        ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(response)
+            .retries(RECONNECT_RETRIES as u32)
+            .max_retry_wait(500)
+            .build()
+            .map_err(|_| {
+                StoreError::Invalid(format!(
+                    "REDIS_URL is not a valid cluster URL ({CLUSTER_SCHEME}host:port,host:port)"
+                ))
+            })
+    };
+    Ok((
+        build(RESPONSE_TIMEOUT)?,
+        build(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT)?,
+    ))
 }
 
 /// Sorts Redis failures into "can't reach it" and "it said no".
@@ -190,6 +331,23 @@ fn map_err(e: RedisError) -> StoreError {
     }
 }
 
+/// An ordinary one-server client. The parse error could quote the URL, which may hold a
+/// password: say less.
+fn single_client(url: &str) -> Result<redis::Client, StoreError> {
+    redis::Client::open(url).map_err(|_| {
+        StoreError::Invalid(format!(
+            "REDIS_URL is not a valid redis:// URL (or {CLUSTER_SCHEME}host:port,host:port)"
+        ))
+    })
+}
+
+/// The cluster connection's timeouts, like [`manager_config`]'s.
+fn cluster_config() -> ClusterConfig {
+    ClusterConfig::new()
+        .set_connection_timeout(CONNECT_TIMEOUT)
+        .set_response_timeout(RESPONSE_TIMEOUT)
+}
+
 /// Short timeouts and few reconnection attempts: a dead Redis must fail fast.
 fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
@@ -197,6 +355,11 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
         .set_number_of_retries(RECONNECT_RETRIES)
         .set_max_delay(Duration::from_millis(500))
+}
+
+/// Whether an error means the answer may have been lost (the command may still have run).
+fn answer_lost(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
 fn ms(d: Duration) -> u64 {
@@ -213,23 +376,9 @@ impl RedisStore {
     /// Connects (failing fast when Redis is unreachable) and makes sure the job queue's
     /// consumer group exists.
     pub async fn connect(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
-        let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
-        // The parse error could quote the URL, which may hold a password: say less.
-        let client = redis::Client::open(url)
-            .map_err(|_| StoreError::Invalid("REDIS_URL is not a valid redis:// URL".into()))?;
-        let connecting = ConnectionManager::new_with_config(client.clone(), manager_config());
-        let conn = tokio::time::timeout(CONNECT_TIMEOUT * 3, connecting)
+        let store = tokio::time::timeout(CONNECT_TIMEOUT * 3, Self::open(url, key_prefix))
             .await
-            .map_err(|_| StoreError::Unavailable("timed out connecting".into()))?
-            .map_err(map_err)?;
-        let store = Self {
-            inner: Arc::new(Inner {
-                keys,
-                client,
-                conn,
-                blocking: Mutex::new(Vec::new()),
-            }),
-        };
+            .map_err(|_| StoreError::Unavailable("timed out connecting".into()))??;
         store.ensure_group().await?;
         Ok(store)
     }
@@ -240,25 +389,71 @@ impl RedisStore {
     /// created by the first `claim`.
     pub fn connect_lazy(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
         let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
-        let client = redis::Client::open(url)
-            .map_err(|_| StoreError::Invalid("REDIS_URL is not a valid redis:// URL".into()))?;
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
-            .map_err(map_err)?;
-        Ok(Self {
+        let (client, conn) = match cluster_nodes(url) {
+            Some(nodes) => {
+                let (client, blocking) = cluster_clients(&nodes.map_err(StoreError::Invalid)?)?;
+                let conn = client.get_pending_async_connection_with_config(cluster_config());
+                (
+                    Client::Cluster {
+                        blocking: Box::new(blocking),
+                    },
+                    Conn::Cluster(conn),
+                )
+            }
+            None => {
+                let client = single_client(url)?;
+                let conn =
+                    ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
+                        .map_err(map_err)?;
+                (Client::Single(client), Conn::Manager(conn))
+            }
+        };
+        Ok(Self::assemble(keys, client, conn))
+    }
+
+    async fn open(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
+        let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
+        let (client, conn) = match cluster_nodes(url) {
+            Some(nodes) => {
+                let (client, blocking) = cluster_clients(&nodes.map_err(StoreError::Invalid)?)?;
+                let conn = client
+                    .get_async_connection_with_config(cluster_config())
+                    .await
+                    .map_err(map_err)?;
+                (
+                    Client::Cluster {
+                        blocking: Box::new(blocking),
+                    },
+                    Conn::Cluster(conn),
+                )
+            }
+            None => {
+                let client = single_client(url)?;
+                let conn = ConnectionManager::new_with_config(client.clone(), manager_config())
+                    .await
+                    .map_err(map_err)?;
+                (Client::Single(client), Conn::Manager(conn))
+            }
+        };
+        Ok(Self::assemble(keys, client, conn))
+    }
+
+    fn assemble(keys: Keys, client: Client, conn: Conn) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 keys,
                 client,
                 conn,
                 blocking: Mutex::new(Vec::new()),
             }),
-        })
+        }
     }
 
     pub fn keys(&self) -> &Keys {
         &self.inner.keys
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         self.inner.conn.clone()
     }
 
@@ -294,21 +489,16 @@ impl RedisStore {
         let keys = self.keys();
         let json = encode(&case)?;
         let ttl = ms(CASE_RETENTION);
+        let subject_key = case.subject.key();
+        let shard = shard_of(&subject_key);
         let mut conn = self.conn();
-        // The id -> subject index and the deadline index are written first: if we crash
-        // before the case itself, both point at nothing, which readers treat as absent.
-        redis::pipe()
-            .cmd("SET")
+        // The id -> subject pointer is written first (it lives in the case id's own slot): if
+        // we crash before the case itself, it points at nothing, which readers treat as absent.
+        redis::cmd("SET")
             .arg(keys.case_subject(&case.id))
-            .arg(case.subject.key())
+            .arg(&subject_key)
             .arg("PX")
-            .arg(ttl)
-            .ignore()
-            .cmd("ZADD")
-            .arg(keys.due())
-            .arg(case.decide_by.timestamp_millis())
-            .arg(case.id.as_str())
-            .ignore()
+            .arg(ms(CASE_RETENTION + POINTER_MARGIN))
             .query_async::<()>(&mut conn)
             .await
             .map_err(map_err)?;
@@ -317,9 +507,12 @@ impl RedisStore {
             let (created, id): (i64, String) = OPEN_CASE
                 .key(keys.open_case(&case.subject))
                 .key(keys.case(&case.subject, &case.id))
+                .key(keys.due(shard))
                 .arg(case.id.as_str())
                 .arg(&json)
                 .arg(ttl)
+                .arg(case.decide_by.timestamp_millis())
+                .arg(write_token())
                 .invoke_async(&mut conn)
                 .await
                 .map_err(map_err)?;
@@ -348,35 +541,37 @@ impl RedisStore {
         )))
     }
 
-    /// Removes the indexes written for a case that turned out not to be needed.
+    /// Removes the pointer written for a case that turned out not to be needed.
     async fn forget_new(&self, id: &CaseId) -> Result<(), StoreError> {
-        redis::pipe()
-            .cmd("DEL")
+        let _: i64 = redis::cmd("DEL")
             .arg(self.keys().case_subject(id))
-            .ignore()
-            .cmd("ZREM")
-            .arg(self.keys().due())
-            .arg(id.as_str())
-            .ignore()
-            .query_async::<()>(&mut self.conn())
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// The subject key a case id belongs to, from its pointer.
+    async fn subject_key_of(&self, id: &CaseId) -> Result<Option<String>, StoreError> {
+        redis::cmd("GET")
+            .arg(self.keys().case_subject(id))
+            .query_async(&mut self.conn())
             .await
             .map_err(map_err)
     }
 
+    pub(crate) async fn subject_of(&self, id: &CaseId) -> Result<Option<Subject>, StoreError> {
+        Ok(self.load_case(id).await?.map(|case| case.subject))
+    }
+
     pub(crate) async fn load_case(&self, id: &CaseId) -> Result<Option<Case>, StoreError> {
-        let mut conn = self.conn();
-        let subject_key: Option<String> = redis::cmd("GET")
-            .arg(self.keys().case_subject(id))
-            .query_async(&mut conn)
-            .await
-            .map_err(map_err)?;
-        let Some(subject_key) = subject_key else {
+        let Some(subject_key) = self.subject_key_of(id).await? else {
             return Ok(None);
         };
         let json: Option<String> = redis::cmd("HGET")
             .arg(self.keys().case_by_subject_key(&subject_key, id))
             .arg("json")
-            .query_async(&mut conn)
+            .query_async(&mut self.conn())
             .await
             .map_err(map_err)?;
         json.map(|j| decode(&format!("case {id}"), &j)).transpose()
@@ -400,78 +595,71 @@ impl RedisStore {
         expected: u64,
         next: &Case,
         decided: DecidedMark,
+        left: Option<&LeftMark>,
+        now: DateTime<Utc>,
     ) -> Result<Swap, StoreError> {
         let keys = self.keys();
         let mut conn = self.conn();
-        let pending = next.state == CaseState::Pending;
-        // Indexes first (see open_case): a stray index entry is harmless, a missing one is
-        // not. The indexes are global keys, outside the case's Cluster slot, so they cannot
-        // join the script; every reader re-checks the case itself.
-        let index_decided = match decided {
-            DecidedMark::Enter(at) => Some((None, at)),
-            DecidedMark::Keep(at) => Some((Some("NX"), at)),
-            DecidedMark::Leave => None,
+        let shard = shard_of(&next.subject.key());
+        // The id -> subject pointer lives in another slot, so it cannot join the script. Its
+        // TTL is refreshed first, a day longer than the case's: it always outlives the case.
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(keys.case_subject(&next.id))
+            .arg(ms(CASE_RETENTION + POINTER_MARGIN))
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let deadline = if next.state == CaseState::Pending {
+            next.decide_by.timestamp_millis().to_string()
+        } else {
+            String::new()
         };
-        if let Some((flag, at)) = index_decided {
-            let _: i64 = redis::cmd("ZADD")
-                .arg(keys.decided())
-                .arg(flag)
-                .arg(at.timestamp_millis())
-                .arg(next.id.as_str())
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-        }
-        if pending {
-            let _: i64 = redis::cmd("ZADD")
-                .arg(keys.due())
-                .arg(next.decide_by.timestamp_millis())
-                .arg(next.id.as_str())
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-        }
-        let (code, payload): (i64, String) = SWAP_CASE
+        let (decided_move, decided_at) = match decided {
+            DecidedMark::Enter(at) => ("enter", at.timestamp_millis()),
+            DecidedMark::Keep(at) => ("keep", at.timestamp_millis()),
+            DecidedMark::Leave => ("leave", 0),
+        };
+        let (left_json, left_ttl) = match left {
+            Some(mark) => (encode(mark)?, ms(left_mark_ttl(mark, now))),
+            None => (String::new(), 0),
+        };
+        let token = write_token();
+        let sent: Result<(i64, String), RedisError> = SWAP_CASE
             .key(keys.case(&next.subject, &next.id))
             .key(keys.open_case(&next.subject))
+            .key(keys.due(shard))
+            .key(keys.decided(shard))
+            .key(keys.left(&next.subject))
             .arg(expected)
             .arg(encode(next)?)
             .arg(next.version)
             .arg(next.id.as_str())
             .arg(if next.state.is_open() { "1" } else { "0" })
             .arg(ms(CASE_RETENTION))
+            .arg(&token)
+            .arg(deadline)
+            .arg(decided_move)
+            .arg(decided_at)
+            .arg(left_json)
+            .arg(left_ttl)
             .invoke_async(&mut conn)
-            .await
-            .map_err(map_err)?;
+            .await;
+        let (code, payload) = match sent {
+            Ok(answer) => answer,
+            Err(e) if answer_lost(&e) => return self.read_back(expected, next, &token, &e).await,
+            Err(e) => return Err(map_err(e)),
+        };
         match code {
             1 => {
-                if !pending {
-                    self.forget_due(&next.id).await?;
-                }
-                if decided == DecidedMark::Leave {
-                    let _: i64 = redis::cmd("ZREM")
-                        .arg(keys.decided())
-                        .arg(next.id.as_str())
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(map_err)?;
+                if payload != "0" {
+                    tracing::warn!(case = %next.id, strays = %payload, "a case was written but an index entry could not be removed; readers skip it");
                 }
                 Ok(Swap::Written)
             }
-            0 => {
-                let stored: Case = decode(&format!("case {}", next.id), &payload)?;
-                // The index was moved for a write that lost; put the stored deadline back.
-                if pending && stored.state == CaseState::Pending {
-                    let _: i64 = redis::cmd("ZADD")
-                        .arg(keys.due())
-                        .arg(stored.decide_by.timestamp_millis())
-                        .arg(stored.id.as_str())
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(map_err)?;
-                }
-                Ok(Swap::Stale(Box::new(stored)))
-            }
+            0 => Ok(Swap::Stale(Box::new(decode(
+                &format!("case {}", next.id),
+                &payload,
+            )?))),
             2 => Ok(Swap::SubjectBusy(
                 CaseId::parse(payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             )),
@@ -479,63 +667,128 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn due_ids(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.keys().due())
-            .arg("-inf")
-            .arg(now.timestamp_millis())
-            .arg("BYSCORE")
-            .query_async(&mut self.conn())
-            .await
-            .map_err(map_err)?;
-        ids.into_iter()
-            .map(|id| CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string())))
-            .collect()
+    /// After a case write whose answer was lost, finds out whether it happened: our token at
+    /// our version means written; the expected version still there means not written (the
+    /// caller re-reads and tries again); anything else, or no answer, is unconfirmed.
+    async fn read_back(
+        &self,
+        expected: u64,
+        next: &Case,
+        token: &str,
+        lost: &RedisError,
+    ) -> Result<Swap, StoreError> {
+        tracing::warn!(case = %next.id, error = %lost, "the answer to a case write was lost; reading it back");
+        let key = self.keys().case(&next.subject, &next.id);
+        let mut last = lost.to_string();
+        for _ in 0..RECONNECT_RETRIES + 1 {
+            let read: Result<StoredWrite, RedisError> = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("v")
+                .arg("w")
+                .arg("json")
+                .query_async(&mut self.conn())
+                .await;
+            let (version, stored_token, json) = match read {
+                Ok(found) => found,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let (Some(version), Some(json)) = (version, json) else {
+                return Ok(Swap::Missing);
+            };
+            let version: u64 = version
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("case {} version {version}", next.id)))?;
+            if version == next.version && stored_token.as_deref() == Some(token) {
+                return Ok(Swap::Written);
+            }
+            if version == expected || version == next.version {
+                // Not ours: the caller recomputes on what is stored, as after any lost race.
+                return Ok(Swap::Stale(Box::new(decode(
+                    &format!("case {}", next.id),
+                    &json,
+                )?)));
+            }
+            return Err(StoreError::Unconfirmed(format!(
+                "case {} moved on to version {version} before its write could be confirmed",
+                next.id
+            )));
+        }
+        Err(StoreError::Unconfirmed(format!(
+            "the write of case {} could not be read back: {last}",
+            next.id
+        )))
     }
 
-    pub(crate) async fn forget_due(&self, id: &CaseId) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("ZREM")
-            .arg(self.keys().due())
-            .arg(id.as_str())
-            .query_async(&mut self.conn())
+    /// Reads one index over all shards (each shard is its own slot), earliest first.
+    async fn read_index(
+        &self,
+        key: impl Fn(u16) -> String,
+        up_to: DateTime<Utc>,
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        let reads = (0..INDEX_SHARDS).map(|shard| {
+            let mut conn = self.conn();
+            let key = key(shard);
+            async move {
+                let flat: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg("-inf")
+                    .arg(up_to.timestamp_millis())
+                    .arg("BYSCORE")
+                    .arg("WITHSCORES")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(map_err)?;
+                flat.into_iter()
+                    .map(|(id, at)| {
+                        let id =
+                            CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        // Scores are whole milliseconds, exact in a double.
+                        let at = DateTime::from_timestamp_millis(at as i64)
+                            .ok_or_else(|| StoreError::Corrupt(format!("index score {at}")))?;
+                        Ok(IndexEntry { id, at, shard })
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            }
+        });
+        let mut all = Vec::new();
+        for shard in futures::future::join_all(reads).await {
+            all.extend(shard?);
+        }
+        all.sort_by(|a, b| (a.at, a.id.as_str()).cmp(&(b.at, b.id.as_str())));
+        Ok(all)
+    }
+
+    pub(crate) async fn due_ids(&self, now: DateTime<Utc>) -> Result<Vec<IndexEntry>, StoreError> {
+        self.read_index(|shard| self.keys().due(shard), now).await
+    }
+
+    /// Drops a due entry only if it still has the score read.
+    pub(crate) async fn forget_due(&self, entry: &IndexEntry) -> Result<(), StoreError> {
+        self.forget_if_score(self.keys().due(entry.shard), entry)
             .await
-            .map_err(map_err)?;
-        Ok(())
     }
 
     pub(crate) async fn decided_ids(
         &self,
         cutoff: DateTime<Utc>,
-    ) -> Result<Vec<(CaseId, DateTime<Utc>)>, StoreError> {
-        let flat: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(self.keys().decided())
-            .arg("-inf")
-            .arg(cutoff.timestamp_millis())
-            .arg("BYSCORE")
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn())
+    ) -> Result<Vec<IndexEntry>, StoreError> {
+        self.read_index(|shard| self.keys().decided(shard), cutoff)
             .await
-            .map_err(map_err)?;
-        flat.into_iter()
-            .map(|(id, at)| {
-                let id = CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                // Scores are whole milliseconds, exact in a double.
-                let at = DateTime::from_timestamp_millis(at as i64)
-                    .ok_or_else(|| StoreError::Corrupt(format!("decided index score {at}")))?;
-                Ok((id, at))
-            })
-            .collect()
     }
 
-    pub(crate) async fn forget_decided(
-        &self,
-        id: &CaseId,
-        at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    pub(crate) async fn forget_decided(&self, entry: &IndexEntry) -> Result<(), StoreError> {
+        self.forget_if_score(self.keys().decided(entry.shard), entry)
+            .await
+    }
+
+    async fn forget_if_score(&self, key: String, entry: &IndexEntry) -> Result<(), StoreError> {
         let _: i64 = FORGET_IF_SCORE
-            .key(self.keys().decided())
-            .arg(id.as_str())
-            .arg(at.timestamp_millis())
+            .key(key)
+            .arg(entry.id.as_str())
+            .arg(entry.at.timestamp_millis())
             .invoke_async(&mut self.conn())
             .await
             .map_err(map_err)?;
@@ -544,12 +797,13 @@ impl RedisStore {
 
     pub(crate) async fn postpone_decided(
         &self,
+        subject: &Subject,
         id: &CaseId,
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let moved: i64 = MOVE_IF_SCORE
-            .key(self.keys().decided())
+            .key(self.keys().decided(shard_of(&subject.key())))
             .arg(id.as_str())
             .arg(since.timestamp_millis())
             .arg(until.timestamp_millis())
@@ -577,18 +831,43 @@ impl RedisStore {
             .map_err(map_err)
     }
 
-    /// One pipeline of GETs rather than MGET: the keys live in different cluster slots.
+    /// Reads many string keys, one MGET per shard (a slot each), in the order given.
+    async fn get_many(&self, keys: Vec<(u16, String)>) -> Result<Vec<Option<String>>, StoreError> {
+        let mut by_shard: std::collections::BTreeMap<u16, Vec<(usize, String)>> =
+            std::collections::BTreeMap::new();
+        for (at, (shard, key)) in keys.into_iter().enumerate() {
+            by_shard.entry(shard).or_default().push((at, key));
+        }
+        let reads = by_shard.into_values().map(|group| {
+            let mut conn = self.conn();
+            async move {
+                let mut cmd = redis::cmd("MGET");
+                for (_, key) in &group {
+                    cmd.arg(key);
+                }
+                let found: Vec<Option<String>> =
+                    cmd.query_async(&mut conn).await.map_err(map_err)?;
+                Ok::<_, StoreError>(group.into_iter().map(|(at, _)| at).zip(found))
+            }
+        });
+        let mut all = Vec::new();
+        for group in futures::future::join_all(reads).await {
+            all.extend(group?);
+        }
+        all.sort_by_key(|(at, _)| *at);
+        Ok(all.into_iter().map(|(_, value)| value).collect())
+    }
+
     pub(crate) async fn left_marks(
         &self,
         subjects: &[Subject],
     ) -> Result<Vec<Option<LeftMark>>, StoreError> {
-        let mut pipe = redis::pipe();
-        for subject in subjects {
-            pipe.get(self.keys().left(subject));
-        }
-        let found: Vec<Option<String>> =
-            pipe.query_async(&mut self.conn()).await.map_err(map_err)?;
-        found
+        let keys = subjects
+            .iter()
+            .map(|s| (shard_of(&s.key()), self.keys().left(s)))
+            .collect();
+        self.get_many(keys)
+            .await?
             .into_iter()
             .map(|json| json.map(|j| decode("leave mark", &j)).transpose())
             .collect()
@@ -598,13 +877,12 @@ impl RedisStore {
         &self,
         subjects: &[Subject],
     ) -> Result<Vec<Option<CaseId>>, StoreError> {
-        let mut pipe = redis::pipe();
-        for subject in subjects {
-            pipe.get(self.keys().open_case(subject));
-        }
-        let found: Vec<Option<String>> =
-            pipe.query_async(&mut self.conn()).await.map_err(map_err)?;
-        found
+        let keys = subjects
+            .iter()
+            .map(|s| (shard_of(&s.key()), self.keys().open_case(s)))
+            .collect();
+        self.get_many(keys)
+            .await?
             .into_iter()
             .map(|id| {
                 id.map(|id| CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string())))
@@ -723,7 +1001,7 @@ impl RedisStore {
     }
 
     /// A dedicated connection for one blocking read, reused when possible.
-    async fn blocking_conn(&self) -> Result<MultiplexedConnection, StoreError> {
+    async fn blocking_conn(&self) -> Result<Conn, StoreError> {
         let pooled = self
             .inner
             .blocking
@@ -733,17 +1011,31 @@ impl RedisStore {
         if let Some(conn) = pooled {
             return Ok(conn);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT));
-        self.inner
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(map_err)
+        match &self.inner.client {
+            Client::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT));
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Plain)
+                    .map_err(map_err)
+            }
+            Client::Cluster { blocking } => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(CONNECT_TIMEOUT)
+                    .set_response_timeout(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT);
+                blocking
+                    .get_async_connection_with_config(config)
+                    .await
+                    .map(Conn::Cluster)
+                    .map_err(map_err)
+            }
+        }
     }
 
-    fn return_blocking_conn(&self, conn: MultiplexedConnection) {
+    fn return_blocking_conn(&self, conn: Conn) {
         let mut pool = self
             .inner
             .blocking
@@ -946,6 +1238,7 @@ impl RedisStore {
     // ----- audit -----
 
     pub(crate) async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        let json = encode(event)?;
         let _: String = redis::cmd("XADD")
             .arg(self.keys().audit())
             .arg("MAXLEN")
@@ -953,47 +1246,128 @@ impl RedisStore {
             .arg(AUDIT_MAX_ENTRIES)
             .arg("*")
             .arg(AUDIT_FIELD)
-            .arg(encode(event)?)
+            .arg(&json)
             .query_async(&mut self.conn())
             .await
             .map_err(map_err)?;
+        // The subject's own capped copy (one key, so one slot), for bounded history reads.
+        if let Some(subject) = &event.subject {
+            let key = self.keys().subject_audit(subject);
+            redis::pipe()
+                .cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(SUBJECT_AUDIT_MAX_ENTRIES)
+                .arg("*")
+                .arg(AUDIT_FIELD)
+                .arg(&json)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(ms(CASE_RETENTION))
+                .ignore()
+                .query_async::<()>(&mut self.conn())
+                .await
+                .map_err(map_err)?;
+        }
         Ok(())
     }
 
-    pub(crate) async fn audit_scan(
+    pub(crate) async fn recent_audit(
         &self,
-        since: Option<DateTime<Utc>>,
-    ) -> Result<Vec<AuditEvent>, StoreError> {
-        let mut conn = self.conn();
-        let mut start = match since {
-            Some(t) => format!("{}", (t.timestamp_millis() - AUDIT_CLOCK_SKEW_MS).max(0)),
-            None => "-".to_owned(),
+        subject: &Subject,
+        case: Option<&CaseId>,
+        limit: usize,
+    ) -> Result<AuditSlice, StoreError> {
+        let key = self.keys().subject_audit(subject);
+        // Newest first with a COUNT: at most the capped stream is read, never the whole log.
+        let read = match case {
+            Some(_) => SUBJECT_AUDIT_MAX_ENTRIES as usize + PAGE,
+            None => limit,
         };
-        let mut events = Vec::new();
-        loop {
-            let page: StreamRangeReply = redis::cmd("XRANGE")
-                .arg(self.keys().audit())
-                .arg(&start)
-                .arg("+")
-                .arg("COUNT")
-                .arg(PAGE)
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-            let Some(last) = page.ids.last().map(|e| e.id.clone()) else {
-                return Ok(events);
-            };
-            for entry in &page.ids {
-                events.push(decode(
-                    &format!("audit entry {}", entry.id),
-                    &field(entry, AUDIT_FIELD)?,
-                )?);
+        let mut conn = self.conn();
+        let (page, length): (StreamRangeReply, usize) = redis::pipe()
+            .cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(read.max(1))
+            .cmd("XLEN")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let mut matching = Vec::new();
+        for entry in &page.ids {
+            let event: AuditEvent = decode(
+                &format!("audit entry {}", entry.id),
+                &field(entry, AUDIT_FIELD)?,
+            )?;
+            if case.is_none_or(|c| event.case.as_ref() == Some(c)) {
+                matching.push(event);
             }
-            if page.ids.len() < PAGE {
-                return Ok(events);
-            }
-            // An exclusive start: continue after the last entry read.
-            start = format!("({last}");
         }
+        let total = if case.is_some() {
+            matching.len()
+        } else {
+            length
+        };
+        matching.truncate(limit);
+        matching.reverse();
+        Ok(AuditSlice {
+            events: matching,
+            total,
+        })
     }
+
+    pub(crate) async fn audit_page(
+        &self,
+        since: DateTime<Utc>,
+        after: Option<&AuditCursor>,
+        count: usize,
+    ) -> Result<(Vec<AuditEvent>, Option<AuditCursor>), StoreError> {
+        let start = match after {
+            // An exclusive start: continue after the last entry read.
+            Some(cursor) => format!("({}", cursor.0),
+            // Stream ids come from the Redis server's clock and audit times from ours: start
+            // a little earlier and filter by the event's own time.
+            None => format!(
+                "{}",
+                (since.timestamp_millis() - AUDIT_CLOCK_SKEW_MS).max(0)
+            ),
+        };
+        let page: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(self.keys().audit())
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)?;
+        let mut events = Vec::with_capacity(page.ids.len());
+        for entry in &page.ids {
+            let event: AuditEvent = decode(
+                &format!("audit entry {}", entry.id),
+                &field(entry, AUDIT_FIELD)?,
+            )?;
+            if event.time >= since {
+                events.push(event);
+            }
+        }
+        let next = (page.ids.len() >= count)
+            .then(|| page.ids.last().map(|e| AuditCursor(e.id.clone())))
+            .flatten();
+        Ok((events, next))
+    }
+}
+
+/// A case's version, write token and JSON, as read back.
+type StoredWrite = (Option<String>, Option<String>, Option<String>);
+
+/// A fresh token naming one case write, so its answer can be read back if lost.
+fn write_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }

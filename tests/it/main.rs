@@ -15,5 +15,6 @@ mod slack_commands;
 mod slack_router;
 mod slack_signature;
 mod slack_sim;
+mod store_cluster;
 mod store_redis_down;
 mod store_suite;

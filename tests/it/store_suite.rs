@@ -1,6 +1,7 @@
 //! The one store test suite, run against both backends: every scenario is an `async fn(Store)`
-//! and `suite!` instantiates it for `Store::memory()` and for real Redis (REDIS_URL or
-//! redis://127.0.0.1:6379) under a unique key prefix that is deleted afterwards.
+//! and `suite!` instantiates it for `Store::memory()`, for real Redis (REDIS_URL or
+//! redis://127.0.0.1:6379) and for a 3-node Redis Cluster started by the tests, each under a
+//! unique key prefix that is deleted afterwards.
 
 use std::sync::Arc;
 
@@ -51,6 +52,16 @@ macro_rules! suite {
                 }
             )*
         }
+        // The same scenarios on a 3-node Redis Cluster the tests start (see store_cluster.rs).
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (store, _cleanup) = crate::store_cluster::cluster_store().await;
+                    super::$name(store).await;
+                }
+            )*
+        }
     };
 }
 
@@ -74,6 +85,7 @@ suite!(
     the_worker_loop_runs_jobs_until_shutdown,
     a_leave_decision_outlives_its_case_for_sweeps,
     the_sweep_marker_never_moves_backwards,
+    history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
 );
 
 fn t(secs: i64) -> DateTime<Utc> {
@@ -606,8 +618,8 @@ async fn due_cases_are_expired_exactly_once_by_concurrent_expirers(store: Store)
 }
 
 async fn the_audit_log_answers_by_case_subject_and_time(store: Store) {
-    let case_a = CaseId::generate();
     let sandbox = new_sandbox();
+    let case_a = open(&store, &sandbox).await.id;
     let template = Subject::Template(TemplateId::parse("tmpl-x").unwrap());
     let now = Utc::now();
     let event = |secs_ago: i64, case: Option<CaseId>, subject: Subject, action: &str| AuditEvent {
@@ -966,4 +978,499 @@ async fn the_sweep_marker_never_moves_backwards(store: Store) {
         store.last_completed_sweep().await.unwrap(),
         Some(t(2_000_086_400))
     );
+}
+
+async fn history_reads_a_bounded_recent_slice_and_export_pages_through_everything(store: Store) {
+    let busy = new_sandbox();
+    let quiet = new_sandbox();
+    let case = open(&store, &busy).await;
+    let start = Utc::now() - chrono::Duration::minutes(30);
+    let event = |n: i64, subject: &Subject| AuditEvent {
+        time: start + chrono::Duration::milliseconds(n),
+        case: Some(case.id.clone()),
+        subject: Some(subject.clone()),
+        actor: Actor::Steward {
+            part: "test".into(),
+        },
+        action: format!("step:{n}"),
+        outcome: "ok".into(),
+    };
+    const MANY: i64 = 1_300;
+    for n in 0..MANY {
+        store.append_audit(&event(n, &busy)).await.unwrap();
+    }
+    store.append_audit(&event(MANY, &quiet)).await.unwrap();
+
+    // History: only the latest 60, in order, and a count that says there were more.
+    let slice = store.recent_audit(&busy, None, 60).await.unwrap();
+    let actions: Vec<String> = slice.events.iter().map(|e| e.action.clone()).collect();
+    let expected: Vec<String> = (MANY - 60..MANY).map(|n| format!("step:{n}")).collect();
+    assert_eq!(actions, expected);
+    assert!(slice.total >= 1_000, "total {}", slice.total);
+    let by_case = store.recent_case_audit(&case.id, 5).await.unwrap();
+    assert_eq!(by_case.events.last().unwrap().action, "step:1299");
+    assert_eq!(by_case.events.len(), 5);
+    let other = store.recent_audit(&quiet, None, 60).await.unwrap();
+    assert_eq!(other.events.len(), 1);
+    assert_eq!(other.total, 1);
+
+    // Export: every event, oldest first, written page by page.
+    let mut out = Vec::new();
+    let written = sandbox_steward::approvals::history::export(&store, start, &mut out)
+        .await
+        .unwrap();
+    assert_eq!(written, MANY as usize + 1);
+    let lines: Vec<AuditEvent> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), MANY as usize + 1);
+    assert_eq!(lines[0].action, "step:0");
+    assert_eq!(lines[MANY as usize].action, format!("step:{MANY}"));
+}
+
+/// A decision whose case write succeeded is never reported as failed: with a key of the wrong
+/// type planted where the deadline index of the case's shard lives, the old code wrote the
+/// decision, then failed to drop the index entry and told the clicker "could not record that"
+/// without queueing the work. Now the case and its indexes are one script: the decision stands,
+/// the work runs, and nobody is told otherwise.
+#[tokio::test]
+async fn a_decision_stands_and_runs_when_an_index_entry_cannot_be_removed() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+    use sandbox_steward::store::keys::{Keys, shard_of};
+    use serde_json::json;
+
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(
+            r#"
+[channels]
+approvals = "C0APPROVALS"
+[approvals.approvers]
+kill = { users = ["U0002"] }
+"#
+            .into(),
+        ),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.seed_sandbox(json!({"sandboxID": "victim8", "templateID": "base", "state": "running"}))
+        .await;
+    let opened = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("kill victim8 finished with it", &opened)
+        .await;
+    let text = visible_text(&app.wait_for_hook(&opened).await);
+    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
+    let case_id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let case_id = CaseId::parse(case_id).unwrap();
+
+    // Sabotage: the shard's deadline index becomes a string, so removing the case from it fails.
+    let subject = Subject::Sandbox(SandboxId::parse("victim8").unwrap());
+    let due = Keys::new(&app.redis_prefix)
+        .unwrap()
+        .due(shard_of(&subject.key()));
+    let mut redis = redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL").arg(&due).query(&mut redis).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&due)
+        .arg("not a sorted set")
+        .query(&mut redis)
+        .unwrap();
+
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let click = json!({
+        "type": "block_actions",
+        "user": {"id": "U0002"},
+        "trigger_id": format!("trigger-{reply}"),
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "channel": {"id": "C0APPROVALS"},
+        "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
+                     "value": case_id.as_str(), "action_ts": reply}],
+    });
+    assert_eq!(app.post_interaction(&click).await.status(), 200);
+
+    // The decision stands and its work runs to the end (the old code never queued it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = app.state.store.get_case(&case_id).await.unwrap().state;
+        if matches!(state, CaseState::Done { .. }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decided case never finished: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let told: Vec<String> = app
+        .slack
+        .hook_posts(&reply)
+        .iter()
+        .map(visible_text)
+        .collect();
+    assert!(
+        told.iter()
+            .all(|t| !t.contains("could not") && !t.contains("nothing was done")),
+        "the clicker was told the decision failed: {told:?}"
+    );
+    let actions: Vec<String> = app
+        .state
+        .store
+        .audit_for_case(&case_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{}: {}", e.action, e.outcome))
+        .collect();
+    assert!(
+        actions.contains(&"decide:snapshot_then_kill: ok".to_owned()),
+        "{actions:?}"
+    );
+}
+
+/// A TCP proxy in front of the real Redis that, once armed, forwards the next request holding
+/// `EVALSHA` and the marker, swallows Redis's answer to it and drops the connection: the write
+/// happened, its answer was lost.
+struct LosingProxy {
+    url: String,
+    armed: Arc<std::sync::Mutex<Option<String>>>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LosingProxy {
+    async fn start(upstream: String) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let armed: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (armed_c, fired_c) = (armed.clone(), fired.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut client_r, mut client_w) = client.into_split();
+                let (mut server_r, mut server_w) = server.into_split();
+                let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let (armed, fired, muted_up) = (armed_c.clone(), fired_c.clone(), muted.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        let trigger = {
+                            let mut armed = armed.lock().unwrap();
+                            let hit = armed
+                                .as_ref()
+                                .is_some_and(|m| chunk.contains("EVALSHA") && chunk.contains(m));
+                            if hit {
+                                *armed = None;
+                            }
+                            hit
+                        };
+                        if trigger {
+                            muted_up.store(true, Ordering::SeqCst);
+                            fired.store(true, Ordering::SeqCst);
+                        }
+                        if server_w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut swallowed = String::new();
+                    loop {
+                        let n = match server_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if muted.load(Ordering::SeqCst) {
+                            // Swallow everything until the script's answer ({1, strays}) has
+                            // come back, then hang up without passing it on.
+                            swallowed.push_str(&String::from_utf8_lossy(&buf[..n]));
+                            if swallowed.contains("*2\r\n:1\r\n") {
+                                let _ = client_w.shutdown().await;
+                                return;
+                            }
+                            continue;
+                        }
+                        if client_w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { url, armed, fired }
+    }
+
+    fn arm(&self, marker: &str) {
+        *self.armed.lock().unwrap() = Some(marker.to_owned());
+    }
+}
+
+/// The decision's write reached Redis but its answer was lost (the connection dropped after
+/// the script ran). The old code told the clicker "Steward can't reach its database (Redis), so
+/// nothing was done" and queued no work, though the decision was recorded. Now the store reads
+/// the case back by its write token: the decision stands, the clicker is told nothing went
+/// wrong, and the work runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_whose_answer_was_lost_is_read_back_and_runs() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+    use serde_json::json;
+
+    let upstream = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = LosingProxy::start(upstream).await;
+    let prefix = format!("steward-test-{}", uuid::Uuid::new_v4().simple());
+    let _cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: prefix.clone(),
+    };
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        redis_url: Some(proxy.url.clone()),
+        redis_prefix: Some(prefix),
+        policy: Some(
+            r#"
+[channels]
+approvals = "C0APPROVALS"
+[approvals.approvers]
+kill = { users = ["U0002"] }
+"#
+            .into(),
+        ),
+        ..TestAppOptions::default()
+    })
+    .await;
+    app.seed_sandbox(json!({"sandboxID": "victim9", "templateID": "base", "state": "running"}))
+        .await;
+    let opened = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("kill victim9 finished with it", &opened)
+        .await;
+    let text = visible_text(&app.wait_for_hook(&opened).await);
+    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
+    let case_id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let case_id = CaseId::parse(case_id).unwrap();
+    // The card is recorded by a case write too: arm only once it is there, so the next case
+    // write is the decision.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while app
+        .state
+        .store
+        .get_case(&case_id)
+        .await
+        .unwrap()
+        .card
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.arm(case_id.as_str());
+
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let click = json!({
+        "type": "block_actions",
+        "user": {"id": "U0002"},
+        "trigger_id": format!("trigger-{reply}"),
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "channel": {"id": "C0APPROVALS"},
+        "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
+                     "value": case_id.as_str(), "action_ts": reply}],
+    });
+    assert_eq!(app.post_interaction(&click).await.status(), 200);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = app.state.store.get_case(&case_id).await.unwrap().state;
+        if matches!(state, CaseState::Done { .. }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the decided case never finished: {state:?}; told: {:?}",
+            app.slack
+                .hook_posts(&reply)
+                .iter()
+                .map(visible_text)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        proxy.fired.load(Ordering::SeqCst),
+        "the decision's answer was never dropped"
+    );
+    let told: Vec<String> = app
+        .slack
+        .hook_posts(&reply)
+        .iter()
+        .map(visible_text)
+        .collect();
+    assert!(
+        told.iter()
+            .all(|t| !t.contains("nothing was done") && !t.contains("could not")),
+        "the clicker was told the decision failed: {told:?}"
+    );
+}
+
+/// The case-id -> subject pointer is refreshed with every case write and always outlives its
+/// case: the old code set its TTL once when the case opened, so a case kept alive by later
+/// writes could outlive its pointer and become unreadable ("not found").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_case_pointer_ttl_is_refreshed_with_the_case_and_outlives_it() {
+    use sandbox_steward::store::keys::{CASE_RETENTION, Keys};
+
+    let (store, cleanup) = redis_store().await;
+    let subject = new_sandbox();
+    let case = open(&store, &subject).await;
+    let keys = Keys::new(&cleanup.prefix).unwrap();
+    let pointer = keys.case_subject(&case.id);
+    let case_key = keys.case(&subject, &case.id);
+    let mut redis = redis::Client::open(redis_url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // As if the case had been opened long ago: its pointer has little time left.
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&pointer)
+        .arg(5_000)
+        .query(&mut redis)
+        .unwrap();
+
+    store
+        .set_card(
+            &case.id,
+            Card {
+                channel: SlackChannelId::parse("C0APPROVALS").unwrap(),
+                ts: "1.1".into(),
+            },
+        )
+        .await
+        .unwrap();
+
+    let pttl = |key: &str, redis: &mut redis::Connection| -> i64 {
+        redis::cmd("PTTL").arg(key).query(redis).unwrap()
+    };
+    let pointer_left = pttl(&pointer, &mut redis);
+    let case_left = pttl(&case_key, &mut redis);
+    assert!(
+        pointer_left > CASE_RETENTION.as_millis() as i64,
+        "the pointer has {pointer_left} ms left"
+    );
+    assert!(
+        pointer_left > case_left,
+        "the pointer ({pointer_left} ms) must outlive its case ({case_left} ms)"
+    );
+    assert_eq!(store.get_case(&case.id).await.unwrap().version, 2);
+}
+
+/// `/sandbox history` over HTTP answers from a bounded slice (the latest 60 of 1,300 events of
+/// one sandbox, with the count of what is kept), and `steward audit export` writes all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_the_latest_slice_and_export_writes_every_event() {
+    use crate::common::{TestAppOptions, spawn_app_with, visible_text};
+
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let subject = Subject::Sandbox(SandboxId::parse("busy1").unwrap());
+    let start = Utc::now() - chrono::Duration::minutes(10);
+    // An old entry no reader can decode, at the start of the whole log: a history that read the
+    // whole log (as the old code did) fails on it; one that reads the sandbox's latest slice
+    // never sees it.
+    let mut redis = redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let global = sandbox_steward::store::keys::Keys::new(&app.redis_prefix)
+        .unwrap()
+        .audit();
+    let poison: String = redis::cmd("XADD")
+        .arg(&global)
+        .arg("*")
+        .arg("event")
+        .arg("not json")
+        .query(&mut redis)
+        .unwrap();
+    const MANY: i64 = 1_300;
+    for n in 0..MANY {
+        app.state
+            .store
+            .append_audit(&AuditEvent {
+                time: start + chrono::Duration::milliseconds(n),
+                case: None,
+                subject: Some(subject.clone()),
+                actor: Actor::Steward {
+                    part: "test".into(),
+                },
+                action: format!("probe{n:04}"),
+                outcome: "ok".into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    let hook = format!("h{}", uuid::Uuid::new_v4().simple());
+    app.post_command_to("history busy1", &hook).await;
+    let text = visible_text(&app.wait_for_hook(&hook).await);
+    assert!(text.contains("the latest 60 shown"), "{text}");
+    assert!(text.contains("probe1299: ok"), "{text}");
+    assert!(text.contains("probe1240: ok"), "{text}");
+    assert!(!text.contains("probe1239: ok"), "{text}");
+
+    // The export reads everything, so the poison goes first.
+    let _: i64 = redis::cmd("XDEL")
+        .arg(&global)
+        .arg(&poison)
+        .query(&mut redis)
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["audit", "export", "--since", "1h"])
+        .env("REDIS_URL", &app.redis_url)
+        .env("STEWARD_REDIS_PREFIX", &app.redis_prefix)
+        .env("STEWARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let actions: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<AuditEvent>(l).unwrap().action)
+        .filter(|a| a.starts_with("probe"))
+        .collect();
+    let expected: Vec<String> = (0..MANY).map(|n| format!("probe{n:04}")).collect();
+    assert_eq!(actions, expected);
 }
