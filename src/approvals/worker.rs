@@ -126,21 +126,37 @@ async fn reread_sandbox(
     }
 }
 
-/// A fresh metrics sample of a running sandbox. `None` when E2B has none yet (a run that began
-/// seconds ago); a failed read is an error, so nothing is killed on a guess.
-async fn fresh_metric(
+/// How far back the re-check reads metrics at least: E2B samples every few seconds, so a
+/// decision taken a moment ago still gets a handful of samples.
+const RECHECK_METRICS_WINDOW_SECS: i64 = 60;
+/// How far back it reads at most, for a decision taken long ago.
+const RECHECK_METRICS_MAX_SECS: i64 = 60 * 60;
+
+/// Fresh metrics samples of a sandbox since the decision (at least the last minute). Empty when
+/// E2B has none; a failed read is an error, so nothing is killed on a guess.
+async fn fresh_metrics(
     svc: &Services,
     e2b: &E2bClient,
     case: &Case,
     id: &SandboxId,
-) -> Result<Option<SandboxMetric>, E2bError> {
-    let read = e2b.metrics_many(std::slice::from_ref(id)).await;
-    let mut all = audited(svc, case, "get_metrics", read, |m| match m.get(id) {
-        Some(sample) => format!("cpu {:.1} %", sample.cpu_used_pct),
-        None => "no sample yet".into(),
+) -> Result<Vec<SandboxMetric>, E2bError> {
+    let now = Utc::now();
+    let decided = case.state.decision().map_or(now, |d| d.at);
+    let start = decided
+        .min(now - chrono::Duration::seconds(RECHECK_METRICS_WINDOW_SECS))
+        .max(now - chrono::Duration::seconds(RECHECK_METRICS_MAX_SECS));
+    let read = e2b.sandbox_metrics(id, Some(start), Some(now)).await;
+    audited(svc, case, "get_metrics", read, |samples| {
+        match samples
+            .iter()
+            .map(|m| m.cpu_used_pct)
+            .fold(None::<f64>, |a, c| Some(a.map_or(c, |a| a.max(c))))
+        {
+            Some(busiest) => format!("{} sample(s), cpu up to {busiest:.1} %", samples.len()),
+            None => "no samples".into(),
+        }
     })
-    .await?;
-    Ok(all.remove(id))
+    .await
 }
 
 /// The snapshot name this decision's snapshot is taken under, so a retry after an answer that
@@ -178,12 +194,16 @@ async fn recheck_sandbox(
     if !done.is_empty() && step != Step::Kill {
         return Ok(Some(evidence::from_detail(&detail, None)));
     }
-    let metric = if detail.state == SandboxState::Running {
-        fresh_metric(svc, e2b, case, id).await.map_err(failure)?
+    let samples = if detail.state == SandboxState::Running {
+        fresh_metrics(svc, e2b, case, id).await.map_err(failure)?
     } else {
-        None
+        Vec::new()
     };
-    let current = evidence::from_detail(&detail, metric.as_ref());
+    let busiest = samples
+        .iter()
+        .map(|m| m.cpu_used_pct)
+        .fold(None::<f64>, |a, c| Some(a.map_or(c, |a| a.max(c))));
+    let current = evidence::from_detail(&detail, samples.iter().max_by_key(|m| m.timestamp_unix));
     let own_snapshot_at = done.iter().find_map(|r| match r.outcome {
         StepOutcome::SnapshotCreated { .. } => Some(r.at),
         _ => None,
@@ -192,7 +212,13 @@ async fn recheck_sandbox(
         .idle
         .thresholds_for(detail.template_id.as_str())
         .cpu_threshold_pct;
-    let change = recheck::sandbox_changes(&case.evidence, &current, own_snapshot_at, threshold);
+    let change = recheck::sandbox_changes(
+        &case.evidence,
+        &current,
+        own_snapshot_at,
+        busiest,
+        threshold,
+    );
     if let Some(change) = change {
         let done = match done.iter().find_map(|r| match &r.outcome {
             StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id),
@@ -276,7 +302,15 @@ async fn run_step(
                 return Ok(StepOutcome::SnapshotCreated { snapshot_id });
             }
             let Some(current) = recheck_sandbox(svc, e2b, case, id, step, done).await? else {
-                return Ok(StepOutcome::AlreadyGone);
+                // Gone after a kill whose answer was lost (a 502 after E2B acted): that kill
+                // did it, so the case is done, not "already gone" and not failed.
+                let our_kill = step == Step::Kill
+                    && case.retrying.as_ref().is_some_and(|r| r.step == Step::Kill);
+                return Ok(if our_kill {
+                    StepOutcome::Killed
+                } else {
+                    StepOutcome::AlreadyGone
+                });
             };
             match step {
                 Step::Snapshot => take_snapshot(svc, e2b, case, id).await,

@@ -14,12 +14,14 @@ use super::{Evidence, TemplateUsage};
 ///
 /// `own_snapshot_at` is when this decision's own snapshot step finished: E2B pauses a sandbox
 /// briefly while it snapshots it, so a new run that started no later than that is Steward's
-/// doing, not a restart by its user. `cpu_threshold_pct` is the idle threshold: a sandbox
-/// people saw idle that now uses more CPU than that is busy again.
+/// doing, not a restart by its user. `busiest_cpu_pct` is the highest CPU among the fresh
+/// samples (since the decision), and `cpu_threshold_pct` the idle threshold: a sandbox people
+/// saw idle that has used more CPU than that is busy again.
 pub fn sandbox_changes(
     decided: &Evidence,
     current: &Evidence,
     own_snapshot_at: Option<DateTime<Utc>>,
+    busiest_cpu_pct: Option<f64>,
     cpu_threshold_pct: f64,
 ) -> Option<String> {
     let mut comparable = current.clone();
@@ -41,12 +43,11 @@ pub fn sandbox_changes(
             .as_ref()
             .is_some_and(|m| m.cpu_pct < cpu_threshold_pct);
     if was_idle
-        && let Some(now) = current.metrics.as_ref()
-        && now.cpu_pct >= cpu_threshold_pct
+        && let Some(busiest) = busiest_cpu_pct
+        && busiest >= cpu_threshold_pct
     {
         changes.push(format!(
-            "it used {:.1} % CPU, above the idle threshold of {cpu_threshold_pct} %",
-            now.cpu_pct
+            "it used {busiest:.1} % CPU, above the idle threshold of {cpu_threshold_pct} %"
         ));
     }
     (!changes.is_empty()).then(|| changes.join("; "))
@@ -129,14 +130,17 @@ mod tests {
     #[test]
     fn an_unchanged_idle_sandbox_passes() {
         let now = idle_running();
-        assert_eq!(sandbox_changes(&idle_running(), &now, None, 2.0), None);
+        assert_eq!(
+            sandbox_changes(&idle_running(), &now, None, None, 2.0),
+            None
+        );
     }
 
     #[test]
     fn a_sandbox_seen_idle_that_is_busy_now_is_asked_about_again() {
         let mut now = idle_running();
         now.metrics = cpu(55.0);
-        let change = sandbox_changes(&idle_running(), &now, None, 2.0).unwrap();
+        let change = sandbox_changes(&idle_running(), &now, None, None, 2.0).unwrap();
         assert!(change.contains("55.0 % CPU"), "{change}");
     }
 
@@ -144,22 +148,20 @@ mod tests {
     fn a_sandbox_people_saw_busy_is_not_asked_again_for_being_busy() {
         let mut busy = idle_running();
         busy.metrics = cpu(70.0);
-        let mut now = busy.clone();
-        now.metrics = cpu(80.0);
-        assert_eq!(sandbox_changes(&busy, &now, None, 2.0), None);
+        assert_eq!(sandbox_changes(&busy, &busy, None, Some(80.0), 2.0), None);
     }
 
     #[test]
     fn a_restart_is_a_change_unless_our_own_snapshot_made_it() {
         let mut now = idle_running();
         now.started_at = Some(t(200));
-        let change = sandbox_changes(&idle_running(), &now, None, 2.0).unwrap();
+        let change = sandbox_changes(&idle_running(), &now, None, None, 2.0).unwrap();
         assert!(change.contains("restarted"), "{change}");
         assert_eq!(
-            sandbox_changes(&idle_running(), &now, Some(t(201)), 2.0),
+            sandbox_changes(&idle_running(), &now, Some(t(201)), Some(0.5), 2.0),
             None
         );
-        let later = sandbox_changes(&idle_running(), &now, Some(t(150)), 2.0).unwrap();
+        let later = sandbox_changes(&idle_running(), &now, Some(t(150)), None, 2.0).unwrap();
         assert!(later.contains("restarted"), "{later}");
     }
 
@@ -169,11 +171,11 @@ mod tests {
             state: Some("paused".into()),
             ..idle_running()
         };
-        let change = sandbox_changes(&paused, &idle_running(), None, 2.0).unwrap();
+        let change = sandbox_changes(&paused, &idle_running(), None, None, 2.0).unwrap();
         assert!(change.contains("from paused to running"), "{change}");
         let mut tagged = idle_running();
         tagged.metadata.insert("owner".into(), "ana".into());
-        let change = sandbox_changes(&idle_running(), &tagged, None, 2.0).unwrap();
+        let change = sandbox_changes(&idle_running(), &tagged, None, None, 2.0).unwrap();
         assert!(change.contains("metadata"), "{change}");
     }
 

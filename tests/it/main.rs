@@ -8,6 +8,7 @@ mod e2b_cli;
 mod e2b_client;
 mod hygiene;
 mod hygiene_slack;
+mod recheck;
 mod sim_e2b;
 mod slack_commands;
 mod slack_router;
