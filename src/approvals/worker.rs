@@ -161,7 +161,7 @@ async fn fresh_metrics(
 
 /// The snapshot name this decision's snapshot is taken under, so a retry after an answer that
 /// was lost (a 502 after E2B acted) finds it instead of taking a second one.
-fn snapshot_name(case: &Case) -> String {
+pub fn snapshot_name(case: &Case) -> String {
     let decided = case.state.decision().map_or(0, |d| d.at.timestamp());
     format!(
         "steward-{}-{decided}",
@@ -289,12 +289,15 @@ async fn run_step(
     };
     match (&case.subject, step) {
         (Subject::Sandbox(id), Step::Snapshot | Step::Kill | Step::Pause) => {
-            let retrying_snapshot = case
-                .retrying
-                .as_ref()
-                .is_some_and(|r| r.step == Step::Snapshot);
+            // An earlier delivery may have taken the snapshot without learning so: one that
+            // failed transiently at this step, or a worker that died while executing.
+            let snapshot_may_exist = matches!(case.state, CaseState::Executing { .. })
+                || case
+                    .retrying
+                    .as_ref()
+                    .is_some_and(|r| r.step == Step::Snapshot);
             if step == Step::Snapshot
-                && retrying_snapshot
+                && snapshot_may_exist
                 && let Some(snapshot_id) = own_snapshot(svc, e2b, case, id).await?
             {
                 // Taken already: its answer was lost. (The brief pause of that snapshot also

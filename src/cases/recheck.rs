@@ -138,9 +138,8 @@ mod tests {
 
     #[test]
     fn a_sandbox_seen_idle_that_is_busy_now_is_asked_about_again() {
-        let mut now = idle_running();
-        now.metrics = cpu(55.0);
-        let change = sandbox_changes(&idle_running(), &now, None, None, 2.0).unwrap();
+        let now = idle_running();
+        let change = sandbox_changes(&idle_running(), &now, None, Some(55.0), 2.0).unwrap();
         assert!(change.contains("55.0 % CPU"), "{change}");
     }
 

@@ -8,11 +8,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
-use sandbox_steward::approvals::worker::{RECONCILE_GRACE, handle_job, reconcile_once};
-use sandbox_steward::cases::{CaseState, StepOutcome};
+use sandbox_steward::approvals::worker::{
+    RECONCILE_GRACE, handle_job, reconcile_once, snapshot_name,
+};
+use sandbox_steward::cases::{CaseState, Event, StepOutcome};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::jobs::{StepLog, execution_lease};
 use sandbox_steward::sim::slack::Recorded;
+use sandbox_steward::store::Updated;
 use serde_json::{Value, json};
 
 const APPROVALS: &str = "C0APPROVALS";
@@ -235,6 +238,48 @@ async fn a_kill_that_happened_but_answered_502_is_done_not_failed() {
         card_text(&app, &case).await.contains(":white_check_mark:")
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_worker_that_died_after_its_snapshot_call_is_taken_over_without_a_second_snapshot() {
+    // This replica records the decision; the test plays its worker, which dies mid-step.
+    let first = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..options()
+    })
+    .await;
+    seed_idle(&first, "lost3", "base", "running").await;
+    let case = open_case(&first, "kill lost3 done with it").await;
+    click(&first, &case, "case_snapshot_then_kill").await;
+    let claimed = claim(&first, "dying").await;
+    let store = &first.state.store;
+    assert!(matches!(
+        store
+            .apply_event(&case, Event::StartExecuting, chrono::Utc::now())
+            .await
+            .unwrap(),
+        Updated::Applied(_)
+    ));
+    // E2B takes the snapshot; the worker dies before it hears the answer or records the step.
+    let decided = store.get_case(&case).await.unwrap();
+    first
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .create_snapshot(
+            &SandboxId::parse("lost3").unwrap(),
+            Some(&snapshot_name(&decided)),
+        )
+        .await
+        .unwrap();
+    drop(claimed);
+
+    let _second = first.spawn_peer(options()).await;
+    wait_for_state(&first, &case, "done").await;
+    assert_eq!(calls(&first, "snapshot").await, 1, "no second snapshot");
+    assert_eq!(first.e2b.hooks().state().await.unwrap()["snapshots"], 1);
+    assert!(!sandbox_exists(&first, "lost3").await);
 }
 
 // ---- re-check before every destructive step ----
