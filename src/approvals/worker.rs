@@ -2,9 +2,13 @@
 //! that closes cases nobody decided, and the reconcile pass that re-queues decided work whose
 //! job was lost (a replica died between recording a decision and queueing it).
 //!
-//! Before any destructive call the subject is read again: gone means "already gone", changed
-//! means "ask again" (the case goes back to Pending with a refreshed card). Snapshot-then-kill
-//! kills only after E2B lists the new snapshot. Every E2B call made for a case is audited.
+//! Before the first step and before every kill or template delete (retries included) the
+//! subject is re-checked against what people decided on ([`recheck`]): a sandbox with a fresh
+//! metrics read, a template from complete listings of its users. Gone means "already gone",
+//! changed means "ask again" (the case goes back to Pending with a refreshed card).
+//! Snapshot-then-kill kills only after E2B lists the new snapshot, which is named after the
+//! decision so a retry after a lost answer adopts it rather than taking another. Every E2B call
+//! made for a case is audited.
 //! This file must not decide who may do what: it only runs what the store says was decided.
 use std::future::Future;
 use std::time::Duration;

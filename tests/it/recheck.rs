@@ -8,10 +8,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::approvals::evidence;
 use sandbox_steward::approvals::worker::{
     RECONCILE_GRACE, handle_job, reconcile_once, snapshot_name,
 };
 use sandbox_steward::cases::{CaseState, Event, StepOutcome};
+use sandbox_steward::e2b::{E2bError, PagingStop};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::jobs::{StepLog, execution_lease};
 use sandbox_steward::sim::slack::Recorded;
@@ -407,6 +409,22 @@ async fn a_template_whose_users_cannot_all_be_listed_is_not_deleted_or_counted_a
                 .is_ok()
         );
     }
+}
+
+#[tokio::test]
+async fn a_template_listing_stopped_at_the_page_cap_is_unknown_not_a_smaller_count() {
+    let app = spawn_app_with(options()).await;
+    seed_idle(&app, "capped1", "tplcap", "running").await;
+    app.e2b.hooks().paging("endless").await.unwrap();
+    let client = app.state.e2b.clone().unwrap().with_max_pages(3);
+    let err = evidence::template_usage(&client, &TemplateId::parse("tplcap").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, E2bError::Incomplete(PagingStop::PageCap(3))),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("cap of 3 pages"), "{err}");
 }
 
 #[tokio::test]
