@@ -54,23 +54,34 @@ pub async fn sandbox(e2b: &E2bClient, id: &SandboxId) -> Result<Evidence, E2bErr
 /// Reads who uses a template: its running and paused sandboxes, and the snapshots taken of them.
 pub async fn template(e2b: &E2bClient, id: &TemplateId) -> Result<Evidence, E2bError> {
     e2b.get_template(id).await?;
-    let sandboxes = template_sandboxes(e2b, id).await?;
-    let mut snapshots = 0u32;
-    for sandbox in sandboxes.iter().take(SNAPSHOT_COUNT_MAX_SANDBOXES) {
-        let listed = e2b.list_snapshots(Some(sandbox)).await?;
-        snapshots += u32::try_from(listed.items.len()).unwrap_or(u32::MAX);
-    }
+    let usage = template_usage(e2b, id).await?;
     Ok(Evidence {
         template: Some(id.clone()),
-        template_usage: Some(TemplateUsage {
-            sandboxes,
-            snapshots,
-        }),
+        template_usage: Some(usage),
         ..Evidence::default()
     })
 }
 
-/// The running and paused sandboxes made from template `id`.
+/// Who uses template `id` now. Every listing must be complete: one that stopped early is an
+/// [`E2bError::Incomplete`], never a smaller count.
+pub async fn template_usage(e2b: &E2bClient, id: &TemplateId) -> Result<TemplateUsage, E2bError> {
+    let sandboxes = template_sandboxes(e2b, id).await?;
+    let mut snapshots = 0u32;
+    for sandbox in sandboxes.iter().take(SNAPSHOT_COUNT_MAX_SANDBOXES) {
+        let listed = e2b
+            .list_snapshots(Some(sandbox))
+            .await?
+            .complete()
+            .map_err(E2bError::Incomplete)?;
+        snapshots += u32::try_from(listed.len()).unwrap_or(u32::MAX);
+    }
+    Ok(TemplateUsage {
+        sandboxes,
+        snapshots,
+    })
+}
+
+/// The running and paused sandboxes made from template `id`, from a complete listing.
 pub async fn template_sandboxes(
     e2b: &E2bClient,
     id: &TemplateId,
@@ -79,13 +90,10 @@ pub async fn template_sandboxes(
         template: Some(id.to_string()),
         ..ListQuery::default()
     };
-    let listing = e2b.list_sandboxes(&query).await?;
-    Ok(listing.items.into_iter().map(|s| s.sandbox_id).collect())
-}
-
-/// `current` made comparable with `original` for [`Evidence::staleness`]: what E2B cannot tell
-/// the worker (when the sweep judged it idle) is taken from the original.
-pub fn comparable(original: &Evidence, mut current: Evidence) -> Evidence {
-    current.idle_since = original.idle_since;
-    current
+    let listing = e2b
+        .list_sandboxes(&query)
+        .await?
+        .complete()
+        .map_err(E2bError::Incomplete)?;
+    Ok(listing.into_iter().map(|s| s.sandbox_id).collect())
 }

@@ -36,6 +36,9 @@ pub struct Services {
     pub e2b: Option<E2bClient>,
     pub templates: Arc<Templates>,
     pub policy: Arc<ApprovalPolicy>,
+    /// `[hygiene.idle]`: its CPU threshold tells the worker's re-check a busy sandbox from an
+    /// idle one.
+    pub idle: Arc<crate::hygiene::policy::IdlePolicy>,
     /// `[channels] approvals`; `None` posts cards where the command was typed.
     pub approvals_channel: Option<SlackChannelId>,
     /// Where follow-up work (card updates after a decision) is spawned, so shutdown waits for it.

@@ -5,13 +5,14 @@
 //!    │  └─Decide(Leave/Keep)─▶ Left          │                      │
 //!    └──Expire (after decide_by)─▶ Expired   └──────Fail────────────┴──▶ Failed ──Retry──▶ Decided
 //! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline)
+//! Decided/Executing ──TransientFailure──▶ same state, `retrying` counts the step's failures
 //! ```
 //! Everything else is a [`TransitionError`] and leaves the case as it was. This file must stay
 //! free of I/O and clock reads: `now` is a parameter so tests fix it.
 use chrono::{DateTime, Utc};
 
 use super::steps::{Step, StepOutcome, StepRecord, remaining_steps};
-use super::{Case, CaseState, Decision, DecisionOption, Evidence, Note};
+use super::{Case, CaseState, Decision, DecisionOption, Evidence, Note, Retrying};
 use crate::ids::SlackUserId;
 
 /// Something that happens to a case.
@@ -37,6 +38,9 @@ pub enum Event {
     Fail { error: String },
     /// A person asked to try a failed case again.
     Retry { by: SlackUserId },
+    /// A step failed in a way that may pass (E2B briefly unavailable): the job will be tried
+    /// again. Counted per attempt and step in [`Case::retrying`].
+    TransientFailure { step: Step, error: String },
     /// The worker found the subject changed since the card was posted: ask again.
     EvidenceChanged {
         evidence: Box<Evidence>,
@@ -57,6 +61,7 @@ impl Event {
             Event::Fail { .. } => "fail",
             Event::Retry { .. } => "retry",
             Event::EvidenceChanged { .. } => "refresh the evidence of",
+            Event::TransientFailure { .. } => "count a transient failure of",
         }
     }
 }
@@ -155,6 +160,7 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
                 outcome,
                 at: now,
             });
+            next.retrying = None;
             CaseState::Executing {
                 decision: decision.clone(),
                 attempt: *attempt,
@@ -172,6 +178,7 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
             if !remaining.is_empty() {
                 return Err(TransitionError::StepsRemaining { remaining });
             }
+            next.retrying = None;
             CaseState::Done {
                 decision: decision.clone(),
                 steps: steps.clone(),
@@ -227,11 +234,30 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
             }
             next.evidence = *evidence;
             next.decide_by = decide_by;
+            next.retrying = None;
             next.notes.push(Note {
                 at: now,
                 text: note,
             });
             CaseState::Pending
+        }
+
+        (
+            CaseState::Decided { attempt, .. } | CaseState::Executing { attempt, .. },
+            Event::TransientFailure { step, error },
+        ) => {
+            let failures = match &case.retrying {
+                Some(r) if r.attempt == *attempt && r.step == step => r.failures + 1,
+                _ => 1,
+            };
+            next.retrying = Some(Retrying {
+                attempt: *attempt,
+                step,
+                failures,
+                last_error: error,
+                at: now,
+            });
+            case.state.clone()
         }
 
         (_, event) => return Err(illegal(&event)),
@@ -696,6 +722,40 @@ mod tests {
     }
 
     #[test]
+    fn transient_failures_count_per_attempt_and_step_and_a_finished_step_clears_them() {
+        let fail = |step| Event::TransientFailure {
+            step,
+            error: "E2B said 502".into(),
+        };
+        let mut case = in_state(executing(vec![]));
+        for expected in 1..=3 {
+            case = apply(&case, fail(Step::Snapshot), t(20)).unwrap();
+            assert_eq!(case.retrying.as_ref().unwrap().failures, expected);
+        }
+        assert_eq!(case.state, executing(vec![]), "the state stays as it was");
+        let done = Event::StepDone {
+            step: Step::Snapshot,
+            outcome: StepOutcome::SnapshotCreated {
+                snapshot_id: snap_id(),
+            },
+        };
+        case = apply(&case, done, t(21)).unwrap();
+        assert_eq!(case.retrying, None);
+        case = apply(&case, fail(Step::VerifySnapshot), t(22)).unwrap();
+        let retrying = case.retrying.clone().unwrap();
+        assert_eq!(
+            (retrying.step, retrying.failures),
+            (Step::VerifySnapshot, 1)
+        );
+        // A Retry starts a new attempt, whose failures are counted afresh.
+        let mut retried = in_state(failed());
+        retried.retrying = Some(retrying);
+        let retried = apply(&retried, Event::Retry { by: alice() }, t(40)).unwrap();
+        let retried = apply(&retried, fail(Step::VerifySnapshot), t(41)).unwrap();
+        assert_eq!(retried.retrying.unwrap().failures, 1);
+    }
+
+    #[test]
     fn stale_evidence_with_a_deadline_in_the_past_is_refused() {
         check(
             executing(vec![]),
@@ -735,6 +795,10 @@ mod tests {
             Event::Fail { error: "x".into() },
             Event::Retry { by: alice() },
             refreshed(),
+            Event::TransientFailure {
+                step: Step::Kill,
+                error: "502".into(),
+            },
         ];
         let legal: &[(&str, &str)] = &[
             ("pending", "decide"),
@@ -748,6 +812,8 @@ mod tests {
             ("failed", "retry"),
             ("decided", "refresh the evidence of"),
             ("executing", "refresh the evidence of"),
+            ("decided", "count a transient failure of"),
+            ("executing", "count a transient failure of"),
         ];
         for (state_name, state) in &states {
             for event in &events {

@@ -17,6 +17,7 @@ use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 
 mod machine;
 mod policy;
+pub mod recheck;
 mod steps;
 
 pub use machine::{Event, TransitionError, apply};
@@ -225,12 +226,20 @@ impl Evidence {
         if self.metadata != current.metadata {
             changes.push("its metadata changed".to_owned());
         }
-        let used = |e: &Evidence| e.template_usage.as_ref().map(|u| u.sandboxes.len());
-        if used(self) != used(current) {
-            changes.push("the number of sandboxes using it changed".to_owned());
+        if sandboxes_using(self) != sandboxes_using(current) {
+            changes.push("the sandboxes using it changed".to_owned());
         }
         (!changes.is_empty()).then(|| changes.join("; "))
     }
+}
+
+/// The ids of the sandboxes using a template, sorted, so two listings compare as sets.
+fn sandboxes_using(e: &Evidence) -> Option<Vec<&str>> {
+    e.template_usage.as_ref().map(|u| {
+        let mut ids: Vec<&str> = u.sandboxes.iter().map(|s| s.as_str()).collect();
+        ids.sort_unstable();
+        ids
+    })
 }
 
 fn shown(value: &Option<String>) -> &str {
@@ -382,6 +391,21 @@ pub struct Case {
     pub card: Option<Card>,
     pub state: CaseState,
     pub notes: Vec<Note>,
+    /// The step of the current attempt that is waiting out a transient failure (E2B briefly
+    /// unavailable), and how many times it failed so. Cleared when a step finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrying: Option<Retrying>,
+}
+
+/// A step waiting for another try after transient failures; see [`Case::retrying`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retrying {
+    pub attempt: u32,
+    pub step: Step,
+    /// Transient failures of this step in this attempt, the last one included.
+    pub failures: u32,
+    pub last_error: String,
+    pub at: DateTime<Utc>,
 }
 
 /// Everything needed to open a case; [`CaseDraft::into_case`] checks it.
@@ -464,6 +488,7 @@ impl CaseDraft {
             card: None,
             state: CaseState::Pending,
             notes: Vec::new(),
+            retrying: None,
         })
     }
 }

@@ -42,6 +42,9 @@ pub enum E2bError {
     Decode(String),
     #[error("E2B is not configured: {0}.")]
     NotConfigured(&'static str),
+    /// A listing that stopped before E2B said it was finished: what it holds is not the whole.
+    #[error("Steward could not read E2B's whole list: {0}")]
+    Incomplete(crate::e2b::PagingStop),
 }
 
 fn rate_limited_sentence(retry_after: &Option<Duration>, message: &str) -> String {
@@ -72,7 +75,9 @@ impl E2bError {
             Self::Forbidden { .. } => Some(403),
             Self::BadRequest { .. } => Some(400),
             Self::Server { status, .. } => Some(*status),
-            Self::Transport(_) | Self::Decode(_) | Self::NotConfigured(_) => None,
+            Self::Transport(_) | Self::Decode(_) | Self::NotConfigured(_) | Self::Incomplete(_) => {
+                None
+            }
         }
     }
 

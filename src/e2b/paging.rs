@@ -47,6 +47,18 @@ pub struct Listing<T> {
     pub stopped: Option<PagingStop>,
 }
 
+impl<T> Listing<T> {
+    /// The items, only if the server said the list was finished: a listing that stopped early
+    /// (a repeated token, the page cap) may miss anything, so it counts as unknown, never as
+    /// "these are all".
+    pub fn complete(self) -> Result<Vec<T>, PagingStop> {
+        match self.stopped {
+            None => Ok(self.items),
+            Some(stop) => Err(stop),
+        }
+    }
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -154,6 +166,22 @@ mod tests {
     fn the_last_allowed_page_without_a_token_is_complete_not_capped() {
         let mut guard = PageGuard::new(1);
         assert_eq!(guard.after_page(None), Step::Done);
+    }
+
+    #[test]
+    fn only_a_listing_the_server_finished_is_complete() {
+        let whole = Listing {
+            items: vec![1, 2],
+            pages: 1,
+            stopped: None,
+        };
+        assert_eq!(whole.complete(), Ok(vec![1, 2]));
+        let cut = Listing {
+            items: vec![1],
+            pages: 3,
+            stopped: Some(PagingStop::RepeatedToken),
+        };
+        assert_eq!(cut.complete(), Err(PagingStop::RepeatedToken));
     }
 
     #[test]

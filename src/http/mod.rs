@@ -90,6 +90,7 @@ impl AppState {
             e2b: self.e2b.clone(),
             templates: self.templates.clone(),
             policy: self.approval_policy.clone(),
+            idle: Arc::new(self.settings.policy.hygiene.idle.clone()),
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
         }

@@ -21,6 +21,10 @@ use crate::store::{ClaimedJob, JobId, Store, StoreError, Updated};
 
 /// How long one worker may hold a case's execution lease before another may take over.
 pub const EXECUTION_LEASE: Duration = Duration::from_secs(10 * 60);
+/// Transient failures (E2B briefly unavailable) of one step in one attempt after which the
+/// case fails (with Retry) instead of waiting for another delivery. Deliveries that found
+/// another worker holding the case, or that lost the lease, do not count: only failed steps do.
+pub const MAX_TRANSIENT_FAILURES: u32 = 3;
 /// Pause after a store error before the worker loop tries again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -135,6 +139,10 @@ pub fn execution_lease(case_id: &CaseId) -> String {
 
 /// Runs a decided case's remaining steps with `run_step(step, steps_done_so_far)`.
 ///
+/// A step that fails transiently is counted on the case ([`Case::retrying`]) and left for a
+/// later delivery, until it has failed [`MAX_TRANSIENT_FAILURES`] times in this attempt: then
+/// the case fails (a person may Retry).
+///
 /// Holds the case's execution lease while running, so two workers never run the same case at
 /// once; resumes after the last step in the store's step log; mirrors each step into the case
 /// (`Executing{steps}`), and ends the case `Done`, `Failed` or (stale evidence) `Pending`.
@@ -165,7 +173,8 @@ where
         lease: &lease,
         holder: &holder,
     };
-    let result = execute_holding_lease(store, case_id, held, &mut run_step).await;
+    let result =
+        execute_holding_lease(store, case_id, held, MAX_TRANSIENT_FAILURES, &mut run_step).await;
     // A failed release only delays a takeover until the lease expires.
     if let Err(e) = store.release_lease(&lease, &holder).await {
         tracing::warn!(case = %case_id, error = %e, "could not release the execution lease");
@@ -184,6 +193,7 @@ async fn execute_holding_lease<F, Fut>(
     store: &Store,
     case_id: &CaseId,
     held: Held<'_>,
+    max_transient_failures: u32,
     run_step: &mut F,
 ) -> Result<Case, JobError>
 where
@@ -226,7 +236,29 @@ where
                 let record = log.record(step, outcome, Utc::now()).await?;
                 mirror_step(store, case_id, record).await?;
             }
-            Err(StepFailure::Transient(reason)) => return Err(JobError::Transient(reason)),
+            Err(StepFailure::Transient(reason)) => {
+                // Counted on the case, per attempt and step: deliveries that found the case
+                // busy with another worker, or a lost lease, are no failures of the step.
+                let event = Event::TransientFailure {
+                    step,
+                    error: reason.clone(),
+                };
+                let case = transition(store, case_id, event).await?;
+                let failures = case.retrying.as_ref().map_or(1, |r| r.failures);
+                if failures < max_transient_failures {
+                    return Err(JobError::Transient(reason));
+                }
+                let error = format!("{reason} (failed {failures} times in a row)");
+                transition(
+                    store,
+                    case_id,
+                    Event::Fail {
+                        error: error.clone(),
+                    },
+                )
+                .await?;
+                return Err(JobError::Permanent(error));
+            }
             Err(StepFailure::Permanent(error)) => {
                 transition(
                     store,

@@ -140,6 +140,10 @@ pub fn sentence(subject: &str, error: &E2bError) -> String {
         E2bError::NotConfigured(what) => {
             format!("Steward is not connected to E2B yet ({what}); an operator needs to set it up.")
         }
+        E2bError::Incomplete(stop) => format!(
+            "Steward could not read all of what E2B lists about {} ({stop}), so it changed nothing.",
+            lower_first(subject)
+        ),
     }
 }
 

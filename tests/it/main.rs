@@ -10,6 +10,7 @@ mod edge;
 mod hygiene;
 mod hygiene_slack;
 mod no_side_door;
+mod recheck;
 mod sim_e2b;
 mod slack_commands;
 mod slack_router;

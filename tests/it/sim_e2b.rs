@@ -551,13 +551,24 @@ async fn an_expired_sandbox_is_paused_when_it_asked_for_auto_pause_and_killed_ot
     let (_, dying) = sim
         .post("/sandboxes", json!({"templateID": "base", "timeout": 1}))
         .await;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let pausing = pausing["sandboxID"].as_str().unwrap();
-    let (_, _, detail) = sim.get(&format!("/sandboxes/{pausing}")).await;
-    assert_eq!(detail["state"], "paused");
     let dying = dying["sandboxID"].as_str().unwrap();
-    let (status, _, _) = sim.get(&format!("/sandboxes/{dying}")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Until its one-second TTL runs out each is running; afterwards one is paused and the
+    // other gone. Poll for the end state rather than sleeping past the TTL.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, _, detail) = sim.get(&format!("/sandboxes/{pausing}")).await;
+        let (status, _, _) = sim.get(&format!("/sandboxes/{dying}")).await;
+        if detail["state"] == "paused" && status == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert_eq!(detail["state"], "running", "{detail}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the TTLs never ran out: {detail} / {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -909,6 +920,95 @@ async fn injected_faults_fail_exactly_the_next_matching_calls_and_are_counted() 
     let (status, _) = sim.post("/_sim/calls/reset", json!({})).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(sim.calls().await, json!({}));
+}
+
+#[tokio::test]
+async fn a_fault_after_handling_answers_502_but_the_change_happened() {
+    let sim = Sim::with_fleet(0).await;
+    let hooks = sim.server.hooks();
+    let victim = sim.create("base").await;
+    hooks.fault_after("kill", 502, 1).await.unwrap();
+    let (status, body) = sim.delete(&format!("/sandboxes/{victim}")).await;
+    assert_error(status, &body, StatusCode::BAD_GATEWAY);
+    let (status, _, _) = sim.get(&format!("/sandboxes/{victim}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the kill happened");
+
+    let source = sim.create("base").await;
+    hooks.fault_after("snapshot", 502, 1).await.unwrap();
+    let (status, body) = sim
+        .post(&format!("/sandboxes/{source}/snapshots"), json!({}))
+        .await;
+    assert_error(status, &body, StatusCode::BAD_GATEWAY);
+    assert_eq!(sim.state().await["snapshots"], 1, "the snapshot was taken");
+    let (status, body) = sim
+        .post(
+            "/_sim/faults",
+            json!({"op": "kill", "status": 502, "when": "later"}),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_snapshot_pauses_a_running_sandbox_briefly_and_it_runs_on_in_a_new_run() {
+    let sim = Sim::with_fleet(0).await;
+    let seeded = sim
+        .seed(
+            json!({"sandboxID": "snapme", "templateID": "base", "state": "running",
+            "startedAt": chrono::Utc::now() - chrono::Duration::minutes(30)}),
+        )
+        .await;
+    let (status, _) = sim.post("/sandboxes/snapme/snapshots", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, _, after) = sim.get("/sandboxes/snapme").await;
+    assert_eq!(after["state"], "running");
+    assert_eq!(after["endAt"], seeded["endAt"], "its timeout is kept");
+    assert!(
+        after["startedAt"].as_str().unwrap() > seeded["startedAt"].as_str().unwrap(),
+        "a new run: {after}"
+    );
+}
+
+#[tokio::test]
+async fn a_sandbox_can_be_changed_behind_stewards_back() {
+    let sim = Sim::with_fleet(0).await;
+    let hooks = sim.server.hooks();
+    let seeded = sim
+        .seed(
+            json!({"sandboxID": "changeme", "templateID": "base", "state": "paused",
+            "profile": "idle"}),
+        )
+        .await;
+    let resumed = hooks
+        .change(
+            "changeme",
+            json!({"state": "running", "metadata": {"owner": "ana"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed["state"], "running");
+    assert_eq!(resumed["metadata"], json!({"owner": "ana"}));
+    assert_ne!(resumed["startedAt"], seeded["startedAt"]);
+    let restarted = hooks
+        .change("changeme", json!({"restart": true, "profile": "busy"}))
+        .await
+        .unwrap();
+    assert!(restarted["startedAt"].as_str() >= resumed["startedAt"].as_str());
+    assert!(
+        hooks
+            .change("changeme", json!({"state": "gone"}))
+            .await
+            .is_err()
+    );
+    assert!(hooks.change("nosuch", json!({})).await.is_err());
+    assert!(
+        hooks
+            .change("changeme", json!({"colour": "red"}))
+            .await
+            .is_err(),
+        "unknown fields are refused"
+    );
+    assert_eq!(sim.calls().await, json!({}), "hooks are not API calls");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
-//! The `/_sim/` test hooks: call counters, fault injection, paging sabotage, seeding one
-//! sandbox, and a state summary.
+//! The `/_sim/` test hooks: call counters, fault injection (before or after the request is
+//! handled), paging sabotage, seeding one sandbox, changing one sandbox behind Steward's back,
+//! and a state summary.
 //!
 //! These routes never need the API key, are never delayed or faulted, and are not counted.
 //! They exist for tests and demos; nothing here is part of E2B's API.
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -45,6 +46,8 @@ struct FaultRequest {
     count: Option<u32>,
     retry_after_secs: Option<u64>,
     error_code: Option<String>,
+    /// `before` (default): fail instead of handling. `after`: handle, then answer the fault.
+    when: Option<String>,
 }
 
 pub(crate) async fn add_fault(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
@@ -68,16 +71,26 @@ pub(crate) async fn add_fault(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply
     }
     let status = StatusCode::from_u16(req.status)
         .map_err(|_| ApiError::bad_request("status is not an HTTP status"))?;
+    let after = match req.when.as_deref() {
+        None | Some("before") => false,
+        Some("after") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "when {other:?} must be before or after"
+            )));
+        }
+    };
     sim.control().faults.push(FaultRule {
         op: req.op.clone(),
         status,
         remaining: count,
         retry_after_secs: req.retry_after_secs.unwrap_or(1),
         error_code: req.error_code.clone(),
+        after,
     });
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "op": req.op, "status": req.status, "count": count })),
+        Json(json!({ "op": req.op, "status": req.status, "count": count, "after": after })),
     )
         .into_response())
 }
@@ -234,6 +247,63 @@ pub(crate) async fn seed_sandbox(State(sim): State<Arc<Sim>>, body: Bytes) -> Re
     world.insert_sandbox(sandbox);
     let s = world.live(&id)?;
     Ok((StatusCode::CREATED, Json(listed_json(&world, s))).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ChangeRequest {
+    /// Replaces the metadata.
+    metadata: Option<BTreeMap<String, String>>,
+    /// `running` resumes a paused sandbox; `paused` pauses a running one.
+    state: Option<String>,
+    /// `busy`, `idle` or `disk-growing`: what its metrics show from now on.
+    profile: Option<String>,
+    /// Restarts it: the current run ends and a new one starts now (`startedAt` moves).
+    restart: Option<bool>,
+}
+
+/// `PATCH /_sim/sandboxes/{id}`: changes a live sandbox as its user would (resume, pause,
+/// restart, new metadata, busy again) without counting an API call. Answers its `ListedSandbox`.
+pub(crate) async fn change_sandbox(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let req: ChangeRequest = parse_body(&body, true)?;
+    let profile = match req.profile.as_deref() {
+        None => None,
+        Some(p) => Some(Profile::parse(p).ok_or_else(|| {
+            ApiError::bad_request(format!("profile {p:?} must be busy, idle or disk-growing"))
+        })?),
+    };
+    let target = match req.state.as_deref() {
+        None => None,
+        Some("running") => Some(SandboxState::Running),
+        Some("paused") => Some(SandboxState::Paused),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "state {other:?} must be running or paused"
+            )));
+        }
+    };
+    let now = now_ms();
+    let mut world = sim.world(now);
+    world.live(&id)?;
+    match target {
+        Some(SandboxState::Running) if world.live(&id)?.state == SandboxState::Paused => {
+            world.resume(&id, now, SEEDED_TTL_MS / 1000)?;
+        }
+        Some(SandboxState::Paused) if world.live(&id)?.state == SandboxState::Running => {
+            world.pause(&id, now)?;
+        }
+        _ => {}
+    }
+    if req.restart == Some(true) {
+        world.restart(&id, now)?;
+    }
+    world.change(&id, req.metadata, profile)?;
+    let s = world.live(&id)?;
+    Ok(Json(listed_json(&world, s)).into_response())
 }
 
 pub(crate) async fn state(State(sim): State<Arc<Sim>>) -> Response {

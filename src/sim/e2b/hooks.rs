@@ -1,6 +1,7 @@
-//! `SimHooks`: an HTTP client for the simulator's `/_sim/` test hooks (call counters, faults,
-//! paging sabotage, seeding). Tests, benchmarks and demos drive the simulator through it over
-//! the same socket Steward uses, instead of each writing its own requests.
+//! `SimHooks`: an HTTP client for the simulator's `/_sim/` test hooks (call counters, faults
+//! before or after handling, paging sabotage, seeding and changing sandboxes). Tests,
+//! benchmarks and demos drive the simulator through it over the same socket Steward uses,
+//! instead of each writing its own requests.
 //!
 //! It talks only to the simulator; production code must not use it.
 use std::collections::HashMap;
@@ -50,6 +51,13 @@ impl SimHooks {
             .await
     }
 
+    /// Lets the next `count` calls of `op` happen, then answers each with `status` instead of
+    /// its real answer: the action took place but the caller cannot know it.
+    pub async fn fault_after(&self, op: &str, status: u16, count: u32) -> anyhow::Result<()> {
+        self.fault_from(json!({"op": op, "status": status, "count": count, "when": "after"}))
+            .await
+    }
+
     /// Queues a fault described as `POST /_sim/faults` takes it (e.g. with an `error_code`).
     pub async fn fault_from(&self, body: Value) -> anyhow::Result<()> {
         self.post("/_sim/faults", body).await.map(drop)
@@ -81,6 +89,23 @@ impl SimHooks {
     /// Seeds one sandbox (see `POST /_sim/sandboxes`); returns it as E2B lists it.
     pub async fn seed(&self, body: Value) -> anyhow::Result<Value> {
         self.post("/_sim/sandboxes", body).await
+    }
+
+    /// Changes a live sandbox behind Steward's back (see `PATCH /_sim/sandboxes/{id}`:
+    /// `metadata`, `state`, `profile`, `restart`); returns it as E2B lists it.
+    pub async fn change(&self, id: &str, body: Value) -> anyhow::Result<Value> {
+        let path = format!("/_sim/sandboxes/{id}");
+        let resp = self
+            .http
+            .patch(format!("{}{path}", self.base_url))
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("PATCH {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        ensure!(status.is_success(), "PATCH {path}: {status} {text}");
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// Counts of running, paused and killed sandboxes, snapshots and templates.

@@ -4,7 +4,8 @@
 //! It holds a seeded, deterministic team (templates, a fleet of N sandboxes with metric and log
 //! series) and applies E2B's rules: state transitions, TTLs, 404/409 bodies, paging tokens,
 //! metric batches, snapshots as templates. Test hooks live under `/_sim/` (call counters, fault
-//! injection, paging sabotage, seeding one sandbox) and bypass auth, latency and faults.
+//! injection before or after handling, paging sabotage, seeding and changing one sandbox) and
+//! bypass auth, latency and faults.
 //!
 //! It is an independent implementation: it must not use Steward's E2B client (`crate::e2b`),
 //! and production code must never call it. Choices where the notes leave E2B's behaviour open:
@@ -14,6 +15,8 @@
 //!   to a multiple of 5 s, on a grid aligned to the Unix epoch, over the sandbox's runs only.
 //! - The batch metrics map holds running sandboxes that have a sample (the latest 5 s grid
 //!   point at or after their start); paused and unknown ids are left out.
+//! - A snapshot of a running sandbox pauses it briefly, as E2B's does: the sandbox goes on
+//!   running in a new run (`startedAt` moves to the snapshot time, `endAt` is kept).
 //! - `POST /_sim/sandboxes` creates an unknown template on the fly (2 CPU, 1024 MB, 4096 MB disk
 //!   unless the request gives sizes).
 use std::collections::BTreeMap;
@@ -29,7 +32,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
@@ -124,6 +127,9 @@ pub(crate) struct FaultRule {
     pub remaining: u32,
     pub retry_after_secs: u64,
     pub error_code: Option<String>,
+    /// Handle the request first (the change happens), then answer with the fault: a lost
+    /// response, as when a proxy times out after E2B acted.
+    pub after: bool,
 }
 
 /// Test hooks' state, apart from the world so counting never waits on a big list.
@@ -199,8 +205,9 @@ impl Sim {
         })
     }
 
-    /// A queued fault for this op, or a random one at `--fault-rate`.
-    fn take_fault(&self, op: &str) -> Option<ApiError> {
+    /// A queued fault for this op, or a random one at `--fault-rate`. The flag says whether
+    /// the request is to be handled before the fault is answered.
+    fn take_fault(&self, op: &str) -> Option<(ApiError, bool)> {
         {
             let mut control = self.control();
             let rule = control
@@ -211,8 +218,9 @@ impl Sim {
                 rule.remaining -= 1;
                 let mut err = fault_error(rule.status, rule.retry_after_secs);
                 err.error_code = rule.error_code.clone();
+                let after = rule.after;
                 control.faults.retain(|r| r.remaining > 0);
-                return Some(err);
+                return Some((err, after));
             }
         }
         if self.fault_rate <= 0.0 {
@@ -223,9 +231,12 @@ impl Sim {
             return None;
         }
         let status = [500, 502, 503, 429][(mix(draw) % 4) as usize];
-        Some(fault_error(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            1,
+        Some((
+            fault_error(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                1,
+            ),
+            false,
         ))
     }
 }
@@ -308,10 +319,15 @@ async fn gate(State(sim): State<Arc<Sim>>, request: Request, next: Next) -> Resp
     if !sim.authorized(&request) {
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
-    if let Some(fault) = sim.take_fault(op) {
-        return fault.into_response();
+    match sim.take_fault(op) {
+        Some((fault, true)) => {
+            // The change is made; only its answer is lost.
+            let _handled = next.run(request).await;
+            fault.into_response()
+        }
+        Some((fault, false)) => fault.into_response(),
+        None => next.run(request).await,
     }
-    next.run(request).await
 }
 
 async fn not_found() -> ApiError {
@@ -353,6 +369,7 @@ fn router(sim: Arc<Sim>) -> Router {
         )
         .route("/_sim/paging", post(admin::set_paging))
         .route("/_sim/sandboxes", post(admin::seed_sandbox))
+        .route("/_sim/sandboxes/{sandbox_id}", patch(admin::change_sandbox))
         .route("/_sim/state", get(admin::state));
     api.merge(admin).fallback(not_found).with_state(sim)
 }

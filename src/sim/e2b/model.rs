@@ -449,6 +449,39 @@ impl World {
         Ok(())
     }
 
+    /// Ends a running sandbox's current run and starts a new one `now`, keeping its expiry:
+    /// what E2B's brief pause during a snapshot, or a restart by its user, looks like from
+    /// outside. A paused sandbox is left as it is.
+    pub fn restart(&mut self, id: &str, now: Ms) -> Result<(), ApiError> {
+        let s = self.live_mut(id)?;
+        if s.state != SandboxState::Running || s.started_at >= now {
+            return Ok(());
+        }
+        let (old_start, sid) = (s.started_at, s.id.clone());
+        s.past_runs.push((s.started_at, now));
+        s.started_at = now;
+        self.by_start.remove(&(old_start, sid.clone()));
+        self.by_start.insert((now, sid));
+        Ok(())
+    }
+
+    /// Replaces a live sandbox's metadata and/or metrics profile (test hooks only).
+    pub fn change(
+        &mut self,
+        id: &str,
+        metadata: Option<BTreeMap<String, String>>,
+        profile: Option<Profile>,
+    ) -> Result<(), ApiError> {
+        let s = self.live_mut(id)?;
+        if let Some(metadata) = metadata {
+            s.metadata = metadata;
+        }
+        if let Some(profile) = profile {
+            s.profile = profile;
+        }
+        Ok(())
+    }
+
     /// `connect`: resumes a paused sandbox (`true`) or only extends a running one's TTL.
     pub fn connect(&mut self, id: &str, now: Ms, timeout_secs: i64) -> Result<bool, ApiError> {
         let s = self.live(id)?;
@@ -594,6 +627,8 @@ impl World {
                 )));
             }
         }
+        // E2B pauses a running sandbox while it snapshots it, then lets it run on.
+        self.restart(&sid, now)?;
         let build_id = self.fresh_uuid();
         let build = Build {
             id: build_id,
