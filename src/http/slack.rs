@@ -22,12 +22,15 @@ use crate::ids::CaseId;
 use crate::slack::client::ResponsePayload;
 use crate::slack::command::SandboxCommand;
 use crate::slack::execute::{self, Context};
+use crate::slack::format;
 use crate::slack::payload::{self, Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
 use crate::slack::render::{FailureParams, HelpParams, Message, ProblemParams, WorkingParams};
 use crate::slack::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// Largest body accepted on a Slack route. Slack's own payloads are far smaller.
 pub const SLACK_BODY_MAX_BYTES: usize = 64 * 1024;
+/// How much of what a person typed a reply quotes back.
+const ECHO_MAX_CHARS: usize = 1000;
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -110,11 +113,12 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
     tracing::info!(user = %form.user_id, channel = %form.channel_id, command = ?cmd, "slash command");
     let message = match &cmd {
         SandboxCommand::Help => templates.render_or_plain(&HelpParams {
-            command: form.command.clone(),
+            command: format::cut(&form.command, 100),
         }),
         SandboxCommand::Invalid { problem } => templates.render_or_plain(&ProblemParams {
-            command: form.command.clone(),
-            problem: problem.clone(),
+            command: format::cut(&form.command, 100),
+            // The problem quotes what was typed, which may be thousands of characters.
+            problem: format::cut(problem, ECHO_MAX_CHARS),
         }),
         // Destructive commands never run directly: they open an approval case.
         SandboxCommand::Kill { .. }
@@ -247,8 +251,8 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
         }));
     }
     let working = state.templates.render_or_plain(&WorkingParams {
-        command: form.command.clone(),
-        input: form.text.trim().to_owned(),
+        command: format::cut(&form.command, 100),
+        input: format::cut(form.text.trim(), ECHO_MAX_CHARS),
     });
     let state = state.clone();
     let response_url = form.response_url.clone();

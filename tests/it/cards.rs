@@ -1,0 +1,158 @@
+//! Case cards that never lie and cases that are never stuck: user text is cut to Slack's
+//! limits before rendering, a card Slack refused is posted when someone asks again, and reasons
+//! are escaped. The fake Slack refuses oversize blocks the way Slack does.
+
+use std::time::Duration;
+
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::cases::{Case, Subject};
+use sandbox_steward::ids::SandboxId;
+use sandbox_steward::sim::slack::{Fault, Recorded};
+use serde_json::{Value, json};
+
+const APPROVALS: &str = "C0APPROVALS";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn options() -> TestAppOptions {
+    TestAppOptions {
+        sandboxes: 0,
+        policy: Some(format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\n[approvals.approvers]\nkill = {{ users = [\"U0002\"] }}\n"
+        )),
+        ..TestAppOptions::default()
+    }
+}
+
+async fn seed(app: &TestApp, id: &str) {
+    app.seed_sandbox(json!({"sandboxID": id, "templateID": "base", "state": "running"}))
+        .await;
+}
+
+/// Runs `/sandbox <text>` and returns the ack and the deferred answer.
+async fn command(app: &TestApp, text: &str) -> (Value, Recorded) {
+    let name = format!("h{}", uuid::Uuid::new_v4().simple());
+    let ack: Value = app.post_command_to(text, &name).await.json().await.unwrap();
+    (ack, app.wait_for_hook(&name).await)
+}
+
+async fn case_of(app: &TestApp, id: &str) -> Option<Case> {
+    let subject = Subject::Sandbox(SandboxId::parse(id).unwrap());
+    app.state.store.case_for_subject(&subject).await.unwrap()
+}
+
+fn card_text(app: &TestApp, case: &Case) -> String {
+    let card = case.card.as_ref().expect("the case has a card");
+    visible_text(
+        &app.slack
+            .message(card.channel.as_str(), &card.ts)
+            .expect("the card is in Slack"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_with_a_five_thousand_character_reason_posts_a_card_with_the_reason_cut() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "wordy1").await;
+    let reason = "<too much> & ".repeat(400);
+
+    let (_, reply) = command(&app, &format!("kill wordy1 {reason}")).await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("Opened case"), "{text}");
+    let case = case_of(&app, "wordy1").await.expect("a case is open");
+    let shown = card_text(&app, &case);
+    assert!(shown.contains("…(cut)"), "{shown}");
+    assert!(shown.contains("&lt;too much&gt; &amp;"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_refused_with_not_in_channel_is_posted_when_asked_again_after_the_invite() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "lonely1").await;
+    app.slack.add_fault(Fault {
+        method: "chat.postMessage".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("not_in_channel".into()),
+    });
+
+    let (_, first) = command(&app, "kill lonely1 done").await;
+    let text = visible_text(&first);
+    assert!(text.contains("invite the Steward app"), "{text}");
+    assert!(case_of(&app, "lonely1").await.unwrap().card.is_none());
+
+    // The app is invited (no more faults); asking again posts the card and links it.
+    let (_, second) = command(&app, "kill lonely1 done").await;
+    let text = visible_text(&second);
+    let case = case_of(&app, "lonely1").await.unwrap();
+    let card = case.card.clone().expect("the card was posted this time");
+    assert!(text.contains("open the card"), "{text}");
+    assert_eq!(card.channel.as_str(), APPROVALS);
+    assert!(card_text(&app, &case).contains("Waiting for a decision"));
+    // A third ask points at that card instead of posting another.
+    let (_, third) = command(&app, "kill lonely1 done").await;
+    assert!(visible_text(&third).contains("already has an open case"));
+    let posts = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage")
+        .count();
+    assert_eq!(posts, 2, "one refused post and one card");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_with_mentions_and_markup_is_shown_escaped_on_the_card() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "loud1").await;
+
+    command(
+        &app,
+        "kill loud1 <!channel> look <https://evil.example|here> & <@U0002>",
+    )
+    .await;
+
+    let case = case_of(&app, "loud1").await.unwrap();
+    let card = case.card.clone().unwrap();
+    let message = app.slack.message(APPROVALS, &card.ts).unwrap();
+    let blocks = message.blocks.unwrap().to_string();
+    assert!(!blocks.contains("<!channel>"), "{blocks}");
+    assert!(!blocks.contains("<https://evil.example"), "{blocks}");
+    assert!(
+        blocks.contains(
+            "&lt;!channel&gt; look &lt;https://evil.example|here&gt; &amp; &lt;@U0002&gt;"
+        ),
+        "{blocks}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_characters_of_input_get_a_sentence_never_a_broken_template() {
+    let app = spawn_app_with(options()).await;
+    let long = "x".repeat(5000);
+
+    let resp = app.post_command(&long).await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(!text.contains("broken"), "{text}");
+    assert!(text.contains("…(cut)"), "{text}");
+
+    // A long argument to a command that runs against E2B is quoted cut in the ack too.
+    let resp = app.post_command(&format!("list {long}=1")).await;
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(!text.contains("broken"), "{text}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let replies = app.slack.hook_posts("cmd");
+        if let Some(reply) = replies.first() {
+            let text = visible_text(reply);
+            assert!(!text.contains("broken"), "{text}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no reply");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
