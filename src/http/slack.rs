@@ -345,11 +345,22 @@ fn case_click(
     let svc = state.services();
     let interaction = interaction.clone();
     let tasks = state.tasks.clone();
+    // The message the button sits on; the case named by the button must be the one whose card
+    // that message is.
+    let container = interaction.container.as_ref();
+    let clicked = decide::ClickedMessage {
+        channel: container
+            .and_then(|c| c.channel_id.clone())
+            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string())),
+        ts: container.and_then(|c| c.message_ts.clone()),
+    };
     tasks.spawn(async move {
         let user = &interaction.user.id;
         let reply = match option {
-            Some(option) => decide::option_clicked(&svc, user, &case_id, option, &dedupe).await,
-            None => decide::retry_clicked(&svc, user, &case_id, &dedupe).await,
+            Some(option) => {
+                decide::option_clicked(&svc, user, &case_id, option, &dedupe, &clicked).await
+            }
+            None => decide::retry_clicked(&svc, user, &case_id, &dedupe, &clicked).await,
         };
         deliver(&svc, &interaction, reply).await;
     });

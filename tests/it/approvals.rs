@@ -142,12 +142,22 @@ async fn click_with_ts(
     reply_hook: &str,
     action_ts: &str,
 ) -> reqwest::Response {
+    // Clicks come from the case's own card, as in Slack.
+    let card_ts = app
+        .state
+        .store
+        .get_case(case)
+        .await
+        .ok()
+        .and_then(|c| c.card)
+        .map(|c| c.ts)
+        .unwrap_or_default();
     let payload = json!({
         "type": "block_actions",
         "user": {"id": user},
         "trigger_id": format!("trigger-{}", hook()),
         "response_url": app.slack.response_url(reply_hook),
-        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": "1.1"},
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card_ts},
         "channel": {"id": APPROVALS},
         "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
     });

@@ -156,3 +156,49 @@ async fn five_thousand_characters_of_input_get_a_sentence_never_a_broken_templat
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_naming_another_case_than_its_card_changes_nothing() {
+    use sandbox_steward::cases::{CaseState, DecisionOption};
+    use sandbox_steward::slack::payload::case_option_action_id;
+    let app = spawn_app_with(options()).await;
+    seed(&app, "first1").await;
+    seed(&app, "second1").await;
+    command(&app, "kill first1 one").await;
+    command(&app, "kill second1 two").await;
+    let first = case_of(&app, "first1").await.unwrap();
+    let second = case_of(&app, "second1").await.unwrap();
+    let first_card = first.card.clone().unwrap();
+
+    // A Pause click on the first card whose value names the second case (anyone may pause).
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": "U0003"},
+        "trigger_id": "trigger-forged",
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": first_card.ts},
+        "channel": {"id": APPROVALS},
+        "actions": [{"action_id": case_option_action_id(DecisionOption::Pause), "block_id": "b",
+                     "value": second.id.as_str(), "action_ts": "9.9"}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+
+    let answer = app.wait_for_hook(&reply).await;
+    assert!(
+        visible_text(&answer).contains("does not belong to this case's card"),
+        "{answer:?}"
+    );
+    for case in [&first, &second] {
+        let now = app.state.store.get_case(&case.id).await.unwrap();
+        assert_eq!(now.state, CaseState::Pending);
+    }
+    let audit = app.state.store.audit_for_case(&second.id).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.outcome.contains("not on this case's card")),
+        "{audit:?}"
+    );
+    assert_eq!(app.e2b_calls().await.get("pause").copied().unwrap_or(0), 0);
+}
