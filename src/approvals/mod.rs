@@ -20,6 +20,7 @@ pub mod decide;
 pub mod evidence;
 pub mod history;
 pub mod lifetime;
+pub mod repair;
 pub mod request;
 pub mod worker;
 
@@ -222,23 +223,34 @@ async fn post_card_holding_lease(
     Ok(stored)
 }
 
-/// Rewrites the case's card (`chat.update`) to show its current state. Returns false (after
-/// logging) when there is no card or Slack refused; the store stays the source of truth.
+/// Rewrites the case's card (`chat.update`, retried on transient failures) to show its
+/// current state. Returns false (after logging what failed) when there is no card or the update
+/// failed for good; the Slack client then remembers the card as out of date and
+/// [`repair::repair_cards`] rewrites it from the store on a later pass.
 pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Case) -> bool {
     let Some(card) = &case.card else {
         return false;
     };
-    let result = match render_card(templates, case) {
-        Ok(message) => slack
-            .update_message(&card.channel, &card.ts, message)
-            .await
-            .map_err(ApprovalError::from),
-        Err(e) => Err(e),
+    let message = match render_card(templates, case) {
+        Ok(message) => message,
+        Err(e) => {
+            tracing::error!(case = %case.id, error = %e, "could not render the case card");
+            return false;
+        }
     };
-    match result {
+    match slack
+        .update_tagged(case.id.as_str(), &card.channel, &card.ts, message)
+        .await
+    {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(case = %case.id, error = %e, "could not update the case card");
+            tracing::error!(
+                case = %case.id,
+                channel = %card.channel,
+                ts = %card.ts,
+                error = %e,
+                "chat.update of the case card failed; a later repair pass rewrites it"
+            );
             false
         }
     }

@@ -202,3 +202,115 @@ async fn a_button_naming_another_case_than_its_card_changes_nothing() {
     );
     assert_eq!(app.e2b_calls().await.get("pause").copied().unwrap_or(0), 0);
 }
+
+/// A signed click on `case`'s own card by `user`.
+async fn click(
+    app: &TestApp,
+    case: &Case,
+    option: sandbox_steward::cases::DecisionOption,
+    user: &str,
+) {
+    use sandbox_steward::slack::payload::case_option_action_id;
+    let card = case.card.clone().expect("the case has a card");
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": user},
+        "trigger_id": format!("trigger-{}", uuid::Uuid::new_v4().simple()),
+        "response_url": app.slack.response_url(&format!("h{}", uuid::Uuid::new_v4().simple())),
+        "container": {"type": "message", "channel_id": card.channel.as_str(), "message_ts": card.ts},
+        "channel": {"id": card.channel.as_str()},
+        "actions": [{"action_id": case_option_action_id(option), "block_id": "b",
+                     "value": case.id.as_str(), "action_ts": uuid::Uuid::new_v4().to_string()}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+}
+
+/// Waits until the card shows the case's end state without buttons.
+async fn wait_for_final_card(app: &TestApp, case: &Case) {
+    let card = case.card.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let message = app.slack.message(card.channel.as_str(), &card.ts).unwrap();
+        let text = visible_text(&message);
+        let blocks = message.blocks.clone().unwrap_or_default().to_string();
+        if text.contains(":white_check_mark:") && !blocks.contains("\"button\"") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card never showed the end state: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn paused_in_e2b(app: &TestApp, id: &str) -> bool {
+    let e2b = app.state.e2b.as_ref().unwrap();
+    e2b.get_sandbox(&SandboxId::parse(id).unwrap())
+        .await
+        .is_ok_and(|s| s.state == sandbox_steward::e2b::SandboxState::Paused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_update_that_fails_twice_with_a_500_is_retried_and_shows_the_end_state() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "flaky1").await;
+    command(&app, "kill flaky1 tidy up").await;
+    let case = case_of(&app, "flaky1").await.unwrap();
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 500,
+        retry_after_secs: None,
+        count: 2,
+        error: None,
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    wait_for_final_card(&app, &case).await;
+    assert!(paused_in_e2b(&app, "flaky1").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_whose_updates_failed_for_good_is_repaired_by_a_later_pass() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "flaky2").await;
+    command(&app, "kill flaky2 tidy up").await;
+    let case = case_of(&app, "flaky2").await.unwrap();
+    // More failures than one update's retries: the decision's and the worker's updates both
+    // fail for good, and so does the first repair.
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 500,
+        retry_after_secs: None,
+        count: 10,
+        error: None,
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    wait_for_final_card(&app, &case).await;
+    assert!(paused_in_e2b(&app, "flaky2").await);
+    let updates = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.update")
+        .count();
+    assert!(
+        updates > 10,
+        "the card was written after the faults ran out: {updates}"
+    );
+}
