@@ -499,7 +499,7 @@ async fn a_dry_run_sweep_while_another_runs_is_told_a_sweep_is_already_running()
     let answer: Value = resp.json().await.unwrap();
     let text = crate::common::visible_json_text(&answer);
     assert!(text.contains("A sweep is already running"), "{text}");
-    assert!(app.e2b_calls().await.get("list").is_none());
+    assert!(!app.e2b_calls().await.contains_key("list"));
     drop(running);
     let resp = app.post_command("sweep --dry-run").await;
     let answer: Value = resp.json().await.unwrap();
@@ -519,7 +519,7 @@ async fn a_full_follow_up_queue_answers_that_steward_is_busy() {
     let answer: Value = resp.json().await.unwrap();
     let text = crate::common::visible_json_text(&answer);
     assert!(text.contains("Steward is busy"), "{text}");
-    assert!(app.e2b_calls().await.get("list").is_none());
+    assert!(!app.e2b_calls().await.contains_key("list"));
     drop(busy);
     app.run_deferred("list").await;
 }
