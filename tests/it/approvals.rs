@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
-use sandbox_steward::approvals::worker::{RECONCILE_GRACE, reconcile_once};
+use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::jobs::StepLog;
@@ -584,8 +584,17 @@ async fn a_case_nobody_decides_expires_once_and_says_no_action_was_taken() {
         state_of(&first, &case).await,
         CaseState::Expired { .. }
     ));
-    // Let both replicas' expiry loops run a few more times, then count the card updates.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // More expiry passes, on both replicas, find nothing left to expire.
+    for app in [&first, &second] {
+        for _ in 0..2 {
+            let again = expire_once(&app.state.services(), chrono::Utc::now())
+                .await
+                .unwrap();
+            assert!(again.is_empty(), "{again:?}");
+        }
+    }
+    crate::slack_signature::settled(&first).await;
+    crate::slack_signature::settled(&second).await;
     let card = first
         .state
         .store
