@@ -433,6 +433,32 @@ async fn the_two_person_rule_stops_the_requester_but_not_a_group_member() {
 }
 
 #[tokio::test]
+async fn a_group_slack_cannot_list_counts_as_one_the_person_is_not_in() {
+    let app = spawn_app_with(options("")).await;
+    app.slack.add_usergroup("S0KILLERS", &["U0042"]);
+    app.slack.add_fault(sandbox_steward::sim::slack::Fault {
+        method: "usergroups.users.list".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("missing_scope".into()),
+    });
+    seed(&app, "victim12", "base").await;
+    let case = open_kill_case(&app, "victim12").await;
+
+    let reply = hook();
+    click(&app, &case, "case_snapshot_then_kill", "U0042", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(answer.contains("not an approver"), "{answer}");
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+    assert_eq!(calls(&app, "snapshot").await + calls(&app, "kill").await, 0);
+
+    // Once Slack lists the group again (a failure is not remembered), the member may decide.
+    click(&app, &case, "case_snapshot_then_kill", "U0042", &hook()).await;
+    wait_done(&app, &case).await;
+}
+
+#[tokio::test]
 async fn fifty_concurrent_clicks_over_two_replicas_kill_exactly_once() {
     let extra = "";
     let text = policy(extra).replace(
