@@ -234,6 +234,8 @@ pub struct Policy {
     pub approvals: crate::cases::ApprovalPolicy,
     /// The fleet sweep: schedule, channel, guard, owners and the idle policy (`[hygiene]`).
     pub hygiene: crate::hygiene::HygieneConfig,
+    /// Per-user rate limit and follow-up bounds of the Slack surface (`[limits]`).
+    pub limits: crate::slack::limits::LimitsConfig,
 }
 
 /// Where Steward posts.

@@ -248,8 +248,34 @@ fn result_lines(steps: &[crate::cases::StepRecord]) -> (Vec<String>, Option<Stri
     (lines, snapshot)
 }
 
+/// How much of each piece of user text (reasons, errors, notes) a card shows. Cut before
+/// rendering so no text object passes Slack's 3,000 characters even with the words around it,
+/// and the whole card stays far below Slack's message size.
+const CARD_REASON_MAX_CHARS: usize = 1500;
+const CARD_TEXT_MAX_CHARS: usize = 900;
+/// Most notes a card shows (the latest); each is a block, and a message has at most 50.
+const CARD_MAX_NOTES: usize = 8;
+
 /// The card for `case` as it stands now.
 pub fn card_params(case: &Case) -> CaseCardParams {
+    let mut params = uncut_card_params(case);
+    let cut = |t: &str| format::cut(t, CARD_TEXT_MAX_CHARS);
+    params.reason = format::cut(&params.reason, CARD_REASON_MAX_CHARS);
+    params.opener_text = params.opener_text.as_deref().map(cut);
+    params.recommendation_reason = cut(&params.recommendation_reason);
+    let skip = params.notes.len().saturating_sub(CARD_MAX_NOTES);
+    params.notes = params.notes[skip..].iter().map(|n| cut(n)).collect();
+    params.decision_reason = params.decision_reason.as_deref().map(cut);
+    params.error = params.error.as_deref().map(cut);
+    params.status_text = cut(&params.status_text);
+    params.results = params.results.iter().map(|r| cut(r)).collect();
+    for field in &mut params.evidence {
+        field.value = format::cut(&field.value, 400);
+    }
+    params
+}
+
+fn uncut_card_params(case: &Case) -> CaseCardParams {
     let (subject_kind, subject_id) = subject_parts(&case.subject);
     let (opener_user, opener_text) = match &case.opener {
         Opener::Person { user } => (Some(user.to_string()), None),
@@ -451,6 +477,8 @@ impl MessageParams for HistoryParams {
 
 /// Most timeline lines shown in Slack; the export has them all.
 pub const HISTORY_MAX_LINES: usize = 60;
+/// Longest timeline line shown in Slack.
+const HISTORY_LINE_MAX_CHARS: usize = 500;
 
 /// The timeline of `events` (oldest first), the latest [`HISTORY_MAX_LINES`] shown.
 pub fn history_params(about: String, events: &[AuditEvent]) -> HistoryParams {
@@ -463,12 +491,16 @@ pub fn history_params(about: String, events: &[AuditEvent]) -> HistoryParams {
                 Actor::Steward { part } => format!("steward/{part}"),
             };
             let case = e.case.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
-            format::defuse_code_fence(&format!(
-                "{} {who}{case} {}: {}",
-                e.time.format("%Y-%m-%d %H:%M:%S"),
-                e.action,
-                e.outcome
-            ))
+            // One line stays well inside a section, however long the reason it records.
+            format::cut(
+                &format::defuse_code_fence(&format!(
+                    "{} {who}{case} {}: {}",
+                    e.time.format("%Y-%m-%d %H:%M:%S"),
+                    e.action,
+                    e.outcome
+                )),
+                HISTORY_LINE_MAX_CHARS,
+            )
         })
         .collect();
     HistoryParams {

@@ -143,6 +143,46 @@ async fn authorize(
     Ok(())
 }
 
+/// The message a button was clicked on, as Slack says in the interaction's `container`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClickedMessage {
+    pub channel: Option<String>,
+    pub ts: Option<String>,
+}
+
+/// Whether a click came from `case`'s own card: a button's value names a case, but only the
+/// message it sits on proves which case it belongs to (a forged or stale value could
+/// otherwise decide another case).
+fn on_its_card(case: &Case, clicked: &ClickedMessage) -> bool {
+    match (&case.card, &clicked.channel, &clicked.ts) {
+        (Some(card), Some(channel), Some(ts)) => card.channel.as_str() == channel && &card.ts == ts,
+        _ => false,
+    }
+}
+
+/// Refuses (and audits) a click whose case is not the one on the clicked message.
+async fn check_card(
+    svc: &Services,
+    case: &Case,
+    user: &SlackUserId,
+    action: &str,
+    clicked: &ClickedMessage,
+) -> Result<(), String> {
+    if on_its_card(case, clicked) {
+        return Ok(());
+    }
+    audit(
+        &svc.store,
+        case,
+        person(user),
+        action,
+        "refused: the button is not on this case's card",
+    )
+    .await;
+    tracing::warn!(case = %case.id, %user, ?clicked, "a click named a case that is not on its message");
+    Err("This button does not belong to this case's card, so nothing was done. Use the buttons on the case's own card.".into())
+}
+
 /// Marks a click or submission as seen. `Ok(false)` for a repeat.
 async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
     svc.store
@@ -159,6 +199,7 @@ pub async fn option_clicked(
     case_id: &CaseId,
     option: DecisionOption,
     dedupe: &str,
+    clicked: &ClickedMessage,
 ) -> Reply {
     match first_time(svc, &format!("click:{user}:{dedupe}")).await {
         Ok(true) => {}
@@ -169,6 +210,10 @@ pub async fn option_clicked(
         Ok(case) => case,
         Err(e) => return Reply::Ephemeral(store_sentence(e)),
     };
+    let action = format!("decide:{}", option.as_str());
+    if let Err(sentence) = check_card(svc, &case, user, &action, clicked).await {
+        return Reply::Ephemeral(sentence);
+    }
     if case.state != CaseState::Pending {
         return Reply::Ephemeral(already_sentence(&case));
     }
@@ -343,6 +388,7 @@ pub async fn retry_clicked(
     user: &SlackUserId,
     case_id: &CaseId,
     dedupe: &str,
+    clicked: &ClickedMessage,
 ) -> Reply {
     match first_time(svc, &format!("click:{user}:{dedupe}")).await {
         Ok(true) => {}
@@ -353,6 +399,9 @@ pub async fn retry_clicked(
         Ok(case) => case,
         Err(e) => return Reply::Ephemeral(store_sentence(e)),
     };
+    if let Err(sentence) = check_card(svc, &case, user, "retry", clicked).await {
+        return Reply::Ephemeral(sentence);
+    }
     let CaseState::Failed { decision, .. } = &case.state else {
         return Reply::Ephemeral(format!(
             "This case is {}, so there is nothing to retry.",

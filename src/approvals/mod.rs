@@ -20,12 +20,14 @@ pub mod decide;
 pub mod evidence;
 pub mod history;
 pub mod lifetime;
+pub mod repair;
 pub mod request;
 pub mod worker;
 
-/// How long a card may stay unposted before another `open_case` for the subject posts it
-/// (the first poster probably crashed or Slack failed).
-pub const UNPOSTED_CARD_GRACE_SECS: i64 = 60;
+/// How long one replica may hold the right to post a case's card. Whoever opens or asks about a
+/// case without a card takes it first, so two requests never post two cards; a poster that
+/// failed releases it at once, and one that crashed loses it after this.
+pub const CARD_POST_LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The handles the approval flow works with; cheap to clone.
 #[derive(Clone, Debug)]
@@ -122,7 +124,7 @@ pub fn render_card(
 /// records the card, writes the audit event.
 ///
 /// An existing case is returned as it is: its card is not posted again and its deadline is not
-/// extended (unless its card was never posted at all, in which case it is posted now).
+/// extended (unless its card was never posted, or its posting failed: then it is posted now).
 pub async fn open_case(
     store: &Store,
     slack: &SlackClient,
@@ -139,15 +141,63 @@ pub async fn open_case(
             (case, true)
         }
         Opened::Existing(existing) => {
-            let abandoned = existing.card.is_none()
-                && (now - existing.created_at).num_seconds() > UNPOSTED_CARD_GRACE_SECS;
-            if !abandoned {
+            if existing.card.is_some() {
                 return Ok(Opened::Existing(existing));
             }
             (existing, false)
         }
     };
-    let message = render_card(templates, &case)?;
+    let stored = match post_card(store, slack, templates, &case, &target).await? {
+        Some(stored) => stored,
+        // Someone else is posting this card right now.
+        None => case,
+    };
+    Ok(if created {
+        Opened::Created(stored)
+    } else {
+        Opened::Existing(stored)
+    })
+}
+
+/// Posts the card of `case` (which has none yet) to `target` and records it. `Ok(None)` when
+/// another request is posting it at this moment. A failed post is audited and leaves the case
+/// without a card, so the next request for the subject posts it again.
+pub async fn post_card(
+    store: &Store,
+    slack: &SlackClient,
+    templates: &Templates,
+    case: &Case,
+    target: &CardTarget,
+) -> Result<Option<Case>, ApprovalError> {
+    let lease = format!("card-post:{}", case.id);
+    let holder = uuid::Uuid::new_v4().to_string();
+    if !store
+        .acquire_lease(&lease, &holder, CARD_POST_LEASE_TTL)
+        .await?
+    {
+        return Ok(None);
+    }
+    let result = post_card_holding_lease(store, slack, templates, case, target).await;
+    if let Err(e) = store.release_lease(&lease, &holder).await {
+        // It ends by itself after CARD_POST_LEASE_TTL.
+        tracing::warn!(case = %case.id, error = %e, "could not release the card-post lease");
+    }
+    result.map(Some)
+}
+
+async fn post_card_holding_lease(
+    store: &Store,
+    slack: &SlackClient,
+    templates: &Templates,
+    case: &Case,
+    target: &CardTarget,
+) -> Result<Case, ApprovalError> {
+    // Another poster may have finished between our read and taking the lease.
+    let current = store.get_case(&case.id).await?;
+    if current.card.is_some() {
+        return Ok(current);
+    }
+    let message = render_card(templates, &current)?;
     let posted = slack
         .post_message_in_thread(&target.channel, target.thread_ts.as_deref(), message)
         .await;
@@ -156,7 +206,7 @@ pub async fn open_case(
         Err(e) => {
             audit(
                 store,
-                &case,
+                &current,
                 Actor::Steward {
                     part: "slack".into(),
                 },
@@ -170,33 +220,40 @@ pub async fn open_case(
     let stored = store.set_card(&case.id, Card { channel, ts }).await?;
     // A case that changed while the card was being posted (a very fast decision) needs the
     // card to match it.
-    if stored.state != case.state {
+    if stored.state != current.state {
         refresh_card(slack, templates, &stored).await;
     }
-    Ok(if created {
-        Opened::Created(stored)
-    } else {
-        Opened::Existing(stored)
-    })
+    Ok(stored)
 }
 
-/// Rewrites the case's card (`chat.update`) to show its current state. Returns false (after
-/// logging) when there is no card or Slack refused; the store stays the source of truth.
+/// Rewrites the case's card (`chat.update`, retried on transient failures) to show its
+/// current state. Returns false (after logging what failed) when there is no card or the update
+/// failed for good; the Slack client then remembers the card as out of date and
+/// [`repair::repair_cards`] rewrites it from the store on a later pass.
 pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Case) -> bool {
     let Some(card) = &case.card else {
         return false;
     };
-    let result = match render_card(templates, case) {
-        Ok(message) => slack
-            .update_message(&card.channel, &card.ts, message)
-            .await
-            .map_err(ApprovalError::from),
-        Err(e) => Err(e),
+    let message = match render_card(templates, case) {
+        Ok(message) => message,
+        Err(e) => {
+            tracing::error!(case = %case.id, error = %e, "could not render the case card");
+            return false;
+        }
     };
-    match result {
+    match slack
+        .update_tagged(case.id.as_str(), &card.channel, &card.ts, message)
+        .await
+    {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(case = %case.id, error = %e, "could not update the case card");
+            tracing::error!(
+                case = %case.id,
+                channel = %card.channel,
+                ts = %card.ts,
+                error = %e,
+                "chat.update of the case card failed; a later repair pass rewrites it"
+            );
             false
         }
     }

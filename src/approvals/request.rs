@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::card::{CaseOpenedParams, message_link};
-use super::{ApprovalError, CardTarget, Services, evidence, open_case};
+use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card};
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
 use crate::e2b::E2bError;
 use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
@@ -60,9 +60,31 @@ where
         Subject::Sandbox(id) => format!("Sandbox `{id}`"),
         Subject::Template(id) => format!("Template `{id}`"),
     };
+    let target = CardTarget {
+        channel: svc.approvals_channel.clone().unwrap_or(req.channel.clone()),
+        thread_ts: None,
+    };
     // Redis first: when it is down, E2B hears nothing.
     match svc.store.case_for_subject(&subject).await {
-        Ok(Some(existing)) => return opened_message(svc, &existing, true),
+        Ok(Some(existing)) if existing.card.is_some() => {
+            return opened_message(svc, &existing, true);
+        }
+        // Its card was never posted (Slack refused, or the app was not in the channel yet):
+        // asking again posts it now rather than pointing at nothing.
+        Ok(Some(existing)) => {
+            return match post_card(&svc.store, &svc.slack, &svc.templates, &existing, &target).await
+            {
+                Ok(Some(case)) => opened_message(svc, &case, true),
+                Ok(None) => failure(
+                    svc,
+                    format!(
+                        "The card of case `{}` is being posted right now; it will appear in a moment.",
+                        existing.id
+                    ),
+                ),
+                Err(e) => post_failure(svc, e),
+            };
+        }
         Ok(None) => {}
         Err(e @ StoreError::Unavailable(_)) => {
             tracing::warn!(error = %e, "no case opened: Redis unavailable");
@@ -97,18 +119,25 @@ where
         reason: req.reason.unwrap_or_else(|| "no reason given".into()),
         decide_by: svc.policy.decide_by(now),
     };
-    let target = CardTarget {
-        channel: svc.approvals_channel.clone().unwrap_or(req.channel),
-        thread_ts: None,
-    };
     match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {
         Ok(Opened::Created(case)) => opened_message(svc, &case, false),
         Ok(Opened::Existing(case)) => opened_message(svc, &case, true),
-        Err(ApprovalError::Slack(e)) if is_not_in_channel(&e) => failure(
+        Err(e) => post_failure(svc, e),
+    }
+}
+
+/// The sentence for a case whose card could not be posted; asking again posts it.
+fn post_failure(svc: &Services, e: ApprovalError) -> Message {
+    match e {
+        ApprovalError::Slack(e) if is_not_in_channel(&e) => failure(
             svc,
-            "Steward could not post the case card: invite the Steward app to the approvals channel first.".into(),
+            "Steward could not post the case card: invite the Steward app to the approvals channel, then ask again and the card will be posted.".into(),
         ),
-        Err(e) => failure(svc, e.to_string()),
+        e @ ApprovalError::Slack(_) => failure(
+            svc,
+            format!("{e} Ask again and Steward will post it."),
+        ),
+        e => failure(svc, e.to_string()),
     }
 }
 

@@ -559,6 +559,7 @@ pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Ou
         if let Err(e) = reconcile_once(&svc, Utc::now()).await {
             tracing::warn!(error = %e, "reconcile pass failed");
         }
+        super::repair::repair_cards(&svc).await;
         tokio::select! {
             () = &mut shutdown => break,
             () = tokio::time::sleep(every) => {}

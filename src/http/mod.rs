@@ -47,6 +47,8 @@ pub struct AppState {
     /// Work that continues after Slack was answered (replies, card updates). Shutdown waits for
     /// it, so a replica stopped mid-reply still delivers what it owes.
     pub tasks: TaskTracker,
+    /// Per-user rate limit, one sweep at a time, and the cap on follow-up tasks (`[limits]`).
+    pub limits: Arc<crate::slack::limits::Limits>,
 }
 
 impl AppState {
@@ -72,6 +74,9 @@ impl AppState {
         };
         Ok(Self {
             approval_policy: Arc::new(settings.policy.approvals.clone()),
+            limits: Arc::new(crate::slack::limits::Limits::new(
+                settings.policy.limits.clone(),
+            )),
             settings: Arc::new(settings),
             slack,
             e2b,

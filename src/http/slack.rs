@@ -22,12 +22,16 @@ use crate::ids::CaseId;
 use crate::slack::client::ResponsePayload;
 use crate::slack::command::SandboxCommand;
 use crate::slack::execute::{self, Context};
+use crate::slack::format;
+use crate::slack::limits::Refused;
 use crate::slack::payload::{self, Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
 use crate::slack::render::{FailureParams, HelpParams, Message, ProblemParams, WorkingParams};
 use crate::slack::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// Largest body accepted on a Slack route. Slack's own payloads are far smaller.
 pub const SLACK_BODY_MAX_BYTES: usize = 64 * 1024;
+/// How much of what a person typed a reply quotes back.
+const ECHO_MAX_CHARS: usize = 1000;
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -108,13 +112,29 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
     let templates = &state.templates;
     let cmd = SandboxCommand::parse(&form.text);
     tracing::info!(user = %form.user_id, channel = %form.channel_id, command = ?cmd, "slash command");
+    // Everything that reads E2B counts toward the person's rate limit (kill and
+    // delete-template read the evidence; a sweep reads the whole fleet).
+    let calls_e2b = cmd.needs_e2b()
+        || matches!(
+            cmd,
+            SandboxCommand::Kill { .. } | SandboxCommand::DeleteTemplate { .. }
+        );
+    if calls_e2b
+        && let Err(refused) = state
+            .limits
+            .take_command(&form.user_id, std::time::Instant::now())
+    {
+        tracing::info!(user = %form.user_id, "command refused by the rate limit");
+        return Ok(refuse(&state, refused));
+    }
     let message = match &cmd {
         SandboxCommand::Help => templates.render_or_plain(&HelpParams {
-            command: form.command.clone(),
+            command: format::cut(&form.command, 100),
         }),
         SandboxCommand::Invalid { problem } => templates.render_or_plain(&ProblemParams {
-            command: form.command.clone(),
-            problem: problem.clone(),
+            command: format::cut(&form.command, 100),
+            // The problem quotes what was typed, which may be thousands of characters.
+            problem: format::cut(problem, ECHO_MAX_CHARS),
         }),
         // Destructive commands never run directly: they open an approval case.
         SandboxCommand::Kill { .. }
@@ -124,6 +144,13 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
         _ => return Ok(defer(&state, cmd, &form)),
     };
     Ok(inline(message))
+}
+
+/// A request Steward will not start now, answered with the sentence that says why.
+fn refuse(state: &AppState, refused: Refused) -> Response {
+    inline(state.templates.render_or_plain(&FailureParams {
+        sentence: refused.to_string(),
+    }))
 }
 
 /// Acknowledges `kill`, `delete-template` and `history` now; a background task talks to Redis
@@ -142,6 +169,10 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
         }
         _ => "Reading the audit log…".to_owned(),
     };
+    let permit = match state.limits.try_follow_up() {
+        Ok(permit) => permit,
+        Err(refused) => return refuse(state, refused),
+    };
     let svc = state.services();
     let response_url = form.response_url.clone();
     let req = CaseRequest {
@@ -151,6 +182,7 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
     };
     let tasks = state.tasks.clone();
     tasks.spawn(async move {
+        let _permit = permit;
         let now = chrono::Utc::now();
         let message = match cmd {
             SandboxCommand::Kill { id, reason } => {
@@ -202,12 +234,27 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
         Ok(ctx) => ctx,
         Err(problem) => return fail(format!("The sweep cannot run: {problem}.")),
     };
+    // A dry run reads the whole fleet: one at a time per replica. (A live sweep takes the
+    // sweep lease in Redis, which already lets only one run at a time.)
+    let sweeping = if dry_run {
+        match state.limits.try_sweep() {
+            Ok(permit) => Some(permit),
+            Err(refused) => return refuse(state, refused),
+        }
+    } else {
+        None
+    };
+    let permit = match state.limits.try_follow_up() {
+        Ok(permit) => permit,
+        Err(refused) => return refuse(state, refused),
+    };
     let slack = state.slack.clone();
     let response_url = form.response_url.clone();
     let tasks = state.tasks.clone();
     let svc = state.services();
     let user = form.user_id.clone();
     tasks.spawn(async move {
+        let _permits = (permit, sweeping);
         // A live sweep opens cases and posts to the hygiene channel: who may start one is
         // policy (`[approvals.approvers] sweep`, by default the pause approvers).
         let allowed = dry_run || {
@@ -246,9 +293,13 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
             sentence: "Slack sent this command without a usable reply address, so Steward cannot answer it.".into(),
         }));
     }
+    let permit = match state.limits.try_follow_up() {
+        Ok(permit) => permit,
+        Err(refused) => return refuse(state, refused),
+    };
     let working = state.templates.render_or_plain(&WorkingParams {
-        command: form.command.clone(),
-        input: form.text.trim().to_owned(),
+        command: format::cut(&form.command, 100),
+        input: format::cut(form.text.trim(), ECHO_MAX_CHARS),
     });
     let state = state.clone();
     let response_url = form.response_url.clone();
@@ -260,6 +311,7 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
         reason: None,
     };
     tasks.spawn(async move {
+        let _permit = permit;
         let now = chrono::Utc::now();
         let ctx = Context {
             e2b: state.e2b.as_ref(),
@@ -338,14 +390,31 @@ fn case_click(
         .clone()
         .or_else(|| interaction.trigger_id.clone())
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let Ok(permit) = state.limits.try_follow_up() else {
+        // Nothing changed: the card still shows its buttons, so the person can click again.
+        tracing::warn!(%case_id, user = %interaction.user.id, "too many follow-up tasks; a click was not handled");
+        return;
+    };
     let svc = state.services();
     let interaction = interaction.clone();
     let tasks = state.tasks.clone();
+    // The message the button sits on; the case named by the button must be the one whose card
+    // that message is.
+    let container = interaction.container.as_ref();
+    let clicked = decide::ClickedMessage {
+        channel: container
+            .and_then(|c| c.channel_id.clone())
+            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string())),
+        ts: container.and_then(|c| c.message_ts.clone()),
+    };
     tasks.spawn(async move {
+        let _permit = permit;
         let user = &interaction.user.id;
         let reply = match option {
-            Some(option) => decide::option_clicked(&svc, user, &case_id, option, &dedupe).await,
-            None => decide::retry_clicked(&svc, user, &case_id, &dedupe).await,
+            Some(option) => {
+                decide::option_clicked(&svc, user, &case_id, option, &dedupe, &clicked).await
+            }
+            None => decide::retry_clicked(&svc, user, &case_id, &dedupe, &clicked).await,
         };
         deliver(&svc, &interaction, reply).await;
     });
@@ -493,9 +562,14 @@ fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListC
         tracing::warn!(error = %e, "next-page click with an unusable response_url");
         return;
     }
+    let Ok(permit) = state.limits.try_follow_up() else {
+        tracing::warn!("too many follow-up tasks; a next-page click was not handled");
+        return;
+    };
     let state = state.clone();
     let tasks = state.tasks.clone();
     tasks.spawn(async move {
+        let _permit = permit;
         let ctx = Context {
             e2b: state.e2b.as_ref(),
             templates: &state.templates,

@@ -3,7 +3,8 @@
 //! It answers the Web API methods Steward calls (`chat.postMessage`, `chat.update`,
 //! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`) and `response_url`
 //! hooks with minimal valid bodies, records every call, keeps the current state of each posted
-//! message (so `chat.update` edits it), and can be told to fail (`/_sim/faults`). All state
+//! message (so `chat.update` edits it), refuses what Slack would refuse for size
+//! (`invalid_blocks`, `msg_too_long`), and can be told to fail (`/_sim/faults`). All state
 //! lives in one [`SlackWorld`] value so a browser view can be added later.
 //!
 //! It must never be used by production code paths, and it checks no real credentials: a
@@ -314,6 +315,58 @@ fn fault_response(fault: Fault) -> Response {
     resp
 }
 
+/// Slack's size limits on a message, checked as Slack does: `Some(error code)` when Slack
+/// would refuse it (`invalid_blocks` for a block over a limit, `msg_too_long` for the text).
+pub fn refusal(body: &Value) -> Option<&'static str> {
+    const TEXT_MAX: usize = 40_000;
+    let chars = |v: &Value| v.as_str().map_or(0, |s| s.chars().count());
+    if chars(&body["text"]) > TEXT_MAX {
+        return Some("msg_too_long");
+    }
+    let blocks = match &body["blocks"] {
+        Value::String(s) => serde_json::from_str(s).unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    let blocks = blocks.as_array()?;
+    if blocks.len() > 50 {
+        return Some("invalid_blocks");
+    }
+    let too_long = |v: &Value, max: usize| chars(&v["text"]) > max;
+    for block in blocks {
+        let bad = match block["type"].as_str() {
+            Some("header") => too_long(&block["text"], 150),
+            Some("section") => {
+                let fields = block["fields"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+                too_long(&block["text"], 3000)
+                    || fields.len() > 10
+                    || fields.iter().any(|f| too_long(f, 2000))
+            }
+            Some("context") => {
+                let elements = block["elements"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                elements.len() > 10 || elements.iter().any(|e| too_long(e, 3000))
+            }
+            Some("actions") => {
+                let elements = block["elements"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                elements.len() > 25
+                    || elements
+                        .iter()
+                        .any(|e| too_long(&e["text"], 75) || chars(&e["value"]) > 2000)
+            }
+            _ => too_long(&block["text"], 3000),
+        };
+        if bad {
+            return Some("invalid_blocks");
+        }
+    }
+    None
+}
+
 fn api_error(code: &str) -> Response {
     Json(json!({"ok": false, "error": code})).into_response()
 }
@@ -340,6 +393,14 @@ async fn api(
     if let Some(fault) = world.take_fault(&method) {
         world.calls.push(rec);
         return fault_response(fault);
+    }
+    if matches!(
+        method.as_str(),
+        "chat.postMessage" | "chat.update" | "chat.postEphemeral"
+    ) && let Some(code) = refusal(&value)
+    {
+        world.calls.push(rec);
+        return api_error(code);
     }
     let reply = match method.as_str() {
         "chat.postMessage" => {
@@ -422,6 +483,15 @@ async fn hook(
     world.calls.push(rec);
     if let Some(fault) = world.take_fault(&method) {
         return fault_response(fault);
+    }
+    // Slack refuses an oversize reply to a response_url with a 400 and the error code.
+    if let Some(code) = refusal(&value) {
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain")],
+            code,
+        )
+            .into_response();
     }
     // Real Slack answers a response_url post with a bare `ok`.
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()

@@ -24,6 +24,13 @@ use super::render::Message;
 pub const RATE_LIMIT_MAX_RETRIES: u32 = 3;
 /// Longest `Retry-After` we wait for inside a request; longer limits surface as errors.
 pub const RATE_LIMIT_MAX_WAIT_SECS: u64 = 30;
+/// How many times a `chat.update` is sent again after a transient failure (a 5xx, a lost
+/// connection); updates are idempotent, so a replay is harmless.
+pub const UPDATE_MAX_RETRIES: u32 = 3;
+/// First wait before an update is sent again; it doubles with every retry.
+const UPDATE_BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Most messages remembered as out of date at once (a bound, not an expected size).
+const UNSYNCED_MAX: usize = 1000;
 /// Timeout of one response_url POST.
 const RESPOND_TIMEOUT_SECS: u64 = 10;
 /// The only public host `response_url`s may point at.
@@ -48,6 +55,21 @@ pub enum SlackError {
     Respond { status: u16, body: String },
     #[error("could not set up the HTTPS connector: {0}")]
     Setup(#[source] std::io::Error),
+}
+
+impl SlackError {
+    /// Whether the same call may well succeed a moment later (Slack's side or the network).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            // A 429 has already been waited out by `with_retry`, honouring `Retry-After`.
+            Self::Transport(_) => true,
+            Self::Api { code } => matches!(
+                code.as_str(),
+                "fatal_error" | "internal_error" | "service_unavailable" | "request_timeout"
+            ),
+            _ => false,
+        }
+    }
 }
 
 impl From<SlackClientError> for SlackError {
@@ -115,6 +137,9 @@ pub struct SlackClient {
     /// Recently listed user groups. `usergroups.users.list` is a Tier 2 method (about 20 calls
     /// a minute), so a burst of clicks by approver-group members must not each ask Slack.
     groups: Arc<std::sync::Mutex<GroupCache>>,
+    /// Tagged updates that finally failed, by tag: the message is out of date until a later
+    /// update with the same tag succeeds. The caller decides what a tag means.
+    unsynced: Arc<std::sync::Mutex<HashMap<String, (SlackChannelId, String)>>>,
 }
 
 /// Group id -> when it was listed, and its members.
@@ -163,6 +188,7 @@ impl SlackClient {
             bot_token: settings.bot_token.clone(),
             api_origin,
             groups: Arc::default(),
+            unsynced: Arc::default(),
         })
     }
 
@@ -236,6 +262,8 @@ impl SlackClient {
     }
 
     /// `chat.update`. The blocks are always sent, so old buttons never survive an update.
+    /// Besides 429s (which wait for `Retry-After`), transient failures are retried
+    /// [`UPDATE_MAX_RETRIES`] times with a doubling backoff.
     #[tracing::instrument(skip(self, message))]
     pub async fn update_message(
         &self,
@@ -245,13 +273,65 @@ impl SlackClient {
     ) -> Result<(), SlackError> {
         let content = message.into_content();
         let api = &self.api;
-        self.with_retry("chat.update", |token| {
-            let req =
-                SlackApiChatUpdateRequest::new(channel.as_str().into(), content.clone(), ts.into());
-            async move { api.open_session(&token).chat_update(&req).await }
-        })
-        .await?;
-        Ok(())
+        let mut retry = 0;
+        loop {
+            let result = self
+                .with_retry("chat.update", |token| {
+                    let req = SlackApiChatUpdateRequest::new(
+                        channel.as_str().into(),
+                        content.clone(),
+                        ts.into(),
+                    );
+                    async move { api.open_session(&token).chat_update(&req).await }
+                })
+                .await;
+            match result {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_transient() && retry < UPDATE_MAX_RETRIES => {
+                    let wait = UPDATE_BACKOFF_BASE * 2u32.pow(retry);
+                    retry += 1;
+                    tracing::warn!(error = %e, retry, wait_ms = wait.as_millis() as u64, "chat.update failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`update_message`](Self::update_message), remembering under `tag` whether the message
+    /// is now up to date: a final failure keeps the tag in [`unsynced`](Self::unsynced) until a
+    /// later update with the same tag succeeds.
+    pub async fn update_tagged(
+        &self,
+        tag: &str,
+        channel: &SlackChannelId,
+        ts: &str,
+        message: Message,
+    ) -> Result<(), SlackError> {
+        let result = self.update_message(channel, ts, message).await;
+        let mut unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        match &result {
+            Ok(()) => {
+                unsynced.remove(tag);
+            }
+            Err(_) if unsynced.len() < UNSYNCED_MAX || unsynced.contains_key(tag) => {
+                unsynced.insert(tag.to_owned(), (channel.clone(), ts.to_owned()));
+            }
+            Err(_) => tracing::warn!(tag, "too many out-of-date messages to remember another"),
+        }
+        result
+    }
+
+    /// The tags of messages whose latest tagged update failed.
+    pub fn unsynced(&self) -> Vec<String> {
+        let unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        unsynced.keys().cloned().collect()
+    }
+
+    /// Stops remembering `tag` (its message no longer needs an update).
+    pub fn forget_unsynced(&self, tag: &str) {
+        let mut unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        unsynced.remove(tag);
     }
 
     /// `chat.postEphemeral`: visible to `user` only.

@@ -201,9 +201,44 @@ pub fn truncate_escaped(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// What a cut text ends with, so readers know there was more.
+pub const CUT_MARK: &str = "…(cut)";
+
+/// Cuts user text so that, once mrkdwn-escaped, it is at most `max_chars` characters, ending
+/// with [`CUT_MARK`] when anything was dropped. Applied before rendering, so a template never
+/// fails on the length of what a person typed.
+pub fn cut(text: &str, max_chars: usize) -> String {
+    if escaped_len(text) <= max_chars {
+        return text.to_owned();
+    }
+    let room = max_chars.saturating_sub(CUT_MARK.chars().count());
+    let mut out = String::new();
+    let mut len = 0;
+    for c in text.chars() {
+        let l = escaped_len(c.encode_utf8(&mut [0; 4]));
+        if len + l > room {
+            break;
+        }
+        out.push(c);
+        len += l;
+    }
+    out.push_str(CUT_MARK);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_keeps_short_text_and_marks_long_text_within_the_escaped_limit() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "<&>".repeat(2000);
+        let got = cut(&long, 3000);
+        assert!(got.ends_with(CUT_MARK));
+        assert!(escaped_len(&got) <= 3000, "{}", escaped_len(&got));
+        assert!(escaped_len(&got) > 2980);
+    }
 
     #[test]
     fn mrkdwn_control_characters_are_escaped() {

@@ -7,6 +7,7 @@ pub mod client;
 pub mod command;
 pub mod execute;
 pub mod format;
+pub mod limits;
 pub mod payload;
 pub mod render;
 pub mod signature;

@@ -245,12 +245,21 @@ impl Templates {
     /// Like [`render`](Self::render), but a broken template degrades to a plain sentence
     /// (and a logged error) instead of leaving the user without an answer.
     pub fn render_or_plain<P: MessageParams>(&self, params: &P) -> Message {
-        self.render(params).unwrap_or_else(|e| {
-            tracing::error!(error = %e, "message template failed");
-            Message::plain(format!(
-                "Steward could not format this reply (template {} is broken); an operator has to fix it.",
-                P::TEMPLATE
-            ))
+        self.render(params).unwrap_or_else(|e| match e {
+            // Too long for Slack is about the input or the data, not a broken template.
+            RenderError::Limit { .. } => {
+                tracing::warn!(error = %e, "a reply was too long for Slack");
+                Message::plain(
+                    "That answer would be longer than Slack allows; ask for less (a shorter text, a filter or a limit).",
+                )
+            }
+            e => {
+                tracing::error!(error = %e, "message template failed");
+                Message::plain(format!(
+                    "Steward could not format this reply (template {} is broken); an operator has to fix it.",
+                    P::TEMPLATE
+                ))
+            }
         })
     }
 }

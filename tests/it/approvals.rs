@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
-use sandbox_steward::approvals::worker::{RECONCILE_GRACE, reconcile_once};
+use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::jobs::StepLog;
@@ -142,12 +142,22 @@ async fn click_with_ts(
     reply_hook: &str,
     action_ts: &str,
 ) -> reqwest::Response {
+    // Clicks come from the case's own card, as in Slack.
+    let card_ts = app
+        .state
+        .store
+        .get_case(case)
+        .await
+        .ok()
+        .and_then(|c| c.card)
+        .map(|c| c.ts)
+        .unwrap_or_default();
     let payload = json!({
         "type": "block_actions",
         "user": {"id": user},
         "trigger_id": format!("trigger-{}", hook()),
         "response_url": app.slack.response_url(reply_hook),
-        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": "1.1"},
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card_ts},
         "channel": {"id": APPROVALS},
         "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
     });
@@ -423,6 +433,32 @@ async fn the_two_person_rule_stops_the_requester_but_not_a_group_member() {
 }
 
 #[tokio::test]
+async fn a_group_slack_cannot_list_counts_as_one_the_person_is_not_in() {
+    let app = spawn_app_with(options("")).await;
+    app.slack.add_usergroup("S0KILLERS", &["U0042"]);
+    app.slack.add_fault(sandbox_steward::sim::slack::Fault {
+        method: "usergroups.users.list".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("missing_scope".into()),
+    });
+    seed(&app, "victim12", "base").await;
+    let case = open_kill_case(&app, "victim12").await;
+
+    let reply = hook();
+    click(&app, &case, "case_snapshot_then_kill", "U0042", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(answer.contains("not an approver"), "{answer}");
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+    assert_eq!(calls(&app, "snapshot").await + calls(&app, "kill").await, 0);
+
+    // Once Slack lists the group again (a failure is not remembered), the member may decide.
+    click(&app, &case, "case_snapshot_then_kill", "U0042", &hook()).await;
+    wait_done(&app, &case).await;
+}
+
+#[tokio::test]
 async fn fifty_concurrent_clicks_over_two_replicas_kill_exactly_once() {
     let extra = "";
     let text = policy(extra).replace(
@@ -574,8 +610,17 @@ async fn a_case_nobody_decides_expires_once_and_says_no_action_was_taken() {
         state_of(&first, &case).await,
         CaseState::Expired { .. }
     ));
-    // Let both replicas' expiry loops run a few more times, then count the card updates.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // More expiry passes, on both replicas, find nothing left to expire.
+    for app in [&first, &second] {
+        for _ in 0..2 {
+            let again = expire_once(&app.state.services(), chrono::Utc::now())
+                .await
+                .unwrap();
+            assert!(again.is_empty(), "{again:?}");
+        }
+    }
+    crate::slack_signature::settled(&first).await;
+    crate::slack_signature::settled(&second).await;
     let card = first
         .state
         .store

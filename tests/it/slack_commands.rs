@@ -462,3 +462,64 @@ async fn a_reply_still_in_flight_when_steward_stops_is_delivered_before_it_exits
         "{shown}"
     );
 }
+
+fn limited(limits: &str) -> TestAppOptions {
+    TestAppOptions {
+        sandboxes: 3,
+        policy: Some(format!("[limits]\n{limits}\n")),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_past_the_rate_limit_gets_a_sentence_and_e2b_hears_nothing_more() {
+    let app = spawn_app_with(limited("commands_per_minute = 2")).await;
+    app.run_deferred("list").await;
+    app.run_deferred("list").await;
+
+    let resp = app.post_command("list").await;
+
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(text.contains("in the last minute"), "{text}");
+    assert_eq!(app.e2b_calls().await.get("list").copied(), Some(2));
+    // Commands that do not call E2B are not limited.
+    let help: Value = app.post_command("help").await.json().await.unwrap();
+    assert!(!crate::common::visible_json_text(&help).contains("in the last minute"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_sweep_while_another_runs_is_told_a_sweep_is_already_running() {
+    let app = spawn_app_with(limited("commands_per_minute = 100")).await;
+    let running = app.state.limits.try_sweep().expect("no sweep runs yet");
+
+    let resp = app.post_command("sweep --dry-run").await;
+
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(text.contains("A sweep is already running"), "{text}");
+    assert!(!app.e2b_calls().await.contains_key("list"));
+    drop(running);
+    let resp = app.post_command("sweep --dry-run").await;
+    let answer: Value = resp.json().await.unwrap();
+    assert!(
+        crate::common::visible_json_text(&answer).contains("dry run"),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_follow_up_queue_answers_that_steward_is_busy() {
+    let app = spawn_app_with(limited("follow_ups = 1")).await;
+    let busy = app.state.limits.try_follow_up().expect("a free place");
+
+    let resp = app.post_command("list").await;
+
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(text.contains("Steward is busy"), "{text}");
+    assert!(!app.e2b_calls().await.contains_key("list"));
+    drop(busy);
+    app.run_deferred("list").await;
+}

@@ -189,7 +189,7 @@ async fn a_command_whose_response_url_is_not_slack_is_not_run() {
         .await
         .unwrap();
     assert!(visible_json_text(&answer).contains("without a usable reply address"));
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    crate::slack_signature::settled(&app).await;
     assert!(app.e2b_calls().await.values().all(|n| *n == 0));
 }
 
@@ -206,7 +206,7 @@ async fn unknown_actions_are_acknowledged_without_effect() {
     let resp = app.post_interaction(&payload).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.text().await.unwrap(), "");
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    crate::slack_signature::settled(&app).await;
     assert!(app.slack.messages().is_empty());
 }
 

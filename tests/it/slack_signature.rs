@@ -30,10 +30,22 @@ async fn send(
     req.send().await.unwrap()
 }
 
+/// Waits until no follow-up task of the app is running (a wrongly spawned one included), so
+/// what it would have done is visible before the test looks.
+pub(crate) async fn settled(app: &TestApp) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !app.state.tasks.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "follow-up tasks never finished"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Nothing was posted to the fake Slack and E2B saw no call.
 async fn assert_no_side_effects(app: &TestApp) {
-    // Give a (wrongly) spawned task the chance to show itself before looking.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    settled(app).await;
     assert!(
         app.slack.messages().is_empty(),
         "Slack saw {:?}",

@@ -330,3 +330,45 @@ async fn an_expired_response_url_is_an_error() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn the_fake_refuses_oversize_blocks_and_text_as_slack_does() {
+    let (sim, _) = setup(Some("xoxb-1")).await;
+    let http = reqwest::Client::new();
+    let post = |body: Value| {
+        let http = http.clone();
+        let url = format!("{}/chat.postMessage", sim.api_url());
+        async move {
+            http.post(url)
+                .bearer_auth("xoxb-1")
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let section =
+        |n: usize| json!({"type": "section", "text": {"type": "mrkdwn", "text": "a".repeat(n)}});
+
+    let ok = post(json!({"channel": "C0001", "text": "t", "blocks": [section(3000)]})).await;
+    assert_eq!(ok["ok"], true, "{ok}");
+    let long = post(json!({"channel": "C0001", "text": "t", "blocks": [section(3001)]})).await;
+    assert_eq!(long["error"], "invalid_blocks", "{long}");
+    let many: Vec<Value> = (0..51).map(|_| section(1)).collect();
+    let many = post(json!({"channel": "C0001", "text": "t", "blocks": many})).await;
+    assert_eq!(many["error"], "invalid_blocks", "{many}");
+    let text = post(json!({"channel": "C0001", "text": "a".repeat(40_001)})).await;
+    assert_eq!(text["error"], "msg_too_long", "{text}");
+    let posted = sim
+        .messages()
+        .iter()
+        .filter(|m| {
+            sim.message("C0001", m.ts.as_deref().unwrap_or(""))
+                .is_some()
+        })
+        .count();
+    assert_eq!(posted, 1, "only the message within the limits was kept");
+}

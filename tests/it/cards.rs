@@ -1,0 +1,316 @@
+//! Case cards that never lie and cases that are never stuck: user text is cut to Slack's
+//! limits before rendering, a card Slack refused is posted when someone asks again, and reasons
+//! are escaped. The fake Slack refuses oversize blocks the way Slack does.
+
+use std::time::Duration;
+
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use sandbox_steward::cases::{Case, Subject};
+use sandbox_steward::ids::SandboxId;
+use sandbox_steward::sim::slack::{Fault, Recorded};
+use serde_json::{Value, json};
+
+const APPROVALS: &str = "C0APPROVALS";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn options() -> TestAppOptions {
+    TestAppOptions {
+        sandboxes: 0,
+        policy: Some(format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\n[approvals.approvers]\nkill = {{ users = [\"U0002\"] }}\n"
+        )),
+        ..TestAppOptions::default()
+    }
+}
+
+async fn seed(app: &TestApp, id: &str) {
+    app.seed_sandbox(json!({"sandboxID": id, "templateID": "base", "state": "running"}))
+        .await;
+}
+
+/// Runs `/sandbox <text>` and returns the ack and the deferred answer.
+async fn command(app: &TestApp, text: &str) -> (Value, Recorded) {
+    let name = format!("h{}", uuid::Uuid::new_v4().simple());
+    let ack: Value = app.post_command_to(text, &name).await.json().await.unwrap();
+    (ack, app.wait_for_hook(&name).await)
+}
+
+async fn case_of(app: &TestApp, id: &str) -> Option<Case> {
+    let subject = Subject::Sandbox(SandboxId::parse(id).unwrap());
+    app.state.store.case_for_subject(&subject).await.unwrap()
+}
+
+fn card_text(app: &TestApp, case: &Case) -> String {
+    let card = case.card.as_ref().expect("the case has a card");
+    visible_text(
+        &app.slack
+            .message(card.channel.as_str(), &card.ts)
+            .expect("the card is in Slack"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_with_a_five_thousand_character_reason_posts_a_card_with_the_reason_cut() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "wordy1").await;
+    let reason = "<too much> & ".repeat(400);
+
+    let (_, reply) = command(&app, &format!("kill wordy1 {reason}")).await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("Opened case"), "{text}");
+    let case = case_of(&app, "wordy1").await.expect("a case is open");
+    let shown = card_text(&app, &case);
+    assert!(shown.contains("…(cut)"), "{shown}");
+    assert!(shown.contains("&lt;too much&gt; &amp;"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_refused_with_not_in_channel_is_posted_when_asked_again_after_the_invite() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "lonely1").await;
+    app.slack.add_fault(Fault {
+        method: "chat.postMessage".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("not_in_channel".into()),
+    });
+
+    let (_, first) = command(&app, "kill lonely1 done").await;
+    let text = visible_text(&first);
+    assert!(text.contains("invite the Steward app"), "{text}");
+    assert!(case_of(&app, "lonely1").await.unwrap().card.is_none());
+
+    // The app is invited (no more faults); asking again posts the card and links it.
+    let (_, second) = command(&app, "kill lonely1 done").await;
+    let text = visible_text(&second);
+    let case = case_of(&app, "lonely1").await.unwrap();
+    let card = case.card.clone().expect("the card was posted this time");
+    assert!(text.contains("open the card"), "{text}");
+    assert_eq!(card.channel.as_str(), APPROVALS);
+    assert!(card_text(&app, &case).contains("Waiting for a decision"));
+    // A third ask points at that card instead of posting another.
+    let (_, third) = command(&app, "kill lonely1 done").await;
+    assert!(visible_text(&third).contains("already has an open case"));
+    let posts = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage")
+        .count();
+    assert_eq!(posts, 2, "one refused post and one card");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_with_mentions_and_markup_is_shown_escaped_on_the_card() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "loud1").await;
+
+    command(
+        &app,
+        "kill loud1 <!channel> look <https://evil.example|here> & <@U0002>",
+    )
+    .await;
+
+    let case = case_of(&app, "loud1").await.unwrap();
+    let card = case.card.clone().unwrap();
+    let message = app.slack.message(APPROVALS, &card.ts).unwrap();
+    let blocks = message.blocks.unwrap().to_string();
+    assert!(!blocks.contains("<!channel>"), "{blocks}");
+    assert!(!blocks.contains("<https://evil.example"), "{blocks}");
+    assert!(
+        blocks.contains(
+            "&lt;!channel&gt; look &lt;https://evil.example|here&gt; &amp; &lt;@U0002&gt;"
+        ),
+        "{blocks}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_characters_of_input_get_a_sentence_never_a_broken_template() {
+    let app = spawn_app_with(options()).await;
+    let long = "x".repeat(5000);
+
+    let resp = app.post_command(&long).await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(!text.contains("broken"), "{text}");
+    assert!(text.contains("…(cut)"), "{text}");
+
+    // A long argument to a command that runs against E2B is quoted cut in the ack too.
+    let resp = app.post_command(&format!("list {long}=1")).await;
+    let answer: Value = resp.json().await.unwrap();
+    let text = crate::common::visible_json_text(&answer);
+    assert!(!text.contains("broken"), "{text}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let replies = app.slack.hook_posts("cmd");
+        if let Some(reply) = replies.first() {
+            let text = visible_text(reply);
+            assert!(!text.contains("broken"), "{text}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no reply");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_naming_another_case_than_its_card_changes_nothing() {
+    use sandbox_steward::cases::{CaseState, DecisionOption};
+    use sandbox_steward::slack::payload::case_option_action_id;
+    let app = spawn_app_with(options()).await;
+    seed(&app, "first1").await;
+    seed(&app, "second1").await;
+    command(&app, "kill first1 one").await;
+    command(&app, "kill second1 two").await;
+    let first = case_of(&app, "first1").await.unwrap();
+    let second = case_of(&app, "second1").await.unwrap();
+    let first_card = first.card.clone().unwrap();
+
+    // A Pause click on the first card whose value names the second case (anyone may pause).
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": "U0003"},
+        "trigger_id": "trigger-forged",
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": first_card.ts},
+        "channel": {"id": APPROVALS},
+        "actions": [{"action_id": case_option_action_id(DecisionOption::Pause), "block_id": "b",
+                     "value": second.id.as_str(), "action_ts": "9.9"}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+
+    let answer = app.wait_for_hook(&reply).await;
+    assert!(
+        visible_text(&answer).contains("does not belong to this case's card"),
+        "{answer:?}"
+    );
+    for case in [&first, &second] {
+        let now = app.state.store.get_case(&case.id).await.unwrap();
+        assert_eq!(now.state, CaseState::Pending);
+    }
+    let audit = app.state.store.audit_for_case(&second.id).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.outcome.contains("not on this case's card")),
+        "{audit:?}"
+    );
+    assert_eq!(app.e2b_calls().await.get("pause").copied().unwrap_or(0), 0);
+}
+
+/// A signed click on `case`'s own card by `user`.
+async fn click(
+    app: &TestApp,
+    case: &Case,
+    option: sandbox_steward::cases::DecisionOption,
+    user: &str,
+) {
+    use sandbox_steward::slack::payload::case_option_action_id;
+    let card = case.card.clone().expect("the case has a card");
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": user},
+        "trigger_id": format!("trigger-{}", uuid::Uuid::new_v4().simple()),
+        "response_url": app.slack.response_url(&format!("h{}", uuid::Uuid::new_v4().simple())),
+        "container": {"type": "message", "channel_id": card.channel.as_str(), "message_ts": card.ts},
+        "channel": {"id": card.channel.as_str()},
+        "actions": [{"action_id": case_option_action_id(option), "block_id": "b",
+                     "value": case.id.as_str(), "action_ts": uuid::Uuid::new_v4().to_string()}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+}
+
+/// Waits until the card shows the case's end state without buttons.
+async fn wait_for_final_card(app: &TestApp, case: &Case) {
+    let card = case.card.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let message = app.slack.message(card.channel.as_str(), &card.ts).unwrap();
+        let text = visible_text(&message);
+        let blocks = message.blocks.clone().unwrap_or_default().to_string();
+        if text.contains(":white_check_mark:") && !blocks.contains("\"button\"") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card never showed the end state: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn paused_in_e2b(app: &TestApp, id: &str) -> bool {
+    let e2b = app.state.e2b.as_ref().unwrap();
+    e2b.get_sandbox(&SandboxId::parse(id).unwrap())
+        .await
+        .is_ok_and(|s| s.state == sandbox_steward::e2b::SandboxState::Paused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_update_that_fails_twice_with_a_500_is_retried_and_shows_the_end_state() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "flaky1").await;
+    command(&app, "kill flaky1 tidy up").await;
+    let case = case_of(&app, "flaky1").await.unwrap();
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 500,
+        retry_after_secs: None,
+        count: 2,
+        error: None,
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    wait_for_final_card(&app, &case).await;
+    assert!(paused_in_e2b(&app, "flaky1").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_whose_updates_failed_for_good_is_repaired_by_a_later_pass() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "flaky2").await;
+    command(&app, "kill flaky2 tidy up").await;
+    let case = case_of(&app, "flaky2").await.unwrap();
+    // More failures than one update's retries: the decision's and the worker's updates both
+    // fail for good, and so does the first repair.
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 500,
+        retry_after_secs: None,
+        count: 10,
+        error: None,
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    wait_for_final_card(&app, &case).await;
+    assert!(paused_in_e2b(&app, "flaky2").await);
+    let updates = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.update")
+        .count();
+    assert!(
+        updates > 10,
+        "the card was written after the faults ran out: {updates}"
+    );
+}
