@@ -42,6 +42,8 @@ pub enum E2bError {
     Decode(String),
     #[error("E2B is not configured: {0}.")]
     NotConfigured(&'static str),
+    #[error("E2B sent an answer larger than {} MiB; Steward stopped reading it.", limit / (1024 * 1024))]
+    TooLarge { limit: usize },
 }
 
 fn rate_limited_sentence(retry_after: &Option<Duration>, message: &str) -> String {
@@ -72,7 +74,10 @@ impl E2bError {
             Self::Forbidden { .. } => Some(403),
             Self::BadRequest { .. } => Some(400),
             Self::Server { status, .. } => Some(*status),
-            Self::Transport(_) | Self::Decode(_) | Self::NotConfigured(_) => None,
+            Self::Transport(_)
+            | Self::Decode(_)
+            | Self::NotConfigured(_)
+            | Self::TooLarge { .. } => None,
         }
     }
 

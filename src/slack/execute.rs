@@ -137,6 +137,10 @@ pub fn sentence(subject: &str, error: &E2bError) -> String {
         E2bError::NotConfigured(what) => {
             format!("Steward is not connected to E2B yet ({what}); an operator needs to set it up.")
         }
+        E2bError::TooLarge { .. } => {
+            tracing::error!(error = %error, "E2B answer over the size cap");
+            "E2B sent an answer too large to read; an operator has been told in the logs.".into()
+        }
     }
 }
 

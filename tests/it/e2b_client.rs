@@ -571,3 +571,29 @@ async fn an_unreachable_server_is_a_transport_error_without_the_key() {
     let shown = format!("{err} {err:?} {client:?}");
     assert!(!shown.contains(KEY), "{shown}");
 }
+
+#[tokio::test]
+async fn an_answer_over_the_size_cap_is_a_sentence_and_is_not_asked_again() {
+    let h = start(60).await;
+    let client = h.client.clone().with_max_response_bytes(2048);
+    h.reset_calls().await;
+    let err = client
+        .list_sandboxes_page(&ListQuery::default(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::TooLarge { .. }), "{err:?}");
+    assert!(err.to_string().contains("larger than"), "{err}");
+    assert!(!err.is_transient());
+    assert_eq!(
+        h.calls("list").await,
+        1,
+        "a too-large answer is not fetched again"
+    );
+    // The same listing under the default cap reads fine.
+    assert!(
+        h.client
+            .list_sandboxes_page(&ListQuery::default(), None)
+            .await
+            .is_ok()
+    );
+}

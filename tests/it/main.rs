@@ -4,6 +4,7 @@
 mod common;
 
 mod approvals;
+mod claims;
 mod e2b_cli;
 mod e2b_client;
 mod edge;
