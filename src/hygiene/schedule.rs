@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};
+use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once, sweep_pass};
 use crate::store::StoreError;
 
 /// The name of the lease every replica competes for.
@@ -106,7 +106,7 @@ pub async fn scheduler_tick(s: &Scheduler, now: DateTime<Utc>) -> Result<Tick, S
         });
     }
     tracing::info!(%slot, holder = %s.holder, "running the scheduled sweep");
-    let outcome = while_holding(s, sweep_once(&s.sweep, now, SweepMode::Live)).await;
+    let outcome = while_holding(s, sweep_pass(&s.sweep, now, SweepMode::Live, Some(slot))).await;
     let tick = match outcome {
         Ok(Ok(report)) => {
             // The marker goes first: once the lease is free, the slot must already read as done.
@@ -134,23 +134,33 @@ pub async fn scheduler_tick(s: &Scheduler, now: DateTime<Utc>) -> Result<Tick, S
 
 /// Runs `work` while renewing the lease; stops it if the lease is lost, so two replicas never
 /// sweep at once for long.
+///
+/// Renewal happens every third of the lease. A renewal that fails (Redis did not answer) is
+/// tried once more half a period later, still well inside the lease, before the lease counts
+/// as lost: one dropped connection must not cost a whole sweep. A renewal that finds another
+/// holder is final at once.
 async fn while_holding(
     s: &Scheduler,
     work: impl Future<Output = Result<SweepReport, SweepError>>,
 ) -> Result<Result<SweepReport, SweepError>, SweepError> {
     let renew = async {
         let every = (s.lease_ttl / 3).max(Duration::from_millis(50));
+        let mut failed_once = false;
         loop {
-            tokio::time::sleep(every).await;
+            tokio::time::sleep(if failed_once { every / 2 } else { every }).await;
             match s
                 .sweep
                 .store
                 .renew_lease(SWEEP_LEASE, &s.holder, s.lease_ttl)
                 .await
             {
-                Ok(true) => {}
+                Ok(true) => failed_once = false,
                 Ok(false) => {
                     return SweepError::LeaseLost("another replica holds it now".into());
+                }
+                Err(e) if !failed_once => {
+                    tracing::warn!(error = %e, "could not renew the sweep lease; trying once more");
+                    failed_once = true;
                 }
                 Err(e) => return SweepError::LeaseLost(e.to_string()),
             }

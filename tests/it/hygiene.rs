@@ -759,11 +759,281 @@ async fn a_leader_that_dies_mid_sweep_is_replaced_when_its_lease_ends() {
     assert!(matches!(blocked, Tick::HeldElsewhere { .. }), "{blocked:?}");
     assert!(w.digests().is_empty());
 
-    tokio::time::sleep(Duration::from_millis(900)).await;
-
-    let took_over = scheduler_tick(&s, Utc::now()).await.unwrap();
+    // Tick until the dead leader's lease has ended: until then every tick is held elsewhere.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let took_over = loop {
+        match scheduler_tick(&s, Utc::now()).await.unwrap() {
+            Tick::HeldElsewhere { .. } => {
+                assert!(w.digests().is_empty());
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the dead leader's lease never ended"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other,
+        }
+    };
     assert!(matches!(took_over, Tick::Ran { .. }), "{took_over:?}");
     assert_eq!(w.digests().len(), 1);
+}
+
+/// A front for the fake Slack that holds the first request matching `hold` until released
+/// (so a test can act while a sweep is mid-post), and forwards everything else untouched.
+struct SlackGate {
+    url: String,
+    arrived: tokio::sync::watch::Receiver<bool>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+/// Which request (path, body) the gate holds.
+type HoldIf = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+struct GateState {
+    target: String,
+    hold: HoldIf,
+    taken: std::sync::atomic::AtomicBool,
+    arrived: tokio::sync::watch::Sender<bool>,
+    release: tokio::sync::watch::Receiver<bool>,
+    http: reqwest::Client,
+}
+
+impl SlackGate {
+    async fn start(
+        slack: &SlackSim,
+        hold: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+    ) -> SlackGate {
+        let (arrived_tx, arrived) = tokio::sync::watch::channel(false);
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let state = Arc::new(GateState {
+            target: slack.base_url(),
+            hold: Box::new(hold),
+            taken: Default::default(),
+            arrived: arrived_tx,
+            release: release_rx,
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new().fallback(gate_forward).with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        SlackGate {
+            url,
+            arrived,
+            release,
+        }
+    }
+
+    /// A Slack client whose Web API calls go through the gate.
+    fn client(&self) -> SlackClient {
+        SlackClient::new(&sandbox_steward::config::SlackSettings {
+            api_url: format!("{}/api", self.url),
+            bot_token: Some("xoxb-test".to_owned().into()),
+            signing_secret: None,
+            templates_dir: None,
+        })
+        .unwrap()
+    }
+
+    /// Waits until the held request has arrived.
+    async fn held(&self) {
+        let mut arrived = self.arrived.clone();
+        tokio::time::timeout(Duration::from_secs(20), arrived.wait_for(|a| *a))
+            .await
+            .expect("the gated Slack call never arrived")
+            .unwrap();
+    }
+
+    fn open(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+async fn gate_forward(
+    axum::extract::State(g): axum::extract::State<Arc<GateState>>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    if (g.hold)(&path, &String::from_utf8_lossy(&bytes))
+        && !g.taken.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        g.arrived.send_replace(true);
+        let mut release = g.release.clone();
+        let _ = release.wait_for(|r| *r).await;
+    }
+    let mut forward = g
+        .http
+        .request(parts.method, format!("{}{path}", g.target))
+        .body(bytes);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            forward = forward.header(name, value);
+        }
+    }
+    let resp = forward.send().await.unwrap();
+    let status = resp.status();
+    let mut headers = resp.headers().clone();
+    headers.remove("content-length");
+    headers.remove("transfer-encoding");
+    (status, headers, resp.bytes().await.unwrap()).into_response()
+}
+
+/// The sweep lease's Redis key under `prefix` (found, not spelled out: only the store knows
+/// the layout).
+fn sweep_lease_key(conn: &mut redis::Connection, prefix: &str) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(conn)
+        .unwrap();
+    keys.into_iter()
+        .find(|k| k.contains("lease") && k.contains(SWEEP_LEASE))
+        .unwrap_or_else(|| panic!("no sweep lease under {prefix}"))
+}
+
+/// How many commands Redis has refused with WRONGTYPE since it started.
+fn wrongtype_errors(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("errorstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_WRONGTYPE:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn redis_conn() -> redis::Connection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failed_lease_renewal_is_retried_and_the_sweep_goes_on() {
+    let w = world(config()).await;
+    w.idle_running(None).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // Hold the digest post, so the sweep is still running while its lease is sabotaged.
+    let gate = SlackGate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
+    let mut s = w.scheduler("replica-a");
+    s.sweep.slack = gate.client();
+    s.lease_ttl = Duration::from_secs(6);
+    let running = tokio::spawn(async move { scheduler_tick(&s, Utc::now()).await });
+    gate.held().await;
+
+    // One renewal fails: the lease key briefly holds a value of the wrong type.
+    let mut conn = redis_conn();
+    let key = sweep_lease_key(&mut conn, &w.prefix);
+    let holder: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    let before = wrongtype_errors(&mut conn);
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(&key)
+        .cmd("HSET")
+        .arg(&key)
+        .arg("sabotage")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while wrongtype_errors(&mut conn) == before {
+        assert!(std::time::Instant::now() < deadline, "no renewal was tried");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(&key)
+        .cmd("SET")
+        .arg(&key)
+        .arg(&holder)
+        .arg("PX")
+        .arg(6000)
+        .query(&mut conn)
+        .unwrap();
+    gate.open();
+
+    let tick = running.await.unwrap().unwrap();
+    assert!(
+        matches!(&tick, Tick::Ran { slot, .. } if *slot == latest),
+        "{tick:?}"
+    );
+    assert_eq!(w.digests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_mid_post_stops_and_the_digest_is_never_posted_twice() {
+    let w = world(config()).await;
+    let a_id = w.idle_running(Some("alice")).await;
+    let b_id = w.idle_running(None).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // Let the digest through, hold the first post in its thread (an owner heading).
+    let gate = SlackGate::start(&w.slack, |path, body| {
+        path.ends_with("chat.postMessage") && body.contains("\"thread_ts\":\"")
+    })
+    .await;
+    let mut leader = w.scheduler("replica-a");
+    leader.sweep.slack = gate.client();
+    leader.lease_ttl = Duration::from_millis(900);
+    let running = tokio::spawn(async move { scheduler_tick(&leader, Utc::now()).await });
+    gate.held().await;
+    assert_eq!(w.digests().len(), 1, "the leader posted the digest");
+
+    // Someone else holds the lease now: the leader's next renewal finds out and it stops.
+    let mut conn = redis_conn();
+    let key = sweep_lease_key(&mut conn, &w.prefix);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let stopped = running.await.unwrap().unwrap();
+    assert!(
+        matches!(&stopped, Tick::Failed { error, .. } if error.contains("lease")),
+        "{stopped:?}"
+    );
+    assert!(
+        w.open_case_of(&a_id).await.is_none(),
+        "a stopped leader opens nothing more"
+    );
+    assert!(w.open_case_of(&b_id).await.is_none());
+    gate.open();
+
+    // The other replica takes the slot over once the lease is free.
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    let other = w.scheduler("replica-b");
+    let took_over = scheduler_tick(&other, Utc::now()).await.unwrap();
+    assert!(
+        matches!(&took_over, Tick::Ran { slot, .. } if *slot == latest),
+        "{took_over:?}"
+    );
+    let digests = w.digests();
+    assert_eq!(digests.len(), 1, "one digest per scheduled sweep");
+    let digest_ts = digests[0].ts.clone();
+    for id in [&a_id, &b_id] {
+        let case = w
+            .open_case_of(id)
+            .await
+            .expect("the new leader opened the case");
+        let card = w
+            .slack
+            .messages()
+            .into_iter()
+            .find(|m| m.method == "chat.postMessage" && text_of(m).contains(case.id.as_str()))
+            .expect("the case card was posted");
+        assert_eq!(
+            card.thread_ts, digest_ts,
+            "cards go in the one digest's thread"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
