@@ -1102,3 +1102,51 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     assert!(w.slack.messages().is_empty());
     assert!(w.open_case_of(&a).await.is_none());
 }
+
+/// README: "The most expensive idle sandboxes are raised first, up to `max_cases_per_sweep`"
+/// and "the rest wait for the next sweep".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cases_over_max_cases_per_sweep_wait_for_the_next_sweep_costliest_first() {
+    let mut c = config();
+    c.max_cases_per_sweep = 1;
+    let w = world(c).await;
+    let big = w
+        .seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(hours(10)), "profile": "idle", "cpuCount": 8, "memoryMB": 16384}),
+        )
+        .await;
+    let small_a = w.idle_running(None).await;
+    let small_b = w.idle_running(None).await;
+
+    let first = w.sweep(SweepMode::Live).await;
+    let posted = first.posted.as_ref().unwrap();
+    assert_eq!(posted.opened.len(), 1, "{posted:?}");
+    assert_eq!(posted.deferred, 2, "{posted:?}");
+    assert!(
+        w.open_case_of(&big).await.is_some(),
+        "the costliest goes first"
+    );
+    let digest = w.digests().remove(0);
+    let latest = w
+        .slack
+        .message(CHANNEL, digest.ts.as_deref().unwrap())
+        .unwrap();
+    assert!(
+        text_of(&latest).contains("2 left for the next sweep"),
+        "{}",
+        text_of(&latest)
+    );
+
+    let second = w.sweep(SweepMode::Live).await;
+    let posted = second.posted.as_ref().unwrap();
+    assert_eq!(second.counts.already_open, 1);
+    assert_eq!(posted.opened.len(), 1, "{posted:?}");
+    assert_eq!(posted.deferred, 1, "{posted:?}");
+    let raised = [&small_a, &small_b];
+    let mut open = 0;
+    for id in raised {
+        open += usize::from(w.open_case_of(id).await.is_some());
+    }
+    assert_eq!(open, 1, "one more case per sweep");
+}
