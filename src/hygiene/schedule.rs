@@ -35,21 +35,33 @@ pub struct Scheduler {
     /// Unique per replica (and per process start), so leases tell replicas apart.
     pub holder: String,
     pub lease_ttl: Duration,
+    /// After a failed sweep, how long this replica's loop waits before trying the slot again.
+    pub retry_after_failure: Duration,
 }
 
 impl Scheduler {
-    /// A scheduler with a fresh holder id and the default lease.
+    /// A scheduler with a fresh holder id, the default lease and the default wait after failure.
     pub fn new(sweep: SweepContext) -> Self {
         Self {
             sweep,
             holder: format!("replica-{}", uuid::Uuid::new_v4().simple()),
             lease_ttl: DEFAULT_LEASE_TTL,
+            retry_after_failure: RETRY_AFTER_FAILURE,
         }
     }
 }
 
-/// What a tick decided.
+/// What the scheduler loop did on one tick, for [`run_scheduler_observed`].
 #[derive(Debug)]
+pub enum LoopEvent {
+    /// It asked [`scheduler_tick`]; the store error, if any, in words.
+    Ticked(Result<Tick, String>),
+    /// It skipped the tick: a sweep failed and the wait after failure is not over.
+    Waiting { until: DateTime<Utc> },
+}
+
+/// What a tick decided.
+#[derive(Debug, Clone)]
 pub enum Tick {
     /// The latest slot is done (or there is none); `next` is when the next one falls.
     NotDue { next: Option<DateTime<Utc>> },
@@ -192,6 +204,25 @@ pub async fn sweep_now(s: &Scheduler, now: DateTime<Utc>) -> Result<SweepReport,
 /// Ticks every `every` until `shutdown` completes. A sweep in progress is dropped at shutdown;
 /// its lease then ends on its own and another replica redoes the slot.
 pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<Output = ()>) {
+    run_scheduler_observed(s, every, shutdown, None).await;
+}
+
+/// [`run_scheduler`], telling `events` what each tick did (tests watch the loop's own
+/// decisions this way instead of guessing from the clock).
+pub async fn run_scheduler_observed(
+    s: Scheduler,
+    every: Duration,
+    shutdown: impl Future<Output = ()>,
+    events: Option<tokio::sync::mpsc::Sender<LoopEvent>>,
+) {
+    let tell = |event: LoopEvent| {
+        let events = events.clone();
+        async move {
+            if let Some(events) = events {
+                let _ = events.send(event).await;
+            }
+        }
+    };
     tokio::pin!(shutdown);
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -203,13 +234,19 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             _ = interval.tick() => {}
         }
         let now = Utc::now();
-        if quiet_until.is_some_and(|t| now < t) {
+        if let Some(until) = quiet_until.filter(|t| now < *t) {
+            tell(LoopEvent::Waiting { until }).await;
             continue;
         }
         let tick = tokio::select! {
             () = &mut shutdown => break,
             tick = scheduler_tick(&s, now) => tick,
         };
+        // Cloned only when someone is watching: a report can be large.
+        let seen = events.is_some().then(|| match &tick {
+            Ok(t) => Ok(t.clone()),
+            Err(e) => Err(e.to_string()),
+        });
         match tick {
             Ok(Tick::Ran { slot, report }) => {
                 tracing::info!(%slot, idle = report.counts.idle, "scheduled sweep done");
@@ -217,7 +254,7 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             Ok(Tick::Failed { slot, error }) => {
                 tracing::error!(%slot, %error, "scheduled sweep failed; will retry");
                 quiet_until = Some(
-                    now + chrono::Duration::from_std(RETRY_AFTER_FAILURE)
+                    now + chrono::Duration::from_std(s.retry_after_failure)
                         .unwrap_or(chrono::Duration::minutes(5)),
                 );
             }
@@ -226,6 +263,9 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             }
             Ok(Tick::NotDue { .. } | Tick::HeldElsewhere { .. }) => {}
             Err(e) => tracing::warn!(error = %e, "the sweep scheduler cannot read its state"),
+        }
+        if let Some(seen) = seen {
+            tell(LoopEvent::Ticked(seen)).await;
         }
     }
     tracing::info!("sweep scheduler stopped");

@@ -1,6 +1,68 @@
 //! Tests for README claims that had none: each test names the claim it holds the code to.
 use std::process::Output;
 
+use sandbox_steward::cases::CaseState;
+use sandbox_steward::ids::CaseId;
+use serde_json::json;
+
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text, wait_until};
+
+const APPROVALS: &str = "C0APPROVALS";
+
+/// Cards go to one channel; anyone may pause, U0002 may kill.
+fn approvals_app() -> TestAppOptions {
+    TestAppOptions {
+        sandboxes: 0,
+        policy: Some(format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\n[approvals.approvers]\nkill = {{ users = [\"U0002\"] }}\npause = {{ anyone = true }}\n"
+        )),
+        ..TestAppOptions::default()
+    }
+}
+
+/// `/sandbox kill <sandbox>` from U0001: the case it opened.
+async fn open_kill_case(app: &TestApp, sandbox: &str) -> CaseId {
+    let hook = format!("h{}", uuid::Uuid::new_v4().simple());
+    let resp = app
+        .post_command_to(&format!("kill {sandbox} done with it"), &hook)
+        .await;
+    assert_eq!(resp.status(), 200);
+    let text = visible_text(&app.wait_for_hook(&hook).await);
+    let start = text
+        .find("case_")
+        .unwrap_or_else(|| panic!("no case in {text}"));
+    let id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    CaseId::parse(id).unwrap()
+}
+
+/// A signed click on `action_id` of the case's card by `user`.
+async fn click(app: &TestApp, case: &CaseId, action_id: &str, user: &str) {
+    let card = app.state.store.get_case(case).await.unwrap().card.unwrap();
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": user},
+        "trigger_id": format!("trigger-{}", uuid::Uuid::new_v4().simple()),
+        "response_url": app.slack.response_url("clicks"),
+        "container": {"type": "message", "channel_id": card.channel.as_str(), "message_ts": card.ts},
+        "channel": {"id": card.channel.as_str()},
+        "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(),
+                     "action_ts": uuid::Uuid::new_v4().simple().to_string()}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+}
+
+/// The case's card as the fake Slack shows it now.
+async fn card_text(app: &TestApp, case: &CaseId) -> String {
+    let card = app.state.store.get_case(case).await.unwrap().card.unwrap();
+    app.slack
+        .message(card.channel.as_str(), &card.ts)
+        .map(|m| visible_text(&m))
+        .unwrap_or_default()
+}
+
 /// Runs `steward <args>` with exactly `env` (plus PATH) in an empty directory.
 async fn steward(args: &[&str], env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
@@ -99,4 +161,29 @@ async fn steward_check_refuses_a_duration_that_overflows_a_date_with_a_sentence(
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("STEWARD_BODY_TIMEOUT"), "{said}");
+}
+
+/// README: "**Pause** of an already paused sandbox counts as done ("already paused")."
+#[tokio::test]
+async fn pause_of_an_already_paused_sandbox_counts_as_done() {
+    let app = spawn_app_with(approvals_app()).await;
+    app.seed_sandbox(json!({"sandboxID": "sleepy1", "templateID": "base", "state": "paused"}))
+        .await;
+    let case = open_kill_case(&app, "sleepy1").await;
+    click(&app, &case, "case_pause", "U0003").await;
+
+    wait_until("the case is done", || async {
+        let state = app.state.store.get_case(&case).await.unwrap().state;
+        matches!(state, CaseState::Done { .. }).then_some(())
+    })
+    .await;
+    let card = wait_until("the card says it was already paused", || async {
+        let text = card_text(&app, &case).await;
+        text.contains("already paused").then_some(text)
+    })
+    .await;
+    assert!(card.contains(":white_check_mark:"), "{card}");
+    let calls = app.e2b_calls().await;
+    assert_eq!(calls.get("pause").copied().unwrap_or(0), 0, "{calls:?}");
+    assert_eq!(calls.get("kill").copied().unwrap_or(0), 0, "{calls:?}");
 }

@@ -14,7 +14,8 @@ use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
 use sandbox_steward::hygiene::schedule::SWEEP_LEASE;
 use sandbox_steward::hygiene::sweep::{Capacity, IdleSandbox, SweepReport};
 use sandbox_steward::hygiene::{
-    HygieneConfig, Scheduler, SweepContext, SweepMode, Tick, scheduler_tick, sweep_once,
+    HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepMode, Tick, run_scheduler_observed,
+    scheduler_tick, sweep_once,
 };
 use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId};
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
@@ -177,6 +178,7 @@ impl World {
             sweep: self.ctx.clone(),
             holder: holder.to_owned(),
             lease_ttl: Duration::from_secs(30),
+            retry_after_failure: Duration::from_secs(300),
         }
     }
 
@@ -1149,4 +1151,84 @@ async fn cases_over_max_cases_per_sweep_wait_for_the_next_sweep_costliest_first(
         open += usize::from(w.open_case_of(id).await.is_some());
     }
     assert_eq!(open, 1, "one more case per sweep");
+}
+
+/// The scheduler loop on its own task, reporting each tick; stopped when dropped.
+struct Looping {
+    events: tokio::sync::mpsc::Receiver<LoopEvent>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Looping {
+    fn start(s: Scheduler) -> Self {
+        let (tx, events) = tokio::sync::mpsc::channel(8);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_scheduler_observed(
+            s,
+            Duration::from_millis(10),
+            async {
+                let _ = stopped.await;
+            },
+            Some(tx),
+        ));
+        Self {
+            events,
+            _stop: stop,
+        }
+    }
+
+    async fn next(&mut self) -> LoopEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("the scheduler loop reports every tick")
+            .expect("the scheduler loop is running")
+    }
+}
+
+/// README: "After a failed sweep the replica waits 5 minutes before trying the same slot again."
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_sweep_the_replica_waits_before_trying_the_slot_again() {
+    let w = world(config()).await;
+    w.idle_running(None).await;
+    last_sweep_was(&w, 1).await;
+    assert_eq!(
+        Scheduler::new(w.ctx.clone()).retry_after_failure,
+        Duration::from_secs(5 * 60)
+    );
+    let hooks = w.sim.hooks();
+    hooks.fault(Some("list"), 500, 1, 0).await.unwrap();
+
+    let mut s = w.scheduler("replica-a");
+    s.retry_after_failure = Duration::from_secs(3600);
+    let mut looping = Looping::start(s);
+    let first = looping.next().await;
+    assert!(
+        matches!(first, LoopEvent::Ticked(Ok(Tick::Failed { .. }))),
+        "{first:?}"
+    );
+    // The loop keeps ticking, and every tick waits: the slot is not tried again.
+    for _ in 0..20 {
+        let next = looping.next().await;
+        assert!(matches!(next, LoopEvent::Waiting { .. }), "{next:?}");
+    }
+    assert_eq!(hooks.calls_of("list").await.unwrap(), 1);
+    assert!(w.digests().is_empty());
+    drop(looping);
+
+    // Once the wait is over, the same slot is tried again and runs.
+    let mut s = w.scheduler("replica-a");
+    s.retry_after_failure = Duration::ZERO;
+    hooks.fault(Some("list"), 500, 1, 0).await.unwrap();
+    let mut looping = Looping::start(s);
+    let failed = looping.next().await;
+    assert!(
+        matches!(failed, LoopEvent::Ticked(Ok(Tick::Failed { .. }))),
+        "{failed:?}"
+    );
+    let retried = looping.next().await;
+    assert!(
+        matches!(retried, LoopEvent::Ticked(Ok(Tick::Ran { .. }))),
+        "{retried:?}"
+    );
+    assert_eq!(w.digests().len(), 1);
 }
