@@ -187,3 +187,81 @@ async fn pause_of_an_already_paused_sandbox_counts_as_done() {
     assert_eq!(calls.get("pause").copied().unwrap_or(0), 0, "{calls:?}");
     assert_eq!(calls.get("kill").copied().unwrap_or(0), 0, "{calls:?}");
 }
+
+/// README: a dead replica's job is taken over "once it has been unacknowledged for
+/// `stale_after` (2 minutes; up to 10 minutes when the dead worker still held the case's
+/// execution lease)", and resumes without a second kill.
+#[tokio::test]
+async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_execution_lease() {
+    use sandbox_steward::approvals::worker::handle_job;
+    use sandbox_steward::jobs::{
+        EXECUTION_LEASE, StepLog, WorkOutcome, WorkerConfig, execution_lease, reclaim_once,
+    };
+    use sandbox_steward::store::ClaimedJob;
+    use std::time::Duration;
+
+    assert_eq!(WorkerConfig::new("w").stale_after, Duration::from_secs(2 * 60));
+    assert_eq!(EXECUTION_LEASE, Duration::from_secs(10 * 60));
+
+    // This replica records decisions but runs no worker: the test plays the dying one.
+    let app = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..approvals_app()
+    })
+    .await;
+    app.seed_sandbox(json!({"sandboxID": "victim9", "templateID": "base", "state": "running"}))
+        .await;
+    let case = open_kill_case(&app, "victim9").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002").await;
+
+    // The dying worker claims the job and takes the case's execution lease, then dies.
+    let store = app.state.store.clone();
+    let claimed = wait_until("the decision is queued", || async {
+        store.claim("dying-worker", Duration::ZERO).await.unwrap()
+    })
+    .await;
+    assert_eq!(claimed.job.case_id(), &case);
+    let lease = execution_lease(&case);
+    assert!(
+        store
+            .acquire_lease(&lease, "dying-worker", EXECUTION_LEASE)
+            .await
+            .unwrap()
+    );
+    drop(claimed);
+
+    let svc = app.state.services();
+    let handler = |claimed: ClaimedJob, log: StepLog| {
+        let svc = svc.clone();
+        async move { handle_job(&svc, claimed, log).await }
+    };
+    let take_over = || async {
+        let outcomes = reclaim_once(&store, "taker", Duration::from_millis(100), &handler)
+            .await
+            .unwrap();
+        (!outcomes.is_empty()).then_some(outcomes)
+    };
+
+    // Stale, so another worker takes the job; the lease still holds, so it leaves it.
+    let first = wait_until("the job goes stale", take_over).await;
+    assert!(
+        matches!(&first[..], [WorkOutcome::LeftForRetry { error, .. }] if error.contains("another worker")),
+        "{first:?}"
+    );
+    let calls = app.e2b_calls().await;
+    assert_eq!(calls.get("snapshot").copied().unwrap_or(0), 0, "{calls:?}");
+    assert_eq!(calls.get("kill").copied().unwrap_or(0), 0, "{calls:?}");
+
+    // The dead worker's lease ends: the next takeover carries the kill out, once.
+    assert!(store.release_lease(&lease, "dying-worker").await.unwrap());
+    let second = wait_until("the job is taken over again", take_over).await;
+    assert!(
+        matches!(&second[..], [WorkOutcome::Finished(_)]),
+        "{second:?}"
+    );
+    let state = app.state.store.get_case(&case).await.unwrap().state;
+    assert!(matches!(state, CaseState::Done { .. }), "{state:?}");
+    let calls = app.e2b_calls().await;
+    assert_eq!(calls.get("snapshot").copied().unwrap_or(0), 1, "{calls:?}");
+    assert_eq!(calls.get("kill").copied().unwrap_or(0), 1, "{calls:?}");
+}
