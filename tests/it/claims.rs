@@ -200,7 +200,10 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     use sandbox_steward::store::ClaimedJob;
     use std::time::Duration;
 
-    assert_eq!(WorkerConfig::new("w").stale_after, Duration::from_secs(2 * 60));
+    assert_eq!(
+        WorkerConfig::new("w").stale_after,
+        Duration::from_secs(2 * 60)
+    );
     assert_eq!(EXECUTION_LEASE, Duration::from_secs(10 * 60));
 
     // This replica records decisions but runs no worker: the test plays the dying one.
@@ -264,4 +267,65 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     let calls = app.e2b_calls().await;
     assert_eq!(calls.get("snapshot").copied().unwrap_or(0), 1, "{calls:?}");
     assert_eq!(calls.get("kill").copied().unwrap_or(0), 1, "{calls:?}");
+}
+
+/// README: "Stopping a replica (SIGTERM, as in a rolling deploy) stops it taking requests, then
+/// lets ... the worker finish its current step."
+#[tokio::test]
+async fn stopping_a_replica_stops_new_requests_and_lets_the_current_step_finish() {
+    use sandbox_steward::cases::Step;
+    // The first replica records decisions and runs no worker.
+    let first = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..approvals_app()
+    })
+    .await;
+    // The second one works, reaching E2B through a front that holds its snapshot call.
+    let front = crate::common::HoldingFront::start(&first.e2b.base_url(), |path| {
+        path.starts_with("/sandboxes/") && path.ends_with("/snapshots")
+    })
+    .await;
+    let worker = first
+        .spawn_peer(TestAppOptions {
+            env: vec![("E2B_API_URL".into(), front.url.clone())],
+            ..approvals_app()
+        })
+        .await;
+    let port = worker.port;
+    first
+        .seed_sandbox(json!({"sandboxID": "victim10", "templateID": "base", "state": "running"}))
+        .await;
+    let case = open_kill_case(&first, "victim10").await;
+    click(&first, &case, "case_snapshot_then_kill", "U0002").await;
+    wait_until("the worker is taking the snapshot", || async {
+        (front.in_flight() == 1).then_some(())
+    })
+    .await;
+
+    // SIGTERM, mid-step.
+    let stopping = tokio::spawn(worker.shutdown());
+    wait_until("the stopping replica refuses new connections", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !stopping.is_finished(),
+        "the replica stopped while its worker was mid-step"
+    );
+
+    // The step completes, is recorded, and only then has the replica stopped.
+    front.open();
+    tokio::time::timeout(std::time::Duration::from_secs(30), stopping)
+        .await
+        .expect("the replica stops once its step is done")
+        .unwrap();
+    let steps = first.state.store.steps_done(&case).await.unwrap();
+    assert!(
+        steps.iter().any(|r| r.step == Step::Snapshot),
+        "the snapshot step was recorded: {steps:?}"
+    );
+    assert_eq!(front.arrived(), 1, "one snapshot");
 }
