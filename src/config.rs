@@ -314,16 +314,27 @@ impl Settings {
     }
 }
 
-/// Parses `90s`, `10m`, `2h`, `1d` or a bare number of seconds.
+/// The longest duration any setting or command accepts (100 years). Anything longer is a typo,
+/// and adding it to a date could leave the range of dates Steward can represent.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // 100 × 365.25 days
+
+/// Parses `90s`, `10m`, `2h`, `1d` or a bare number of seconds, up to [`MAX_DURATION`].
 pub fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+    let parsed = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(value).map_err(|e| ConfigError::Invalid {
+            name: name.to_owned(),
+            reason: format!("{value:?} is not a duration like 90s, 10m or 2h ({e})"),
+        })?,
+    };
+    if parsed > MAX_DURATION {
+        return Err(ConfigError::Invalid {
+            name: name.to_owned(),
+            reason: format!("{value:?} is longer than 100 years, the most Steward accepts"),
+        });
     }
-    humantime::parse_duration(value).map_err(|e| ConfigError::Invalid {
-        name: name.to_owned(),
-        reason: format!("{value:?} is not a duration like 90s, 10m or 2h ({e})"),
-    })
+    Ok(parsed)
 }
 
 #[cfg(test)]
@@ -377,6 +388,10 @@ mod tests {
             Duration::from_secs(600)
         );
         assert!(parse_duration("x", "soon").is_err());
+        assert!(parse_duration("x", "100y").is_ok());
+        let err = parse_duration("approvals.decide_within", "100000y").unwrap_err();
+        assert!(err.to_string().contains("longer than 100 years"), "{err}");
+        assert!(parse_duration("x", &u64::MAX.to_string()).is_err());
     }
 
     #[test]

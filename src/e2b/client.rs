@@ -36,6 +36,9 @@ pub const DEFAULT_METRICS_CONCURRENCY: usize = 8;
 pub const MAX_PAGE_LIMIT: u32 = 100;
 /// Longest refresh E2B accepts.
 pub const MAX_REFRESH_SECS: u64 = 3600;
+/// Largest E2B answer read; a bigger one (a broken proxy, a runaway listing) is refused with
+/// [`E2bError::TooLarge`] rather than held in memory.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// Connection set-up gets its own, shorter timeout so a dead host fails fast.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -49,6 +52,7 @@ pub struct E2bClient {
     retry: RetryPolicy,
     metrics_concurrency: usize,
     max_pages: u32,
+    max_response_bytes: usize,
     calls: Arc<AtomicU64>,
 }
 
@@ -291,6 +295,7 @@ impl E2bClient {
             retry: RetryPolicy::default(),
             metrics_concurrency: DEFAULT_METRICS_CONCURRENCY,
             max_pages: DEFAULT_MAX_PAGES,
+            max_response_bytes: MAX_RESPONSE_BYTES,
             calls: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -310,6 +315,12 @@ impl E2bClient {
     /// The page cap used when a query does not set its own (at least 1).
     pub fn with_max_pages(mut self, pages: u32) -> Self {
         self.max_pages = pages.max(1);
+        self
+    }
+
+    /// The largest answer read (tests make it small); at least 1 KiB.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes.max(1024);
         self
     }
 
@@ -346,21 +357,37 @@ impl E2bClient {
                     .header(CONTENT_TYPE, "application/json")
                     .body(body.clone());
             }
+            let limit = self.max_response_bytes;
             let result = async {
-                let response = request.send().await?;
+                let mut response = request.send().await?;
                 let status = response.status();
                 let headers = response.headers().clone();
-                let body = response.bytes().await?;
-                Ok::<_, reqwest::Error>(Reply {
+                // The cap holds while reading too: Content-Length may be absent or lie.
+                if response.content_length().is_some_and(|n| n > limit as u64) {
+                    return Ok(None);
+                }
+                let mut body = Vec::new();
+                while let Some(chunk) = response.chunk().await? {
+                    if body.len() + chunk.len() > limit {
+                        return Ok(None);
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok::<_, reqwest::Error>(Some(Reply {
                     status,
                     headers,
-                    body,
-                })
+                    body: Bytes::from(body),
+                }))
             }
             .await;
             let (outcome, err) = match result {
-                Ok(reply) if reply.status.is_success() => return Ok(reply),
-                Ok(reply) => {
+                // Asking again would get the same answer (and a mutation was delivered): give up.
+                Ok(None) => {
+                    tracing::warn!(op = call.op.name(), limit, "E2B answer over the size cap");
+                    return Err(E2bError::TooLarge { limit });
+                }
+                Ok(Some(reply)) if reply.status.is_success() => return Ok(reply),
+                Ok(Some(reply)) => {
                     let err = error::from_response(
                         reply.status,
                         &reply.headers,

@@ -45,6 +45,8 @@ pub enum E2bError {
     /// A listing that stopped before E2B said it was finished: what it holds is not the whole.
     #[error("Steward could not read E2B's whole list: {0}")]
     Incomplete(crate::e2b::PagingStop),
+    #[error("E2B sent an answer larger than {} MiB; Steward stopped reading it.", limit / (1024 * 1024))]
+    TooLarge { limit: usize },
 }
 
 fn rate_limited_sentence(retry_after: &Option<Duration>, message: &str) -> String {
@@ -75,9 +77,11 @@ impl E2bError {
             Self::Forbidden { .. } => Some(403),
             Self::BadRequest { .. } => Some(400),
             Self::Server { status, .. } => Some(*status),
-            Self::Transport(_) | Self::Decode(_) | Self::NotConfigured(_) | Self::Incomplete(_) => {
-                None
-            }
+            Self::Transport(_)
+            | Self::Decode(_)
+            | Self::NotConfigured(_)
+            | Self::Incomplete(_)
+            | Self::TooLarge { .. } => None,
         }
     }
 

@@ -14,5 +14,7 @@ pub mod schedule;
 pub mod sweep;
 
 pub use config::{HygieneConfig, Schedule};
-pub use schedule::{Scheduler, Tick, run_scheduler, scheduler_tick, sweep_now};
+pub use schedule::{
+    LoopEvent, Scheduler, Tick, run_scheduler, run_scheduler_observed, scheduler_tick, sweep_now,
+};
 pub use sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};

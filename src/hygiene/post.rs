@@ -111,17 +111,39 @@ pub(super) async fn post(
     report: &SweepReport,
     channel: &SlackChannelId,
     now: DateTime<Utc>,
+    slot: Option<DateTime<Utc>>,
 ) -> Result<Posted, SweepError> {
     let (raise, mut posted) = plan(report, ctx.config.max_cases_per_sweep);
-    let digest = ctx
-        .templates
-        .render(&digest_params(report, None, false))
-        .map_err(|e| SweepError::Digest(e.to_string()))?;
-    let (channel, ts) = ctx
-        .slack
-        .post_message(channel, digest)
-        .await
-        .map_err(|e| SweepError::Digest(e.to_string()))?;
+    let earlier = match slot {
+        Some(slot) => ctx.store.sweep_digest(slot).await?,
+        None => None,
+    };
+    let (channel, ts) = match earlier.as_deref().and_then(parse_posted) {
+        Some(found) => {
+            // A leader that lost its lease already posted this slot's digest: reuse it, so
+            // the channel sees one digest per scheduled sweep.
+            tracing::info!(digest_ts = %found.1, "reusing the digest already posted for this slot");
+            found
+        }
+        None => {
+            let digest = ctx
+                .templates
+                .render(&digest_params(report, None, false))
+                .map_err(|e| SweepError::Digest(e.to_string()))?;
+            let (channel, ts) = ctx
+                .slack
+                .post_message(channel, digest)
+                .await
+                .map_err(|e| SweepError::Digest(e.to_string()))?;
+            if let Some(slot) = slot {
+                let record = format!("{channel} {ts}");
+                if let Err(e) = ctx.store.record_sweep_digest(slot, &record).await {
+                    tracing::warn!(error = %e, "could not record where the sweep digest was posted");
+                }
+            }
+            (channel, ts)
+        }
+    };
     posted.channel = channel.to_string();
     posted.digest_ts = ts.clone();
     let target = CardTarget {
@@ -193,6 +215,12 @@ pub(super) async fn post(
         tracing::warn!(error = %e, "could not update the sweep digest with its outcome");
     }
     Ok(posted)
+}
+
+/// The `"<channel> <ts>"` recorded for a slot's digest.
+fn parse_posted(text: &str) -> Option<(SlackChannelId, String)> {
+    let (channel, ts) = text.split_once(' ')?;
+    Some((SlackChannelId::parse(channel).ok()?, ts.to_owned()))
 }
 
 #[cfg(test)]

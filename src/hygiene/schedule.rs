@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};
+use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once, sweep_pass};
 use crate::store::StoreError;
 
 /// The name of the lease every replica competes for.
@@ -35,21 +35,33 @@ pub struct Scheduler {
     /// Unique per replica (and per process start), so leases tell replicas apart.
     pub holder: String,
     pub lease_ttl: Duration,
+    /// After a failed sweep, how long this replica's loop waits before trying the slot again.
+    pub retry_after_failure: Duration,
 }
 
 impl Scheduler {
-    /// A scheduler with a fresh holder id and the default lease.
+    /// A scheduler with a fresh holder id, the default lease and the default wait after failure.
     pub fn new(sweep: SweepContext) -> Self {
         Self {
             sweep,
             holder: format!("replica-{}", uuid::Uuid::new_v4().simple()),
             lease_ttl: DEFAULT_LEASE_TTL,
+            retry_after_failure: RETRY_AFTER_FAILURE,
         }
     }
 }
 
-/// What a tick decided.
+/// What the scheduler loop did on one tick, for [`run_scheduler_observed`].
 #[derive(Debug)]
+pub enum LoopEvent {
+    /// It asked [`scheduler_tick`]; the store error, if any, in words.
+    Ticked(Result<Tick, String>),
+    /// It skipped the tick: a sweep failed and the wait after failure is not over.
+    Waiting { until: DateTime<Utc> },
+}
+
+/// What a tick decided.
+#[derive(Debug, Clone)]
 pub enum Tick {
     /// The latest slot is done (or there is none); `next` is when the next one falls.
     NotDue { next: Option<DateTime<Utc>> },
@@ -106,7 +118,7 @@ pub async fn scheduler_tick(s: &Scheduler, now: DateTime<Utc>) -> Result<Tick, S
         });
     }
     tracing::info!(%slot, holder = %s.holder, "running the scheduled sweep");
-    let outcome = while_holding(s, sweep_once(&s.sweep, now, SweepMode::Live)).await;
+    let outcome = while_holding(s, sweep_pass(&s.sweep, now, SweepMode::Live, Some(slot))).await;
     let tick = match outcome {
         Ok(Ok(report)) => {
             // The marker goes first: once the lease is free, the slot must already read as done.
@@ -134,23 +146,33 @@ pub async fn scheduler_tick(s: &Scheduler, now: DateTime<Utc>) -> Result<Tick, S
 
 /// Runs `work` while renewing the lease; stops it if the lease is lost, so two replicas never
 /// sweep at once for long.
+///
+/// Renewal happens every third of the lease. A renewal that fails (Redis did not answer) is
+/// tried once more half a period later, still well inside the lease, before the lease counts
+/// as lost: one dropped connection must not cost a whole sweep. A renewal that finds another
+/// holder is final at once.
 async fn while_holding(
     s: &Scheduler,
     work: impl Future<Output = Result<SweepReport, SweepError>>,
 ) -> Result<Result<SweepReport, SweepError>, SweepError> {
     let renew = async {
         let every = (s.lease_ttl / 3).max(Duration::from_millis(50));
+        let mut failed_once = false;
         loop {
-            tokio::time::sleep(every).await;
+            tokio::time::sleep(if failed_once { every / 2 } else { every }).await;
             match s
                 .sweep
                 .store
                 .renew_lease(SWEEP_LEASE, &s.holder, s.lease_ttl)
                 .await
             {
-                Ok(true) => {}
+                Ok(true) => failed_once = false,
                 Ok(false) => {
                     return SweepError::LeaseLost("another replica holds it now".into());
+                }
+                Err(e) if !failed_once => {
+                    tracing::warn!(error = %e, "could not renew the sweep lease; trying once more");
+                    failed_once = true;
                 }
                 Err(e) => return SweepError::LeaseLost(e.to_string()),
             }
@@ -182,6 +204,25 @@ pub async fn sweep_now(s: &Scheduler, now: DateTime<Utc>) -> Result<SweepReport,
 /// Ticks every `every` until `shutdown` completes. A sweep in progress is dropped at shutdown;
 /// its lease then ends on its own and another replica redoes the slot.
 pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<Output = ()>) {
+    run_scheduler_observed(s, every, shutdown, None).await;
+}
+
+/// [`run_scheduler`], telling `events` what each tick did (tests watch the loop's own
+/// decisions this way instead of guessing from the clock).
+pub async fn run_scheduler_observed(
+    s: Scheduler,
+    every: Duration,
+    shutdown: impl Future<Output = ()>,
+    events: Option<tokio::sync::mpsc::Sender<LoopEvent>>,
+) {
+    let tell = |event: LoopEvent| {
+        let events = events.clone();
+        async move {
+            if let Some(events) = events {
+                let _ = events.send(event).await;
+            }
+        }
+    };
     tokio::pin!(shutdown);
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -193,13 +234,19 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             _ = interval.tick() => {}
         }
         let now = Utc::now();
-        if quiet_until.is_some_and(|t| now < t) {
+        if let Some(until) = quiet_until.filter(|t| now < *t) {
+            tell(LoopEvent::Waiting { until }).await;
             continue;
         }
         let tick = tokio::select! {
             () = &mut shutdown => break,
             tick = scheduler_tick(&s, now) => tick,
         };
+        // Cloned only when someone is watching: a report can be large.
+        let seen = events.is_some().then(|| match &tick {
+            Ok(t) => Ok(t.clone()),
+            Err(e) => Err(e.to_string()),
+        });
         match tick {
             Ok(Tick::Ran { slot, report }) => {
                 tracing::info!(%slot, idle = report.counts.idle, "scheduled sweep done");
@@ -207,7 +254,7 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             Ok(Tick::Failed { slot, error }) => {
                 tracing::error!(%slot, %error, "scheduled sweep failed; will retry");
                 quiet_until = Some(
-                    now + chrono::Duration::from_std(RETRY_AFTER_FAILURE)
+                    now + chrono::Duration::from_std(s.retry_after_failure)
                         .unwrap_or(chrono::Duration::minutes(5)),
                 );
             }
@@ -216,6 +263,9 @@ pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<
             }
             Ok(Tick::NotDue { .. } | Tick::HeldElsewhere { .. }) => {}
             Err(e) => tracing::warn!(error = %e, "the sweep scheduler cannot read its state"),
+        }
+        if let Some(seen) = seen {
+            tell(LoopEvent::Ticked(seen)).await;
         }
     }
     tracing::info!("sweep scheduler stopped");

@@ -298,11 +298,23 @@ pub struct SweepReport {
 }
 
 /// One pass. A dry run only reads; a live pass posts the digest and opens cases.
-#[tracing::instrument(skip(ctx))]
 pub async fn sweep_once(
     ctx: &SweepContext,
     now: DateTime<Utc>,
     mode: SweepMode,
+) -> Result<SweepReport, SweepError> {
+    sweep_pass(ctx, now, mode, None).await
+}
+
+/// One pass; `slot` is the scheduled time a live pass runs for, if any. A scheduled slot's
+/// digest is posted once: a replica that takes the slot over after a lost lease posts its
+/// cases in the thread of the digest already there.
+#[tracing::instrument(skip(ctx))]
+pub(super) async fn sweep_pass(
+    ctx: &SweepContext,
+    now: DateTime<Utc>,
+    mode: SweepMode,
+    slot: Option<DateTime<Utc>>,
 ) -> Result<SweepReport, SweepError> {
     // Checked first: a live pass with nowhere to post must not do the reading for nothing.
     let channel = match mode {
@@ -314,7 +326,7 @@ pub async fn sweep_once(
     let judged = judged?;
     let mut report = judged.into_report(ctx, mode, now, capacity);
     if let Some(channel) = channel {
-        report.posted = Some(super::post::post(ctx, &report, &channel, now).await?);
+        report.posted = Some(super::post::post(ctx, &report, &channel, now, slot).await?);
     }
     report.e2b_calls = ctx.e2b.calls_made() - calls_before;
     tracing::info!(

@@ -144,6 +144,10 @@ pub fn sentence(subject: &str, error: &E2bError) -> String {
             "Steward could not read all of what E2B lists about {} ({stop}), so it changed nothing.",
             lower_first(subject)
         ),
+        E2bError::TooLarge { .. } => {
+            tracing::error!(error = %error, "E2B answer over the size cap");
+            "E2B sent an answer too large to read; an operator has been told in the logs.".into()
+        }
     }
 }
 

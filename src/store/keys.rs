@@ -158,6 +158,11 @@ impl Keys {
     pub fn last_sweep(&self) -> String {
         format!("{}:sweep:last-completed", self.prefix)
     }
+
+    /// Where the digest of the scheduled sweep for `slot` (RFC 3339) was posted.
+    pub fn sweep_digest(&self, slot: &str) -> String {
+        format!("{}:sweep:digest:{}", self.prefix, slot)
+    }
 }
 
 /// The hash tag of a key (the text between the first `{` and the next `}`), as Redis Cluster

@@ -41,6 +41,7 @@ struct State {
     leases: HashMap<String, (String, Instant)>,
     left: HashMap<String, LeftMark>,
     last_sweep: Option<DateTime<Utc>>,
+    sweep_digests: HashMap<DateTime<Utc>, String>,
     queue: Queue,
     audit: Vec<AuditEvent>,
 }
@@ -251,6 +252,22 @@ impl MemoryStore {
         let mut s = self.lock();
         s.last_sweep = Some(s.last_sweep.map_or(slot, |last| last.max(slot)));
         Ok(())
+    }
+
+    pub(crate) async fn record_sweep_digest(
+        &self,
+        slot: DateTime<Utc>,
+        posted: &str,
+    ) -> Result<(), StoreError> {
+        self.lock().sweep_digests.insert(slot, posted.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn sweep_digest(
+        &self,
+        slot: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().sweep_digests.get(&slot).cloned())
     }
 
     pub(crate) async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {

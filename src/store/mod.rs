@@ -28,6 +28,8 @@ pub use redis::RedisStore;
 /// How many times [`Store::update_case`] re-reads and re-applies after losing a race before it
 /// gives up with [`StoreError::Conflict`]. Each retry means another writer made progress.
 pub const MAX_UPDATE_ATTEMPTS: usize = 64;
+/// How long the record of a scheduled sweep's digest is kept: well past any takeover of its slot.
+pub const SWEEP_DIGEST_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Why a store operation failed. Callers show `Unavailable` as "Steward can't reach its
 /// database" and everything else as an internal error.
@@ -520,6 +522,21 @@ impl Store {
     /// Records that the sweep scheduled for `slot` finished. Never moves the marker backwards.
     pub async fn record_completed_sweep(&self, slot: DateTime<Utc>) -> Result<(), StoreError> {
         delegate!(self.record_completed_sweep(slot))
+    }
+
+    /// Records where the digest of the sweep scheduled for `slot` was posted, so a replica
+    /// that takes the slot over after a lost lease reuses it rather than posting a second one.
+    pub async fn record_sweep_digest(
+        &self,
+        slot: DateTime<Utc>,
+        posted: &str,
+    ) -> Result<(), StoreError> {
+        delegate!(self.record_sweep_digest(slot, posted))
+    }
+
+    /// What [`Store::record_sweep_digest`] recorded for `slot`, if anything.
+    pub async fn sweep_digest(&self, slot: DateTime<Utc>) -> Result<Option<String>, StoreError> {
+        delegate!(self.sweep_digest(slot))
     }
 
     // ----- deduplication and leases -----

@@ -362,6 +362,10 @@ fn answer_lost(e: &RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
+fn slot_text(slot: DateTime<Utc>) -> String {
+    slot.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -916,6 +920,32 @@ impl RedisStore {
             .await
             .map_err(map_err)?;
         Ok(())
+    }
+
+    pub(crate) async fn record_sweep_digest(
+        &self,
+        slot: DateTime<Utc>,
+        posted: &str,
+    ) -> Result<(), StoreError> {
+        redis::cmd("SET")
+            .arg(self.keys().sweep_digest(&slot_text(slot)))
+            .arg(posted)
+            .arg("PX")
+            .arg(ms(super::SWEEP_DIGEST_TTL))
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(map_err)
+    }
+
+    pub(crate) async fn sweep_digest(
+        &self,
+        slot: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        redis::cmd("GET")
+            .arg(self.keys().sweep_digest(&slot_text(slot)))
+            .query_async(&mut self.conn())
+            .await
+            .map_err(map_err)
     }
 
     // ----- deduplication and leases -----

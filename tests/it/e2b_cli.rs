@@ -63,6 +63,48 @@ impl Cli {
         }
     }
 
+    /// Runs `steward e2b ARGS` on a pseudo-terminal (util-linux `script`), typing `typed` and
+    /// Enter at it; returns everything the terminal showed.
+    async fn run_at_terminal(&self, args: &[&str], typed: &str) -> Run {
+        use tokio::io::AsyncWriteExt;
+        let command = std::iter::once(env!("CARGO_BIN_EXE_steward").to_owned())
+            .chain(std::iter::once("e2b".to_owned()))
+            .chain(args.iter().map(|a| a.to_string()))
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut child = tokio::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env_remove("E2B_TEAM_ID")
+            .env_remove("E2B_REQUEST_TIMEOUT")
+            .env("E2B_API_URL", self.sim.base_url())
+            .env("E2B_API_KEY", KEY)
+            .env("E2B_PROJECT_ID", self.sim.team_id())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("util-linux `script` is installed");
+        // The terminal keeps the line until the confirmation prompt reads it.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{typed}\n").as_bytes())
+            .await
+            .unwrap();
+        let out =
+            tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+                .await
+                .expect("steward answered at the terminal")
+                .unwrap();
+        drop(stdin);
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     async fn calls(&self, op: &str) -> u64 {
         self.hooks.calls_of(op).await.unwrap()
     }
@@ -289,4 +331,31 @@ async fn a_missing_api_key_is_explained() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("E2B_API_KEY is not set"), "{stderr}");
     assert_eq!(cli.calls("list").await, 0);
+}
+
+/// README: `kill` and `delete-template` "ask you to type the id back".
+#[tokio::test]
+async fn kill_at_a_terminal_runs_only_when_the_id_is_typed_back() {
+    let cli = start(0).await;
+    let id = cli.seed("running").await;
+
+    let wrong = cli.run_at_terminal(&["kill", &id], "not-the-id").await;
+    assert!(
+        wrong.stdout.contains("Type the id to confirm"),
+        "{}",
+        wrong.stdout
+    );
+    assert!(wrong.stdout.contains("does not match"), "{}", wrong.stdout);
+    assert_ne!(wrong.code, 0);
+    assert_eq!(
+        cli.calls("kill").await,
+        0,
+        "nothing is sent on a wrong answer"
+    );
+
+    let right = cli.run_at_terminal(&["kill", &id], &id).await;
+    assert_eq!(right.code, 0, "{}", right.stdout);
+    assert_eq!(cli.calls("kill").await, 1);
+    let gone = cli.run(&["get", &id]).await;
+    assert_ne!(gone.code, 0, "{}", gone.stdout);
 }

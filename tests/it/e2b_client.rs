@@ -571,3 +571,55 @@ async fn an_unreachable_server_is_a_transport_error_without_the_key() {
     let shown = format!("{err} {err:?} {client:?}");
     assert!(!shown.contains(KEY), "{shown}");
 }
+
+#[tokio::test]
+async fn an_answer_over_the_size_cap_is_a_sentence_and_is_not_asked_again() {
+    let h = start(60).await;
+    let client = h.client.clone().with_max_response_bytes(2048);
+    h.reset_calls().await;
+    let err = client
+        .list_sandboxes_page(&ListQuery::default(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::TooLarge { .. }), "{err:?}");
+    assert!(err.to_string().contains("larger than"), "{err}");
+    assert!(!err.is_transient());
+    assert_eq!(
+        h.calls("list").await,
+        1,
+        "a too-large answer is not fetched again"
+    );
+    // The same listing under the default cap reads fine.
+    assert!(
+        h.client
+            .list_sandboxes_page(&ListQuery::default(), None)
+            .await
+            .is_ok()
+    );
+}
+
+/// README: "Batch metrics go out in calls of at most 100 ids, 8 at a time."
+#[tokio::test]
+async fn batch_metrics_go_out_in_calls_of_100_ids_8_at_a_time() {
+    let h = start(0).await;
+    let front =
+        crate::common::HoldingFront::start(&h.sim.base_url(), |path| path == "/sandboxes/metrics")
+            .await;
+    let mut settings = E2bSettings::for_url(&front.url, KEY);
+    settings.team_id = Some(h.sim.team_id().to_owned());
+    let client = E2bClient::new(&settings).unwrap();
+    let ids: Vec<SandboxId> = (0..2000)
+        .map(|i| SandboxId::parse(format!("ibatch{i:05}")).unwrap())
+        .collect();
+    let reading = tokio::spawn(async move { client.metrics_many(&ids).await });
+    // Every call is held until eight are in flight at once...
+    crate::common::wait_until("eight metrics calls in flight", || async {
+        (front.in_flight() >= 8).then_some(())
+    })
+    .await;
+    front.open();
+    reading.await.unwrap().expect("the batch read succeeds");
+    // ...and never more: 2,000 ids make 20 calls, at most 8 at a time.
+    assert_eq!(front.arrived(), 20);
+    assert_eq!(front.max_in_flight(), 8);
+}

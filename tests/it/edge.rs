@@ -87,6 +87,10 @@ async fn a_connection_that_sends_half_a_header_is_closed_by_the_server() {
             .unwrap();
         idle.push(stream);
     }
+    // ...and some that never send a byte.
+    for _ in 0..5 {
+        idle.push(connect(&app).await);
+    }
     for stream in &mut idle {
         let seen = read_until_closed(stream).await;
         assert!(!seen.contains("200 OK"), "{seen}");
@@ -157,4 +161,35 @@ async fn connections_over_the_cap_are_answered_503_and_closed_until_one_ends() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(second);
+}
+
+#[tokio::test]
+async fn a_request_not_answered_within_the_request_timeout_is_answered_408() {
+    // The body deadline is far off; the whole-request deadline is what ends this one.
+    let app = app_with(&[
+        ("STEWARD_REQUEST_TIMEOUT", "1s"),
+        ("STEWARD_BODY_TIMEOUT", "1h"),
+    ])
+    .await;
+    let mut stream = connect(&app).await;
+    stream
+        .write_all(
+            b"POST /slack/commands HTTP/1.1\r\nhost: steward\r\n\
+              content-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\ntext=",
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(DEADLINE, async {
+        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed without an answer");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the server answered in time");
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
 }

@@ -14,7 +14,8 @@ use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
 use sandbox_steward::hygiene::schedule::SWEEP_LEASE;
 use sandbox_steward::hygiene::sweep::{Capacity, IdleSandbox, SweepReport};
 use sandbox_steward::hygiene::{
-    HygieneConfig, Scheduler, SweepContext, SweepMode, Tick, scheduler_tick, sweep_once,
+    HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepMode, Tick, run_scheduler_observed,
+    scheduler_tick, sweep_once,
 };
 use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId};
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
@@ -177,6 +178,7 @@ impl World {
             sweep: self.ctx.clone(),
             holder: holder.to_owned(),
             lease_ttl: Duration::from_secs(30),
+            retry_after_failure: Duration::from_secs(300),
         }
     }
 
@@ -759,11 +761,281 @@ async fn a_leader_that_dies_mid_sweep_is_replaced_when_its_lease_ends() {
     assert!(matches!(blocked, Tick::HeldElsewhere { .. }), "{blocked:?}");
     assert!(w.digests().is_empty());
 
-    tokio::time::sleep(Duration::from_millis(900)).await;
-
-    let took_over = scheduler_tick(&s, Utc::now()).await.unwrap();
+    // Tick until the dead leader's lease has ended: until then every tick is held elsewhere.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let took_over = loop {
+        match scheduler_tick(&s, Utc::now()).await.unwrap() {
+            Tick::HeldElsewhere { .. } => {
+                assert!(w.digests().is_empty());
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the dead leader's lease never ended"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other,
+        }
+    };
     assert!(matches!(took_over, Tick::Ran { .. }), "{took_over:?}");
     assert_eq!(w.digests().len(), 1);
+}
+
+/// A front for the fake Slack that holds the first request matching `hold` until released
+/// (so a test can act while a sweep is mid-post), and forwards everything else untouched.
+struct SlackGate {
+    url: String,
+    arrived: tokio::sync::watch::Receiver<bool>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+/// Which request (path, body) the gate holds.
+type HoldIf = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+struct GateState {
+    target: String,
+    hold: HoldIf,
+    taken: std::sync::atomic::AtomicBool,
+    arrived: tokio::sync::watch::Sender<bool>,
+    release: tokio::sync::watch::Receiver<bool>,
+    http: reqwest::Client,
+}
+
+impl SlackGate {
+    async fn start(
+        slack: &SlackSim,
+        hold: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+    ) -> SlackGate {
+        let (arrived_tx, arrived) = tokio::sync::watch::channel(false);
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let state = Arc::new(GateState {
+            target: slack.base_url(),
+            hold: Box::new(hold),
+            taken: Default::default(),
+            arrived: arrived_tx,
+            release: release_rx,
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new().fallback(gate_forward).with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        SlackGate {
+            url,
+            arrived,
+            release,
+        }
+    }
+
+    /// A Slack client whose Web API calls go through the gate.
+    fn client(&self) -> SlackClient {
+        SlackClient::new(&sandbox_steward::config::SlackSettings {
+            api_url: format!("{}/api", self.url),
+            bot_token: Some("xoxb-test".to_owned().into()),
+            signing_secret: None,
+            templates_dir: None,
+        })
+        .unwrap()
+    }
+
+    /// Waits until the held request has arrived.
+    async fn held(&self) {
+        let mut arrived = self.arrived.clone();
+        tokio::time::timeout(Duration::from_secs(20), arrived.wait_for(|a| *a))
+            .await
+            .expect("the gated Slack call never arrived")
+            .unwrap();
+    }
+
+    fn open(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+async fn gate_forward(
+    axum::extract::State(g): axum::extract::State<Arc<GateState>>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    if (g.hold)(&path, &String::from_utf8_lossy(&bytes))
+        && !g.taken.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        g.arrived.send_replace(true);
+        let mut release = g.release.clone();
+        let _ = release.wait_for(|r| *r).await;
+    }
+    let mut forward = g
+        .http
+        .request(parts.method, format!("{}{path}", g.target))
+        .body(bytes);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            forward = forward.header(name, value);
+        }
+    }
+    let resp = forward.send().await.unwrap();
+    let status = resp.status();
+    let mut headers = resp.headers().clone();
+    headers.remove("content-length");
+    headers.remove("transfer-encoding");
+    (status, headers, resp.bytes().await.unwrap()).into_response()
+}
+
+/// The sweep lease's Redis key under `prefix` (found, not spelled out: only the store knows
+/// the layout).
+fn sweep_lease_key(conn: &mut redis::Connection, prefix: &str) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(conn)
+        .unwrap();
+    keys.into_iter()
+        .find(|k| k.contains("lease") && k.contains(SWEEP_LEASE))
+        .unwrap_or_else(|| panic!("no sweep lease under {prefix}"))
+}
+
+/// How many commands Redis has refused with WRONGTYPE since it started.
+fn wrongtype_errors(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("errorstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_WRONGTYPE:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn redis_conn() -> redis::Connection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failed_lease_renewal_is_retried_and_the_sweep_goes_on() {
+    let w = world(config()).await;
+    w.idle_running(None).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // Hold the digest post, so the sweep is still running while its lease is sabotaged.
+    let gate = SlackGate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
+    let mut s = w.scheduler("replica-a");
+    s.sweep.slack = gate.client();
+    s.lease_ttl = Duration::from_secs(6);
+    let running = tokio::spawn(async move { scheduler_tick(&s, Utc::now()).await });
+    gate.held().await;
+
+    // One renewal fails: the lease key briefly holds a value of the wrong type.
+    let mut conn = redis_conn();
+    let key = sweep_lease_key(&mut conn, &w.prefix);
+    let holder: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    let before = wrongtype_errors(&mut conn);
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(&key)
+        .cmd("HSET")
+        .arg(&key)
+        .arg("sabotage")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while wrongtype_errors(&mut conn) == before {
+        assert!(std::time::Instant::now() < deadline, "no renewal was tried");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(&key)
+        .cmd("SET")
+        .arg(&key)
+        .arg(&holder)
+        .arg("PX")
+        .arg(6000)
+        .query(&mut conn)
+        .unwrap();
+    gate.open();
+
+    let tick = running.await.unwrap().unwrap();
+    assert!(
+        matches!(&tick, Tick::Ran { slot, .. } if *slot == latest),
+        "{tick:?}"
+    );
+    assert_eq!(w.digests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_mid_post_stops_and_the_digest_is_never_posted_twice() {
+    let w = world(config()).await;
+    let a_id = w.idle_running(Some("alice")).await;
+    let b_id = w.idle_running(None).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // Let the digest through, hold the first post in its thread (an owner heading).
+    let gate = SlackGate::start(&w.slack, |path, body| {
+        path.ends_with("chat.postMessage") && body.contains("\"thread_ts\":\"")
+    })
+    .await;
+    let mut leader = w.scheduler("replica-a");
+    leader.sweep.slack = gate.client();
+    leader.lease_ttl = Duration::from_millis(900);
+    let running = tokio::spawn(async move { scheduler_tick(&leader, Utc::now()).await });
+    gate.held().await;
+    assert_eq!(w.digests().len(), 1, "the leader posted the digest");
+
+    // Someone else holds the lease now: the leader's next renewal finds out and it stops.
+    let mut conn = redis_conn();
+    let key = sweep_lease_key(&mut conn, &w.prefix);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let stopped = running.await.unwrap().unwrap();
+    assert!(
+        matches!(&stopped, Tick::Failed { error, .. } if error.contains("lease")),
+        "{stopped:?}"
+    );
+    assert!(
+        w.open_case_of(&a_id).await.is_none(),
+        "a stopped leader opens nothing more"
+    );
+    assert!(w.open_case_of(&b_id).await.is_none());
+    gate.open();
+
+    // The other replica takes the slot over once the lease is free.
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    let other = w.scheduler("replica-b");
+    let took_over = scheduler_tick(&other, Utc::now()).await.unwrap();
+    assert!(
+        matches!(&took_over, Tick::Ran { slot, .. } if *slot == latest),
+        "{took_over:?}"
+    );
+    let digests = w.digests();
+    assert_eq!(digests.len(), 1, "one digest per scheduled sweep");
+    let digest_ts = digests[0].ts.clone();
+    for id in [&a_id, &b_id] {
+        let case = w
+            .open_case_of(id)
+            .await
+            .expect("the new leader opened the case");
+        let card = w
+            .slack
+            .messages()
+            .into_iter()
+            .find(|m| m.method == "chat.postMessage" && text_of(m).contains(case.id.as_str()))
+            .expect("the case card was posted");
+        assert_eq!(
+            card.thread_ts, digest_ts,
+            "cards go in the one digest's thread"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -831,4 +1103,132 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     assert!(report["posted"].is_null());
     assert!(w.slack.messages().is_empty());
     assert!(w.open_case_of(&a).await.is_none());
+}
+
+/// README: "The most expensive idle sandboxes are raised first, up to `max_cases_per_sweep`"
+/// and "the rest wait for the next sweep".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cases_over_max_cases_per_sweep_wait_for_the_next_sweep_costliest_first() {
+    let mut c = config();
+    c.max_cases_per_sweep = 1;
+    let w = world(c).await;
+    let big = w
+        .seed(
+            json!({"templateID": "python", "state": "running", "startedAt": ago(hours(5)),
+            "endAt": ahead(hours(10)), "profile": "idle", "cpuCount": 8, "memoryMB": 16384}),
+        )
+        .await;
+    let small_a = w.idle_running(None).await;
+    let small_b = w.idle_running(None).await;
+
+    let first = w.sweep(SweepMode::Live).await;
+    let posted = first.posted.as_ref().unwrap();
+    assert_eq!(posted.opened.len(), 1, "{posted:?}");
+    assert_eq!(posted.deferred, 2, "{posted:?}");
+    assert!(
+        w.open_case_of(&big).await.is_some(),
+        "the costliest goes first"
+    );
+    let digest = w.digests().remove(0);
+    let latest = w
+        .slack
+        .message(CHANNEL, digest.ts.as_deref().unwrap())
+        .unwrap();
+    assert!(
+        text_of(&latest).contains("2 left for the next sweep"),
+        "{}",
+        text_of(&latest)
+    );
+
+    let second = w.sweep(SweepMode::Live).await;
+    let posted = second.posted.as_ref().unwrap();
+    assert_eq!(second.counts.already_open, 1);
+    assert_eq!(posted.opened.len(), 1, "{posted:?}");
+    assert_eq!(posted.deferred, 1, "{posted:?}");
+    let raised = [&small_a, &small_b];
+    let mut open = 0;
+    for id in raised {
+        open += usize::from(w.open_case_of(id).await.is_some());
+    }
+    assert_eq!(open, 1, "one more case per sweep");
+}
+
+/// The scheduler loop on its own task, reporting each tick; stopped when dropped.
+struct Looping {
+    events: tokio::sync::mpsc::Receiver<LoopEvent>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Looping {
+    fn start(s: Scheduler) -> Self {
+        let (tx, events) = tokio::sync::mpsc::channel(8);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run_scheduler_observed(
+            s,
+            Duration::from_millis(10),
+            async {
+                let _ = stopped.await;
+            },
+            Some(tx),
+        ));
+        Self {
+            events,
+            _stop: stop,
+        }
+    }
+
+    async fn next(&mut self) -> LoopEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.events.recv())
+            .await
+            .expect("the scheduler loop reports every tick")
+            .expect("the scheduler loop is running")
+    }
+}
+
+/// README: "After a failed sweep the replica waits 5 minutes before trying the same slot again."
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_sweep_the_replica_waits_before_trying_the_slot_again() {
+    let w = world(config()).await;
+    w.idle_running(None).await;
+    last_sweep_was(&w, 1).await;
+    assert_eq!(
+        Scheduler::new(w.ctx.clone()).retry_after_failure,
+        Duration::from_secs(5 * 60)
+    );
+    let hooks = w.sim.hooks();
+    hooks.fault(Some("list"), 500, 1, 0).await.unwrap();
+
+    let mut s = w.scheduler("replica-a");
+    s.retry_after_failure = Duration::from_secs(3600);
+    let mut looping = Looping::start(s);
+    let first = looping.next().await;
+    assert!(
+        matches!(first, LoopEvent::Ticked(Ok(Tick::Failed { .. }))),
+        "{first:?}"
+    );
+    // The loop keeps ticking, and every tick waits: the slot is not tried again.
+    for _ in 0..20 {
+        let next = looping.next().await;
+        assert!(matches!(next, LoopEvent::Waiting { .. }), "{next:?}");
+    }
+    assert_eq!(hooks.calls_of("list").await.unwrap(), 1);
+    assert!(w.digests().is_empty());
+    drop(looping);
+
+    // Once the wait is over, the same slot is tried again and runs.
+    let mut s = w.scheduler("replica-a");
+    s.retry_after_failure = Duration::ZERO;
+    hooks.fault(Some("list"), 500, 1, 0).await.unwrap();
+    let mut looping = Looping::start(s);
+    let failed = looping.next().await;
+    assert!(
+        matches!(failed, LoopEvent::Ticked(Ok(Tick::Failed { .. }))),
+        "{failed:?}"
+    );
+    let retried = looping.next().await;
+    assert!(
+        matches!(retried, LoopEvent::Ticked(Ok(Tick::Ran { .. }))),
+        "{retried:?}"
+    );
+    assert_eq!(w.digests().len(), 1);
 }

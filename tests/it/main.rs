@@ -5,6 +5,7 @@ mod common;
 
 mod approvals;
 mod cards;
+mod claims;
 mod e2b_cli;
 mod e2b_client;
 mod edge;

@@ -373,6 +373,156 @@ impl TestApp {
     }
 }
 
+/// Polls `check` until it gives a value, failing the test with `what` after [`WAIT_FOR_POST`].
+/// Tests wait on an observable condition this way, never with a bare sleep.
+pub async fn wait_until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_POST;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl TestApp {
+    /// Waits until the fake Slack recorded a message `matches` accepts, and returns it.
+    pub async fn wait_for_message(
+        &self,
+        what: &str,
+        matches: impl Fn(&Recorded) -> bool,
+    ) -> Recorded {
+        wait_until(what, || async {
+            self.slack.messages().into_iter().find(|m| matches(m))
+        })
+        .await
+    }
+
+    /// Waits until the E2B simulator counted at least `at_least` calls of `op`.
+    pub async fn wait_for_e2b_calls(&self, op: &str, at_least: u64) -> u64 {
+        wait_until(&format!("{at_least} E2B {op} call(s)"), || async {
+            let n = self.e2b.hooks().calls_of(op).await.unwrap_or(0);
+            (n >= at_least).then_some(n)
+        })
+        .await
+    }
+}
+
+/// A forwarding front for a simulator on a random port. Requests whose path `matches` are
+/// counted (arrived, in flight, most in flight at once) and held while the front is closed;
+/// everything else passes straight through. Lets a test see how many calls a client makes at
+/// once, or act while a call is under way.
+pub struct HoldingFront {
+    pub url: String,
+    state: Arc<FrontState>,
+}
+
+struct FrontState {
+    target: String,
+    matches: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    open: tokio::sync::watch::Sender<bool>,
+    arrived: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    max_in_flight: std::sync::atomic::AtomicUsize,
+    http: reqwest::Client,
+}
+
+impl HoldingFront {
+    /// Fronts `target` (a base URL); matching requests are held until [`HoldingFront::open`].
+    pub async fn start(
+        target: &str,
+        matches: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let state = Arc::new(FrontState {
+            target: target.trim_end_matches('/').to_owned(),
+            matches: Box::new(matches),
+            open: tokio::sync::watch::channel(false).0,
+            arrived: Default::default(),
+            in_flight: Default::default(),
+            max_in_flight: Default::default(),
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new()
+            .fallback(front_forward)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, state }
+    }
+
+    /// Lets every held request (and every later one) through.
+    pub fn open(&self) {
+        self.state.open.send_replace(true);
+    }
+
+    pub fn arrived(&self) -> usize {
+        self.state.arrived.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.state
+            .in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.state
+            .max_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn front_forward(
+    axum::extract::State(front): axum::extract::State<Arc<FrontState>>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use std::sync::atomic::Ordering::SeqCst;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let counted = (front.matches)(parts.uri.path());
+    if counted {
+        front.arrived.fetch_add(1, SeqCst);
+        let now = front.in_flight.fetch_add(1, SeqCst) + 1;
+        front.max_in_flight.fetch_max(now, SeqCst);
+        let mut open = front.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+    }
+    let mut forward = front
+        .http
+        .request(parts.method, format!("{}{path}", front.target))
+        .body(bytes);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            forward = forward.header(name, value);
+        }
+    }
+    let resp = forward.send().await.unwrap();
+    let status = resp.status();
+    let mut headers = resp.headers().clone();
+    headers.remove("content-length");
+    headers.remove("transfer-encoding");
+    let body = resp.bytes().await.unwrap();
+    if counted {
+        front.in_flight.fetch_sub(1, SeqCst);
+    }
+    (status, headers, body).into_response()
+}
+
 /// All the text a recorded Slack post shows: fallback text plus every block's text.
 pub fn visible_text(rec: &Recorded) -> String {
     let mut out = rec.text.clone().unwrap_or_default();
