@@ -117,12 +117,22 @@ async fn state_of(app: &TestApp, case: &CaseId) -> CaseState {
 }
 
 async fn click(app: &TestApp, case: &CaseId, action_id: &str) {
+    // Clicks come from the case's own card, as in Slack.
+    let card_ts = app
+        .state
+        .store
+        .get_case(case)
+        .await
+        .ok()
+        .and_then(|c| c.card)
+        .map(|c| c.ts)
+        .unwrap_or_default();
     let payload = json!({
         "type": "block_actions",
         "user": {"id": "U0002"},
         "trigger_id": format!("trigger-{}", hook()),
         "response_url": app.slack.response_url(&hook()),
-        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": "1.1"},
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card_ts},
         "channel": {"id": APPROVALS},
         "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": hook()}],
     });

@@ -1085,12 +1085,21 @@ kill = { users = ["U0002"] }
         .unwrap();
 
     let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let card_ts = app
+        .state
+        .store
+        .get_case(&case_id)
+        .await
+        .ok()
+        .and_then(|c| c.card)
+        .map(|c| c.ts)
+        .unwrap_or_default();
     let click = json!({
         "type": "block_actions",
         "user": {"id": "U0002"},
         "trigger_id": format!("trigger-{reply}"),
         "response_url": app.slack.response_url(&reply),
-        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": card_ts},
         "channel": {"id": "C0APPROVALS"},
         "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
                      "value": case_id.as_str(), "action_ts": reply}],
@@ -1291,6 +1300,15 @@ kill = { users = ["U0002"] }
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let card_ts = app
+        .state
+        .store
+        .get_case(&case_id)
+        .await
+        .ok()
+        .and_then(|c| c.card)
+        .map(|c| c.ts)
+        .unwrap_or_default();
     proxy.arm(case_id.as_str());
 
     let reply = format!("h{}", uuid::Uuid::new_v4().simple());
@@ -1299,7 +1317,7 @@ kill = { users = ["U0002"] }
         "user": {"id": "U0002"},
         "trigger_id": format!("trigger-{reply}"),
         "response_url": app.slack.response_url(&reply),
-        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": "1.1"},
+        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": card_ts},
         "channel": {"id": "C0APPROVALS"},
         "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
                      "value": case_id.as_str(), "action_ts": reply}],
