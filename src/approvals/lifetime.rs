@@ -3,7 +3,8 @@
 //! A timeout ends a sandbox when it runs out, so one that would end a running sandbox sooner
 //! than `[approvals] min_timeout` is a kill in disguise. Such a `timeout` opens a kill case
 //! instead (the card says what was asked); a `resume` with such a timeout is refused with a
-//! sentence. Extending a sandbox's life is always allowed, and every timeout change is audited.
+//! sentence. Extending a sandbox's life (and `refresh`) is always allowed, and every timeout
+//! change is audited.
 //! This file must not kill anything: a kill only ever happens through a case.
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ pub enum LifetimeChange {
         id: SandboxId,
         timeout: Option<Duration>,
     },
+    /// `/sandbox refresh <id> <duration>`: free, since it never ends a sandbox sooner, but
+    /// audited like every other timeout change.
+    Refresh { id: SandboxId, duration: Duration },
 }
 
 /// Whether a new end `duration` from `now` shortens a sandbox that would otherwise end at
@@ -86,6 +90,15 @@ pub async fn change_lifetime(
     };
     let failure = |sentence: String| svc.templates.render_or_plain(&FailureParams { sentence });
     match change {
+        LifetimeChange::Refresh { id, duration } => {
+            let outcome = execute::refresh(&ctx, &id, duration).await;
+            let what = match &outcome {
+                Ok(_) => format!("kept alive for {}", human_duration(duration)),
+                Err((_, e)) => format!("error: {e}"),
+            };
+            audit_change(svc, &req.user, &id, "refresh", what).await;
+            outcome.unwrap_or_else(|(subject, e)| failure(sentence(&subject, &e)))
+        }
         LifetimeChange::Resume { id, timeout } => {
             if let Some(t) = timeout.filter(|t| *t < floor) {
                 audit_change(

@@ -329,6 +329,10 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
                 id: id.clone(),
                 timeout: *timeout,
             }),
+            SandboxCommand::Refresh { id, duration } => Some(LifetimeChange::Refresh {
+                id: id.clone(),
+                duration: *duration,
+            }),
             _ => None,
         };
         let message = match change {

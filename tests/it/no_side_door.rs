@@ -115,6 +115,27 @@ async fn a_timeout_at_or_above_the_floor_is_set_and_audited() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_refresh_stays_free_and_is_audited() {
+    let app = spawn_app_with(options()).await;
+    app.seed_sandbox(running("fresh1")).await;
+
+    let reply = app.run_deferred("refresh fresh1 30s").await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("Refreshed `fresh1`"), "{text}");
+    assert_eq!(calls(&app, "refresh").await, 1);
+    let audit = audit_outcomes(&app, "fresh1").await;
+    assert!(
+        audit.iter().any(|a| a.starts_with("refresh kept alive")),
+        "{audit:?}"
+    );
+    // People read it back in Slack.
+    app.post_command_to("history fresh1", "history").await;
+    let history = visible_text(&app.wait_for_hook("history").await);
+    assert!(history.contains("refresh: kept alive for 30s"), "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_with_a_timeout_below_the_floor_is_refused_and_changes_nothing() {
     let app = spawn_app_with(options()).await;
     let now = Utc::now();
