@@ -94,6 +94,7 @@ impl AppState {
             policy: self.approval_policy.clone(),
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
+            limits: self.limits.clone(),
         }
     }
 }
