@@ -241,3 +241,21 @@ async fn steward_sweep_at_the_terminal_is_a_dry_run_unless_live_is_given() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_change_that_cannot_be_audited_is_not_made() {
+    let app = spawn_app_with(TestAppOptions {
+        // Nothing listens there: Redis is down for this replica.
+        redis_url: Some("redis://127.0.0.1:1".into()),
+        ..options()
+    })
+    .await;
+    app.seed_sandbox(running("unrecorded1")).await;
+
+    let reply = app.run_deferred("timeout unrecorded1 30m").await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("can't reach its database"), "{text}");
+    let calls = app.e2b_calls().await;
+    assert!(calls.values().all(|n| *n == 0), "E2B saw {calls:?}");
+}
