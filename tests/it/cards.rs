@@ -373,3 +373,58 @@ async fn with_a_single_follow_up_place_a_decision_still_updates_its_card_and_run
     wait_for_final_card(&app, &case).await;
     assert!(paused_in_e2b(&app, "narrow1").await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repairs() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "gone1").await;
+    command(&app, "kill gone1 tidy").await;
+    let case = case_of(&app, "gone1").await.unwrap();
+    // Someone deleted the card: every update is refused for good.
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1000,
+        error: Some("message_not_found".into()),
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let remembered = |app: &TestApp| {
+        app.state
+            .slack
+            .unsynced()
+            .into_iter()
+            .any(|(tag, _)| tag == case.id.as_str())
+    };
+    while !remembered(&app) {
+        assert!(tokio::time::Instant::now() < deadline, "never remembered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while remembered(&app) {
+        assert!(tokio::time::Instant::now() < deadline, "never given up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let updates = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.update")
+        .count();
+    assert!(
+        updates <= sandbox_steward::approvals::repair::REPAIR_MAX_FAILURES as usize + 3,
+        "{updates} updates"
+    );
+    assert!(
+        paused_in_e2b(&app, "gone1").await,
+        "the decision itself ran"
+    );
+}
