@@ -429,4 +429,15 @@ mod tests {
         assert!(!policy.approvals.two_person_rule);
         assert!(Policy::parse("[approvals]\ntwo_person = false\n").is_err());
     }
+
+    #[test]
+    fn limits_have_defaults_and_refuse_unknown_keys() {
+        let policy = Policy::parse("").unwrap();
+        assert_eq!(policy.limits.commands_per_minute, 20);
+        assert_eq!(policy.limits.follow_ups, 256);
+        let policy = Policy::parse("[limits]\ncommands_per_minute = 5\n").unwrap();
+        assert_eq!(policy.limits.commands_per_minute, 5);
+        assert!(Policy::parse("[limits]\nper_minute = 5\n").is_err());
+        assert!(Policy::parse("[approvals]\nmin_timeout = \"soon\"\n").is_err());
+    }
 }

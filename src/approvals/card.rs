@@ -583,6 +583,34 @@ mod tests {
     }
 
     #[test]
+    fn any_amount_of_user_text_renders_within_slacks_limits() {
+        let huge = "<&> x".repeat(4000);
+        let mut case = sandbox_case();
+        case.reason = huge.clone();
+        case.evidence.owner = Some(huge.clone());
+        case.evidence.metadata.insert("note".into(), huge.clone());
+        case.notes = (0..100)
+            .map(|_| Note {
+                at: t(1),
+                text: huge.clone(),
+            })
+            .collect();
+        let mut decision = decision(DecisionOption::Pause);
+        decision.reason = Some(huge.clone());
+        case.state = CaseState::Failed {
+            decision,
+            attempt: 1,
+            steps: Vec::new(),
+            error: huge.clone(),
+            at: t(120),
+        };
+        // `render` checks every text against Slack's limits; it would fail on length.
+        let json = render(&case);
+        assert!(json.to_string().contains("…(cut)"));
+        assert!(json["blocks"].as_array().unwrap().len() <= 50);
+    }
+
+    #[test]
     fn a_pending_sandbox_card_offers_four_buttons_with_a_confirm_on_kill() {
         let json = render(&sandbox_case());
         let actions = json["blocks"]

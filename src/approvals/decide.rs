@@ -344,13 +344,25 @@ async fn decide(
         Err(e) => return Err(store_sentence(e)),
     };
     audit(&svc.store, &case, person(user), &action, "ok").await;
-    // The card update and the enqueue may wait on Slack's rate limits: keep them out of the
-    // request that Slack wants answered within 3 s.
-    let svc = svc.clone();
-    svc.tasks
-        .clone()
-        .spawn(async move { after_decision(&svc, case).await });
+    follow_up(svc, case).await;
     Ok(())
+}
+
+/// Runs [`after_decision`]: the card update and the enqueue may wait on Slack's rate limits,
+/// so they get their own task, out of the request Slack wants answered within 3 s. When every
+/// follow-up place is taken they run here instead, so the work stays bounded and the recorded
+/// decision is still queued.
+async fn follow_up(svc: &Services, case: Case) {
+    match svc.limits.try_follow_up() {
+        Ok(permit) => {
+            let svc = svc.clone();
+            svc.tasks.clone().spawn(async move {
+                let _permit = permit;
+                after_decision(&svc, case).await
+            });
+        }
+        Err(_) => after_decision(svc, case).await,
+    }
 }
 
 /// Shows the decision on the card, then queues the work (in that order, so the worker's later
@@ -416,10 +428,7 @@ pub async fn retry_clicked(
     match svc.store.apply_event(case_id, event, Utc::now()).await {
         Ok(Updated::Applied(case)) => {
             audit(&svc.store, &case, person(user), "retry", "ok").await;
-            let svc = svc.clone();
-            svc.tasks
-                .clone()
-                .spawn(async move { after_decision(&svc, case).await });
+            follow_up(svc, case).await;
             Reply::Nothing
         }
         Ok(Updated::Rejected { current, .. }) => Reply::Ephemeral(format!(

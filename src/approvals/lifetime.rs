@@ -3,7 +3,8 @@
 //! A timeout ends a sandbox when it runs out, so one that would end a running sandbox sooner
 //! than `[approvals] min_timeout` is a kill in disguise. Such a `timeout` opens a kill case
 //! instead (the card says what was asked); a `resume` with such a timeout is refused with a
-//! sentence. Extending a sandbox's life is always allowed, and every timeout change is audited.
+//! sentence. Extending a sandbox's life (and `refresh`) is always allowed, and every timeout
+//! change is audited.
 //! This file must not kill anything: a kill only ever happens through a case.
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ pub enum LifetimeChange {
         id: SandboxId,
         timeout: Option<Duration>,
     },
+    /// `/sandbox refresh <id> <duration>`: free, since it never ends a sandbox sooner, but
+    /// audited like every other timeout change.
+    Refresh { id: SandboxId, duration: Duration },
 }
 
 /// Whether a new end `duration` from `now` shortens a sandbox that would otherwise end at
@@ -48,15 +52,14 @@ pub fn needs_a_case(
     !(state == SandboxState::Running && new_end >= end_at)
 }
 
-/// Appends an audit event about a timeout change (no case involved). A failed append is
-/// logged: the change has already happened or been refused and must still be reported.
-async fn audit_change(
+/// Appends an audit event about a timeout change (no case involved).
+async fn append_change(
     svc: &Services,
     user: &crate::ids::SlackUserId,
     id: &SandboxId,
     action: &str,
     outcome: String,
-) {
+) -> Result<(), crate::store::StoreError> {
     let event = AuditEvent {
         time: Utc::now(),
         case: None,
@@ -65,8 +68,44 @@ async fn audit_change(
         action: action.to_owned(),
         outcome,
     };
-    if let Err(e) = svc.store.append_audit(&event).await {
+    svc.store.append_audit(&event).await
+}
+
+/// Audits the outcome of a change. A failed append is logged, not raised: the change has
+/// already happened (its request was audited) and must still be reported to the person.
+async fn audit_change(
+    svc: &Services,
+    user: &crate::ids::SlackUserId,
+    id: &SandboxId,
+    action: &str,
+    outcome: String,
+) {
+    if let Err(e) = append_change(svc, user, id, action, outcome).await {
         tracing::error!(sandbox = %id, action, error = %e, "could not write the audit log");
+    }
+}
+
+/// What the change asks for, in the words of the audit log.
+fn asked(change: &LifetimeChange) -> (&'static str, &SandboxId, String) {
+    match change {
+        LifetimeChange::Timeout { id, duration } => (
+            "timeout",
+            id,
+            format!("asked: {}", human_duration(*duration)),
+        ),
+        LifetimeChange::Resume { id, timeout } => (
+            "resume",
+            id,
+            match timeout {
+                Some(t) => format!("asked: timeout {}", human_duration(*t)),
+                None => "asked: default timeout".to_owned(),
+            },
+        ),
+        LifetimeChange::Refresh { id, duration } => (
+            "refresh",
+            id,
+            format!("asked: {}", human_duration(*duration)),
+        ),
     }
 }
 
@@ -85,7 +124,25 @@ pub async fn change_lifetime(
         now,
     };
     let failure = |sentence: String| svc.templates.render_or_plain(&FailureParams { sentence });
+    // The request is audited before anything else: a change that cannot be recorded is not
+    // made, and when Redis is down E2B hears nothing.
+    let (action, id, what) = asked(&change);
+    if let Err(e) = append_change(svc, &req.user, id, action, what).await {
+        tracing::warn!(error = %e, "timeout change refused: the audit log cannot be written");
+        return failure(
+            "Steward can't reach its database (Redis), so the change could not be recorded and nothing was sent to E2B. Try again in a minute.".into(),
+        );
+    }
     match change {
+        LifetimeChange::Refresh { id, duration } => {
+            let outcome = execute::refresh(&ctx, &id, duration).await;
+            let what = match &outcome {
+                Ok(_) => format!("kept alive for {}", human_duration(duration)),
+                Err((_, e)) => format!("error: {e}"),
+            };
+            audit_change(svc, &req.user, &id, "refresh", what).await;
+            outcome.unwrap_or_else(|(subject, e)| failure(sentence(&subject, &e)))
+        }
         LifetimeChange::Resume { id, timeout } => {
             if let Some(t) = timeout.filter(|t| *t < floor) {
                 audit_change(
@@ -104,13 +161,11 @@ pub async fn change_lifetime(
                 ));
             }
             let outcome = execute::resume(&ctx, &id, timeout).await;
-            if timeout.is_some() {
-                let what = match &outcome {
-                    Ok(_) => "ok".to_owned(),
-                    Err((_, e)) => format!("error: {e}"),
-                };
-                audit_change(svc, &req.user, &id, "resume", what).await;
-            }
+            let what = match &outcome {
+                Ok(_) => "resumed".to_owned(),
+                Err((_, e)) => format!("error: {e}"),
+            };
+            audit_change(svc, &req.user, &id, "resume", what).await;
             outcome.unwrap_or_else(|(subject, e)| failure(sentence(&subject, &e)))
         }
         LifetimeChange::Timeout { id, duration } => {

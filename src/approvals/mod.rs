@@ -45,6 +45,9 @@ pub struct Services {
     pub approvals_channel: Option<SlackChannelId>,
     /// Where follow-up work (card updates after a decision) is spawned, so shutdown waits for it.
     pub tasks: tokio_util::task::TaskTracker,
+    /// The bound on follow-up work: past it, a decision's card update runs in the task that
+    /// recorded it instead of a new one.
+    pub limits: Arc<crate::slack::limits::Limits>,
 }
 
 /// Where a case card goes.

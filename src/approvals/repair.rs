@@ -10,11 +10,18 @@ use crate::store::StoreError;
 /// repaired; the rest stay remembered for the next pass.
 pub async fn repair_cards(svc: &Services) -> usize {
     let mut repaired = 0;
-    for tag in svc.slack.unsynced() {
+    for (tag, failures) in svc.slack.unsynced() {
         let Ok(id) = CaseId::parse(tag.as_str()) else {
             svc.slack.forget_unsynced(&tag);
             continue;
         };
+        if failures >= REPAIR_MAX_FAILURES {
+            // Slack keeps refusing this card (it was deleted, or the app left the channel): stop
+            // asking. The case itself is recorded, and `/sandbox history` shows it.
+            tracing::error!(case = %id, failures, "giving up on repairing a case card");
+            svc.slack.forget_unsynced(&tag);
+            continue;
+        }
         if repair_one(svc, &id, &tag).await {
             tracing::info!(case = %id, "repaired an out-of-date case card");
             repaired += 1;
@@ -51,6 +58,10 @@ async fn repair_one(svc: &Services, id: &CaseId, tag: &str) -> bool {
     }
     true
 }
+
+/// Updates of one card that may fail in a row before the repair pass stops trying (about ten
+/// minutes of passes).
+pub const REPAIR_MAX_FAILURES: u32 = 20;
 
 /// How many times one repair re-reads a case that keeps changing under it.
 const REPAIR_MAX_ROUNDS: usize = 3;

@@ -98,6 +98,7 @@ impl AppState {
             idle: Arc::new(self.settings.policy.hygiene.idle.clone()),
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
+            limits: self.limits.clone(),
         }
     }
 }

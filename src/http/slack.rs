@@ -329,6 +329,10 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
                 id: id.clone(),
                 timeout: *timeout,
             }),
+            SandboxCommand::Refresh { id, duration } => Some(LifetimeChange::Refresh {
+                id: id.clone(),
+                duration: *duration,
+            }),
             _ => None,
         };
         let message = match change {
@@ -393,6 +397,14 @@ fn case_click(
     let Ok(permit) = state.limits.try_follow_up() else {
         // Nothing changed: the card still shows its buttons, so the person can click again.
         tracing::warn!(%case_id, user = %interaction.user.id, "too many follow-up tasks; a click was not handled");
+        if let Some(permit) = state.limits.try_busy_reply() {
+            let svc = state.services();
+            let interaction = interaction.clone();
+            state.tasks.spawn(async move {
+                let _permit = permit;
+                tell(&svc, &interaction, Refused::Busy.to_string()).await;
+            });
+        }
         return;
     };
     let svc = state.services();

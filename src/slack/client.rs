@@ -139,7 +139,7 @@ pub struct SlackClient {
     groups: Arc<std::sync::Mutex<GroupCache>>,
     /// Tagged updates that finally failed, by tag: the message is out of date until a later
     /// update with the same tag succeeds. The caller decides what a tag means.
-    unsynced: Arc<std::sync::Mutex<HashMap<String, (SlackChannelId, String)>>>,
+    unsynced: Arc<std::sync::Mutex<HashMap<String, u32>>>,
 }
 
 /// Group id -> when it was listed, and its members.
@@ -315,17 +315,18 @@ impl SlackClient {
                 unsynced.remove(tag);
             }
             Err(_) if unsynced.len() < UNSYNCED_MAX || unsynced.contains_key(tag) => {
-                unsynced.insert(tag.to_owned(), (channel.clone(), ts.to_owned()));
+                *unsynced.entry(tag.to_owned()).or_default() += 1;
             }
             Err(_) => tracing::warn!(tag, "too many out-of-date messages to remember another"),
         }
         result
     }
 
-    /// The tags of messages whose latest tagged update failed.
-    pub fn unsynced(&self) -> Vec<String> {
+    /// The tags of messages whose latest tagged update failed, with how many updates in a row
+    /// failed.
+    pub fn unsynced(&self) -> Vec<(String, u32)> {
         let unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
-        unsynced.keys().cloned().collect()
+        unsynced.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// Stops remembering `tag` (its message no longer needs an update).

@@ -64,7 +64,6 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         SandboxCommand::Metrics { id, since } => metrics(ctx, id, *since).await,
         SandboxCommand::Team { since } => team(ctx, *since).await,
         SandboxCommand::Pause { id } => pause(ctx, id).await,
-        SandboxCommand::Refresh { id, duration } => refresh(ctx, id, *duration).await,
         SandboxCommand::Snapshot { id, name } => snapshot(ctx, id, name.as_deref()).await,
         SandboxCommand::Snapshots { sandbox } => snapshots(ctx, sandbox.as_ref()).await,
         SandboxCommand::Templates => templates(ctx).await,
@@ -81,7 +80,9 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
         }
         // A timeout may end a sandbox: `approvals::lifetime` checks it against the floor and
         // calls `set_timeout` / `resume` itself. Running them here would be a side door.
-        SandboxCommand::Resume { .. } | SandboxCommand::Timeout { .. } => {
+        SandboxCommand::Resume { .. }
+        | SandboxCommand::Timeout { .. }
+        | SandboxCommand::Refresh { .. } => {
             return ctx.failure("That command goes through Steward's timeout check.".into());
         }
     };
@@ -556,7 +557,8 @@ pub async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) 
     ))
 }
 
-async fn refresh(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
+/// `refresh`: always allowed (it never ends a sandbox sooner); audited by `approvals::lifetime`.
+pub async fn refresh(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     e2b.refresh_sandbox(id, Some(duration))

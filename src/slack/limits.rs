@@ -17,6 +17,8 @@ use crate::ids::SlackUserId;
 pub const DEFAULT_COMMANDS_PER_MINUTE: u32 = 20;
 /// Default follow-up tasks (replies, click handling) one replica runs at once.
 pub const DEFAULT_FOLLOW_UPS: usize = 256;
+/// "Steward is busy" replies in flight at once, on top of `follow_ups`: short, and bounded too.
+const BUSY_REPLIES_MAX: usize = 32;
 /// People whose rate-limit state is kept at once; idle entries are dropped past this.
 const TRACKED_USERS_MAX: usize = 10_000;
 
@@ -54,6 +56,7 @@ pub struct Limits {
     buckets: Mutex<HashMap<SlackUserId, Bucket>>,
     sweep: Arc<Semaphore>,
     follow_ups: Arc<Semaphore>,
+    busy_replies: Arc<Semaphore>,
 }
 
 /// Why a request was not started. `Display` is the sentence for the person.
@@ -74,6 +77,7 @@ impl Limits {
         Self {
             follow_ups: Arc::new(Semaphore::new(config.follow_ups.max(1))),
             sweep: Arc::new(Semaphore::new(1)),
+            busy_replies: Arc::new(Semaphore::new(BUSY_REPLIES_MAX)),
             buckets: Mutex::default(),
             config,
         }
@@ -125,6 +129,13 @@ impl Limits {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Refused::Busy)
+    }
+
+    /// A place for one "Steward is busy" reply to someone whose click found no place; `None`
+    /// when even those are all in flight (then the click goes unanswered; its card still
+    /// shows its buttons).
+    pub fn try_busy_reply(&self) -> Option<OwnedSemaphorePermit> {
+        self.busy_replies.clone().try_acquire_owned().ok()
     }
 }
 

@@ -314,3 +314,117 @@ async fn a_card_whose_updates_failed_for_good_is_repaired_by_a_later_pass() {
         "the card was written after the faults ran out: {updates}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_that_finds_every_follow_up_place_taken_is_told_steward_is_busy() {
+    use sandbox_steward::cases::{CaseState, DecisionOption};
+    use sandbox_steward::slack::payload::case_option_action_id;
+    let mut opts = options();
+    opts.policy = opts
+        .policy
+        .map(|p| format!("{p}[limits]\nfollow_ups = 1\n"));
+    let app = spawn_app_with(opts).await;
+    seed(&app, "crowded1").await;
+    command(&app, "kill crowded1 tidy").await;
+    let case = case_of(&app, "crowded1").await.unwrap();
+    let card = case.card.clone().unwrap();
+    let taken = app.state.limits.try_follow_up().expect("a free place");
+
+    let reply = format!("h{}", uuid::Uuid::new_v4().simple());
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": "U0003"},
+        "trigger_id": "trigger-busy",
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card.ts},
+        "channel": {"id": APPROVALS},
+        "actions": [{"action_id": case_option_action_id(DecisionOption::Pause), "block_id": "b",
+                     "value": case.id.as_str(), "action_ts": "7.7"}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(answer.contains("Steward is busy"), "{answer}");
+    let now = app.state.store.get_case(&case.id).await.unwrap();
+    assert_eq!(now.state, CaseState::Pending);
+    drop(taken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_single_follow_up_place_a_decision_still_updates_its_card_and_runs() {
+    let mut opts = options();
+    opts.policy = opts
+        .policy
+        .map(|p| format!("{p}[limits]\nfollow_ups = 1\n"));
+    let app = spawn_app_with(opts).await;
+    seed(&app, "narrow1").await;
+    command(&app, "kill narrow1 tidy").await;
+    let case = case_of(&app, "narrow1").await.unwrap();
+
+    // The click's own task holds the only place, so the card update and the enqueue run in it.
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    wait_for_final_card(&app, &case).await;
+    assert!(paused_in_e2b(&app, "narrow1").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repairs() {
+    let app = spawn_app_with(options()).await;
+    seed(&app, "gone1").await;
+    command(&app, "kill gone1 tidy").await;
+    let case = case_of(&app, "gone1").await.unwrap();
+    // Someone deleted the card: every update is refused for good.
+    app.slack.add_fault(Fault {
+        method: "chat.update".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1000,
+        error: Some("message_not_found".into()),
+    });
+
+    click(
+        &app,
+        &case,
+        sandbox_steward::cases::DecisionOption::Pause,
+        "U0003",
+    )
+    .await;
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let remembered = |app: &TestApp| {
+        app.state
+            .slack
+            .unsynced()
+            .into_iter()
+            .any(|(tag, _)| tag == case.id.as_str())
+    };
+    while !remembered(&app) {
+        assert!(tokio::time::Instant::now() < deadline, "never remembered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while remembered(&app) {
+        assert!(tokio::time::Instant::now() < deadline, "never given up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let updates = app
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.update")
+        .count();
+    assert!(
+        updates <= sandbox_steward::approvals::repair::REPAIR_MAX_FAILURES as usize + 3,
+        "{updates} updates"
+    );
+    assert!(
+        paused_in_e2b(&app, "gone1").await,
+        "the decision itself ran"
+    );
+}

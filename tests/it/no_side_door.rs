@@ -115,6 +115,27 @@ async fn a_timeout_at_or_above_the_floor_is_set_and_audited() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_refresh_stays_free_and_is_audited() {
+    let app = spawn_app_with(options()).await;
+    app.seed_sandbox(running("fresh1")).await;
+
+    let reply = app.run_deferred("refresh fresh1 30s").await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("Refreshed `fresh1`"), "{text}");
+    assert_eq!(calls(&app, "refresh").await, 1);
+    let audit = audit_outcomes(&app, "fresh1").await;
+    assert!(
+        audit.iter().any(|a| a.starts_with("refresh kept alive")),
+        "{audit:?}"
+    );
+    // People read it back in Slack.
+    app.post_command_to("history fresh1", "history").await;
+    let history = visible_text(&app.wait_for_hook("history").await);
+    assert!(history.contains("refresh: kept alive for 30s"), "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_with_a_timeout_below_the_floor_is_refused_and_changes_nothing() {
     let app = spawn_app_with(options()).await;
     let now = Utc::now();
@@ -219,4 +240,22 @@ async fn steward_sweep_at_the_terminal_is_a_dry_run_unless_live_is_given() {
         assert!(tokio::time::Instant::now() < deadline, "no digest posted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_change_that_cannot_be_audited_is_not_made() {
+    let app = spawn_app_with(TestAppOptions {
+        // Nothing listens there: Redis is down for this replica.
+        redis_url: Some("redis://127.0.0.1:1".into()),
+        ..options()
+    })
+    .await;
+    app.seed_sandbox(running("unrecorded1")).await;
+
+    let reply = app.run_deferred("timeout unrecorded1 30m").await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("can't reach its database"), "{text}");
+    let calls = app.e2b_calls().await;
+    assert!(calls.values().all(|n| *n == 0), "E2B saw {calls:?}");
 }
