@@ -12,14 +12,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::SecretString;
+
+use crate::duration::{self, InvalidDuration};
+pub use crate::e2b::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
+pub use crate::slack::SlackSettings;
+pub use crate::store::RedisSettings;
 use serde::Deserialize;
 
 /// Default E2B control-plane base URL.
 pub const DEFAULT_E2B_API_URL: &str = "https://api.e2b.app";
 /// Default Slack Web API base URL (no trailing slash).
 pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
-/// Default request timeout for E2B calls.
-pub const DEFAULT_E2B_REQUEST_TIMEOUT_SECS: u64 = 60;
 /// Default listen address for `steward serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
 /// Default Redis URL.
@@ -71,98 +74,6 @@ impl Env for ProcessEnv {
 impl Env for HashMap<String, String> {
     fn var(&self, name: &str) -> Option<String> {
         self.get(name).cloned().filter(|v| !v.trim().is_empty())
-    }
-}
-
-/// Settings for the E2B client.
-#[derive(Debug, Clone)]
-pub struct E2bSettings {
-    /// Base URL without a trailing slash, e.g. `https://api.e2b.app`.
-    pub api_url: String,
-    /// `X-API-Key`. `None` when not configured (commands that need E2B then say so).
-    pub api_key: Option<SecretString>,
-    /// The team (E2B also calls it project) id, needed for team metrics.
-    pub team_id: Option<String>,
-    /// Timeout of one HTTP request.
-    pub request_timeout: Duration,
-}
-
-impl E2bSettings {
-    /// Settings for a local simulator at `base_url` with `api_key`.
-    pub fn for_url(base_url: &str, api_key: &str) -> Self {
-        Self {
-            api_url: base_url.trim_end_matches('/').to_owned(),
-            api_key: Some(SecretString::from(api_key.to_owned())),
-            team_id: None,
-            request_timeout: Duration::from_secs(DEFAULT_E2B_REQUEST_TIMEOUT_SECS),
-        }
-    }
-
-    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
-        let request_timeout = match env.var("E2B_REQUEST_TIMEOUT") {
-            Some(v) => parse_duration("E2B_REQUEST_TIMEOUT", &v)?,
-            None => Duration::from_secs(DEFAULT_E2B_REQUEST_TIMEOUT_SECS),
-        };
-        Ok(Self {
-            api_url: env
-                .var("E2B_API_URL")
-                .unwrap_or_else(|| DEFAULT_E2B_API_URL.to_owned())
-                .trim_end_matches('/')
-                .to_owned(),
-            api_key: env.var("E2B_API_KEY").map(SecretString::from),
-            // E2B's newer name for a team is "project"; accept both, preferring the newer one.
-            team_id: env.var("E2B_PROJECT_ID").or_else(|| env.var("E2B_TEAM_ID")),
-            request_timeout,
-        })
-    }
-}
-
-/// Settings for Slack.
-#[derive(Debug, Clone)]
-pub struct SlackSettings {
-    /// Web API base URL without a trailing slash, e.g. `https://slack.com/api`.
-    pub api_url: String,
-    pub bot_token: Option<SecretString>,
-    pub signing_secret: Option<SecretString>,
-    /// A directory whose templates override the embedded ones.
-    pub templates_dir: Option<PathBuf>,
-}
-
-impl SlackSettings {
-    pub fn from_env(env: &dyn Env) -> Self {
-        Self {
-            api_url: env
-                .var("SLACK_API_URL")
-                .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_owned())
-                .trim_end_matches('/')
-                .to_owned(),
-            bot_token: env.var("SLACK_BOT_TOKEN").map(SecretString::from),
-            signing_secret: env.var("SLACK_SIGNING_SECRET").map(SecretString::from),
-            templates_dir: env.var("STEWARD_TEMPLATES").map(PathBuf::from),
-        }
-    }
-}
-
-/// Settings for Redis.
-#[derive(Debug, Clone)]
-pub struct RedisSettings {
-    /// The URL may carry a password, so it is a secret.
-    pub url: SecretString,
-    /// Every key starts with this prefix.
-    pub key_prefix: String,
-}
-
-impl RedisSettings {
-    pub fn from_env(env: &dyn Env) -> Self {
-        Self {
-            url: SecretString::from(
-                env.var("REDIS_URL")
-                    .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
-            ),
-            key_prefix: env
-                .var("STEWARD_REDIS_PREFIX")
-                .unwrap_or_else(|| DEFAULT_REDIS_PREFIX.to_owned()),
-        }
     }
 }
 
@@ -222,6 +133,53 @@ impl EdgeSettings {
                 })?;
         }
         Ok(edge)
+    }
+}
+
+/// [`E2bSettings`] from `E2B_API_URL`, `E2B_API_KEY`, `E2B_PROJECT_ID` (or `E2B_TEAM_ID`) and
+/// `E2B_REQUEST_TIMEOUT`.
+pub fn e2b_settings(env: &dyn Env) -> Result<E2bSettings, ConfigError> {
+    let request_timeout = match env.var("E2B_REQUEST_TIMEOUT") {
+        Some(v) => parse_duration("E2B_REQUEST_TIMEOUT", &v)?,
+        None => Duration::from_secs(DEFAULT_E2B_REQUEST_TIMEOUT_SECS),
+    };
+    Ok(E2bSettings {
+        api_url: env
+            .var("E2B_API_URL")
+            .unwrap_or_else(|| DEFAULT_E2B_API_URL.to_owned())
+            .trim_end_matches('/')
+            .to_owned(),
+        api_key: env.var("E2B_API_KEY").map(SecretString::from),
+        // E2B's newer name for a team is "project"; accept both, preferring the newer one.
+        team_id: env.var("E2B_PROJECT_ID").or_else(|| env.var("E2B_TEAM_ID")),
+        request_timeout,
+    })
+}
+
+/// [`SlackSettings`] from `SLACK_API_URL`, `SLACK_BOT_TOKEN`, `SLACK_SIGNING_SECRET` and `STEWARD_TEMPLATES`.
+pub fn slack_settings(env: &dyn Env) -> SlackSettings {
+    SlackSettings {
+        api_url: env
+            .var("SLACK_API_URL")
+            .unwrap_or_else(|| DEFAULT_SLACK_API_URL.to_owned())
+            .trim_end_matches('/')
+            .to_owned(),
+        bot_token: env.var("SLACK_BOT_TOKEN").map(SecretString::from),
+        signing_secret: env.var("SLACK_SIGNING_SECRET").map(SecretString::from),
+        templates_dir: env.var("STEWARD_TEMPLATES").map(PathBuf::from),
+    }
+}
+
+/// [`RedisSettings`] from `REDIS_URL` and `STEWARD_REDIS_PREFIX`.
+pub fn redis_settings(env: &dyn Env) -> RedisSettings {
+    RedisSettings {
+        url: SecretString::from(
+            env.var("REDIS_URL")
+                .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+        ),
+        key_prefix: env
+            .var("STEWARD_REDIS_PREFIX")
+            .unwrap_or_else(|| DEFAULT_REDIS_PREFIX.to_owned()),
     }
 }
 
@@ -305,36 +263,27 @@ impl Settings {
         };
         Ok(Self {
             listen,
-            e2b: E2bSettings::from_env(env)?,
-            slack: SlackSettings::from_env(env),
-            redis: RedisSettings::from_env(env),
+            e2b: e2b_settings(env)?,
+            slack: slack_settings(env),
+            redis: redis_settings(env),
             edge: EdgeSettings::from_env(env)?,
             policy,
         })
     }
 }
 
-/// The longest duration any setting or command accepts (100 years). Anything longer is a typo,
-/// and adding it to a date could leave the range of dates Steward can represent.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // 100 × 365.25 days
-
-/// Parses `90s`, `10m`, `2h`, `1d` or a bare number of seconds, up to [`MAX_DURATION`].
-pub fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
-    let value = value.trim();
-    let parsed = match value.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => humantime::parse_duration(value).map_err(|e| ConfigError::Invalid {
-            name: name.to_owned(),
-            reason: format!("{value:?} is not a duration like 90s, 10m or 2h ({e})"),
-        })?,
-    };
-    if parsed > MAX_DURATION {
-        return Err(ConfigError::Invalid {
-            name: name.to_owned(),
-            reason: format!("{value:?} is longer than 100 years, the most Steward accepts"),
-        });
+impl From<InvalidDuration> for ConfigError {
+    fn from(e: InvalidDuration) -> Self {
+        ConfigError::Invalid {
+            name: e.name,
+            reason: e.reason,
+        }
     }
-    Ok(parsed)
+}
+
+/// Parses a duration setting (see [`crate::duration::parse`]).
+fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
+    Ok(duration::parse(name, value)?)
 }
 
 #[cfg(test)]
@@ -351,7 +300,7 @@ mod tests {
 
     #[test]
     fn defaults_apply_when_nothing_is_set() {
-        let e2b = E2bSettings::from_env(&env(&[])).unwrap();
+        let e2b = e2b_settings(&env(&[])).unwrap();
         assert_eq!(e2b.api_url, DEFAULT_E2B_API_URL);
         assert!(e2b.api_key.is_none());
         assert_eq!(e2b.request_timeout, Duration::from_secs(60));
@@ -359,17 +308,16 @@ mod tests {
 
     #[test]
     fn project_id_is_preferred_over_team_id() {
-        let e2b = E2bSettings::from_env(&env(&[("E2B_TEAM_ID", "old"), ("E2B_PROJECT_ID", "new")]))
-            .unwrap();
+        let e2b = e2b_settings(&env(&[("E2B_TEAM_ID", "old"), ("E2B_PROJECT_ID", "new")])).unwrap();
         assert_eq!(e2b.team_id.as_deref(), Some("new"));
-        let e2b = E2bSettings::from_env(&env(&[("E2B_TEAM_ID", "old")])).unwrap();
+        let e2b = e2b_settings(&env(&[("E2B_TEAM_ID", "old")])).unwrap();
         assert_eq!(e2b.team_id.as_deref(), Some("old"));
     }
 
     #[test]
     fn secrets_do_not_show_in_debug_output() {
-        let e2b = E2bSettings::from_env(&env(&[("E2B_API_KEY", "e2b_deadbeef")])).unwrap();
-        let slack = SlackSettings::from_env(&env(&[
+        let e2b = e2b_settings(&env(&[("E2B_API_KEY", "e2b_deadbeef")])).unwrap();
+        let slack = slack_settings(&env(&[
             ("SLACK_BOT_TOKEN", "xoxb-secret-token"),
             ("SLACK_SIGNING_SECRET", "signing-secret-value"),
         ]));
@@ -378,20 +326,6 @@ mod tests {
         assert!(!shown.contains("xoxb-secret-token"), "{shown}");
         assert!(!shown.contains("signing-secret-value"), "{shown}");
         assert_eq!(e2b.api_key.unwrap().expose_secret(), "e2b_deadbeef");
-    }
-
-    #[test]
-    fn durations_parse_in_human_units() {
-        assert_eq!(parse_duration("x", "90").unwrap(), Duration::from_secs(90));
-        assert_eq!(
-            parse_duration("x", "10m").unwrap(),
-            Duration::from_secs(600)
-        );
-        assert!(parse_duration("x", "soon").is_err());
-        assert!(parse_duration("x", "100y").is_ok());
-        let err = parse_duration("approvals.decide_within", "100000y").unwrap_err();
-        assert!(err.to_string().contains("longer than 100 years"), "{err}");
-        assert!(parse_duration("x", &u64::MAX.to_string()).is_err());
     }
 
     #[test]

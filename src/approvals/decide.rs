@@ -11,7 +11,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::{Services, audit, refresh_card};
 use crate::cases::{Case, CaseState, DecisionOption, Event, may_decide};
 use crate::ids::{CaseId, SlackUserGroupId, SlackUserId};
-use crate::jobs::Job;
+use crate::store::Job;
 use crate::store::{Actor, StoreError, Updated};
 
 /// How long a click or submission is remembered, so Slack's redeliveries are not acted on.

@@ -9,8 +9,8 @@ use super::card::{CaseOpenedParams, message_link};
 use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card};
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
 use crate::e2b::E2bError;
+use crate::execute::sentence;
 use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
-use crate::slack::execute::sentence;
 use crate::slack::render::{FailureParams, Message};
 use crate::store::{Opened, StoreError};
 

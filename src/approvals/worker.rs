@@ -19,7 +19,8 @@ use super::{Services, audit, evidence, refresh_card};
 use crate::cases::{Case, CaseState, Evidence, Step, StepOutcome, StepRecord, Subject, recheck};
 use crate::e2b::{E2bClient, E2bError, SandboxDetail, SandboxMetric, SandboxState, SnapshotInfo};
 use crate::ids::{CaseId, SandboxId, TemplateId};
-use crate::jobs::{self, Job, JobError, StepFailure, StepLog, WorkerConfig};
+use crate::jobs::{self, JobError, StepFailure, StepLog, WorkerConfig};
+use crate::store::Job;
 use crate::store::{Actor, ClaimedJob, StoreError, Unfinished};
 
 pub use crate::jobs::MAX_TRANSIENT_FAILURES;

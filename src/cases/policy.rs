@@ -58,7 +58,7 @@ impl ApprovalPolicy {
 
 fn deserialize_decide_within<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
-    let within = crate::config::parse_duration("approvals.decide_within", &text)
+    let within = crate::duration::parse("approvals.decide_within", &text)
         .map_err(serde::de::Error::custom)?;
     if within.is_zero() {
         return Err(serde::de::Error::custom(
@@ -70,7 +70,7 @@ fn deserialize_decide_within<'de, D: Deserializer<'de>>(d: D) -> Result<Duration
 
 fn deserialize_min_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
-    crate::config::parse_duration("approvals.min_timeout", &text).map_err(serde::de::Error::custom)
+    crate::duration::parse("approvals.min_timeout", &text).map_err(serde::de::Error::custom)
 }
 
 /// The `[approvals.approvers]` table: one rule per option.

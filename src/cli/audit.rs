@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::config::{ProcessEnv, Settings, parse_duration};
+use crate::config::{ProcessEnv, Settings};
+use crate::duration::parse as parse_duration;
 use crate::store::Store;
 
 #[derive(Debug, Args)]

@@ -16,7 +16,8 @@ use anyhow::{Context, anyhow, bail};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::config::{E2bSettings, ProcessEnv, parse_duration};
+use crate::config::ProcessEnv;
+use crate::duration::parse as parse_duration;
 use crate::e2b::{
     E2bClient, ListQuery, Listing, LogLevel, LogsDirection, LogsQuery, NewSandbox, Page,
     SandboxMetric, StateFilter, TeamMaxMetric,
@@ -219,7 +220,7 @@ async fn execute(args: E2bArgs) -> anyhow::Result<()> {
         Action::DeleteTemplate { id, yes } => confirm("delete template", id.as_str(), *yes)?,
         _ => {}
     }
-    let settings = E2bSettings::from_env(&ProcessEnv)?;
+    let settings = crate::config::e2b_settings(&ProcessEnv)?;
     let mut client = E2bClient::new(&settings)?;
     if let Some(pages) = args.max_pages {
         client = client.with_max_pages(pages);

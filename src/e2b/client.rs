@@ -21,11 +21,11 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::E2bSettings;
 use super::error::{self, E2bError};
 use super::model::*;
 use super::paging::{DEFAULT_MAX_PAGES, Listing, Page, PageGuard, Step};
 use super::retry::{self, Decision, Outcome, Replay, RetryPolicy};
-use crate::config::E2bSettings;
 use crate::ids::{SandboxId, TemplateId};
 
 /// Most sandbox ids E2B accepts in one `GET /sandboxes/metrics`.

@@ -11,6 +11,8 @@ mod error;
 pub mod model;
 pub mod paging;
 pub mod retry;
+mod settings;
+pub use settings::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
 
 pub use client::{
     DEFAULT_METRICS_CONCURRENCY, E2bClient, MAX_PAGE_LIMIT, MAX_REFRESH_SECS, METRICS_BATCH_MAX_IDS,

@@ -2,7 +2,7 @@
 //! (`slack.rs`, `health.rs`), and [`error::ApiError`] is the only place errors become statuses.
 //!
 //! This module must not hold business rules: it verifies, parses, acknowledges and hands work
-//! to `slack::execute` (and later to jobs and cases).
+//! to `execute` (and later to jobs and cases).
 use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;

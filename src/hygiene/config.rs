@@ -229,8 +229,8 @@ fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    let within = crate::config::parse_duration("hygiene.decide_within", &text)
-        .map_err(serde::de::Error::custom)?;
+    let within =
+        crate::duration::parse("hygiene.decide_within", &text).map_err(serde::de::Error::custom)?;
     if within.is_zero() {
         return Err(serde::de::Error::custom(
             "hygiene.decide_within must be longer than zero",

@@ -530,7 +530,7 @@ mod humantime_serde_compat {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        crate::config::parse_duration("duration", &text).map_err(serde::de::Error::custom)
+        crate::duration::parse("duration", &text).map_err(serde::de::Error::custom)
     }
 
     pub mod option {
@@ -538,7 +538,7 @@ mod humantime_serde_compat {
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
             let text: Option<String> = Option::deserialize(d)?;
-            text.map(|t| crate::config::parse_duration("duration", &t))
+            text.map(|t| crate::duration::parse("duration", &t))
                 .transpose()
                 .map_err(serde::de::Error::custom)
         }

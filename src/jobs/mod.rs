@@ -10,11 +10,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::cases::{
-    self, Case, CaseState, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord,
-    TransitionError,
+    self, Case, CaseState, Event, Evidence, Step, StepOutcome, StepRecord, TransitionError,
 };
 use crate::ids::CaseId;
 use crate::store::{ClaimedJob, JobId, Store, StoreError, Updated};
@@ -27,26 +25,6 @@ pub const EXECUTION_LEASE: Duration = Duration::from_secs(10 * 60);
 pub const MAX_TRANSIENT_FAILURES: u32 = 3;
 /// Pause after a store error before the worker loop tries again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
-
-/// One unit of queued work, stored as JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Job {
-    /// Carry out a decided case. `attempt` matches the case's attempt (grows on Retry).
-    RunDecision {
-        case_id: CaseId,
-        option: DecisionOption,
-        attempt: u32,
-    },
-}
-
-impl Job {
-    pub fn case_id(&self) -> &CaseId {
-        match self {
-            Job::RunDecision { case_id, .. } => case_id,
-        }
-    }
-}
 
 /// Why a handler did not finish a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

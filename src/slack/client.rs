@@ -15,7 +15,7 @@ use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 use url::Url;
 
-use crate::config::SlackSettings;
+use super::SlackSettings;
 use crate::ids::{SlackChannelId, SlackUserId};
 
 use super::render::Message;

@@ -2,10 +2,10 @@
 //!
 //! Parsing is pure and total: every input becomes a command, and input we cannot understand
 //! becomes [`SandboxCommand::Invalid`] with a sentence for the user. This module must not call
-//! E2B or Slack; running a command is `slack::execute`'s job.
+//! E2B or Slack; running a command is `execute`'s job.
 use std::time::Duration;
 
-use crate::config::parse_duration;
+use crate::duration::parse as parse_duration;
 use crate::ids::{SandboxId, TemplateId};
 
 /// Longest duration accepted for timeouts and look-back windows.

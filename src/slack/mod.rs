@@ -5,9 +5,10 @@
 //! nor E2B's wire formats (that is `e2b/`).
 pub mod client;
 pub mod command;
-pub mod execute;
 pub mod format;
 pub mod limits;
 pub mod payload;
 pub mod render;
+mod settings;
 pub mod signature;
+pub use settings::SlackSettings;

@@ -13,13 +13,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::Job;
 use super::{
     AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
     Opened, StoreError, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::CaseId;
-use crate::jobs::Job;
 
 /// A cheap-to-clone handle to one in-process state.
 #[derive(Clone, Default)]

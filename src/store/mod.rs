@@ -13,14 +13,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::cases::{self, Card, Case, Event, Subject, TransitionError};
-use crate::config::RedisSettings;
+use crate::cases::{self, Card, Case, DecisionOption, Event, Subject, TransitionError};
 use crate::ids::{CaseId, SlackUserId};
-use crate::jobs::Job;
 
 pub mod keys;
 mod memory;
 mod redis;
+mod settings;
+pub use settings::RedisSettings;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -81,6 +81,26 @@ pub enum Updated {
         current: Case,
         error: TransitionError,
     },
+}
+
+/// One unit of queued work, stored as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Job {
+    /// Carry out a decided case. `attempt` matches the case's attempt (grows on Retry).
+    RunDecision {
+        case_id: CaseId,
+        option: DecisionOption,
+        attempt: u32,
+    },
+}
+
+impl Job {
+    pub fn case_id(&self) -> &CaseId {
+        match self {
+            Job::RunDecision { case_id, .. } => case_id,
+        }
+    }
 }
 
 /// A queue entry's id (a Redis stream id such as `1700000000000-0`).

@@ -27,6 +27,7 @@ use redis::streams::{
 };
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 
+use super::Job;
 use super::keys::{
     AUDIT_MAX_ENTRIES, CASE_RETENTION, INDEX_SHARDS, JOB_GROUP, Keys, POINTER_MARGIN,
     SUBJECT_AUDIT_MAX_ENTRIES, shard_of,
@@ -37,7 +38,6 @@ use super::{
 };
 use crate::cases::{Case, CaseState, StepRecord, Subject};
 use crate::ids::CaseId;
-use crate::jobs::Job;
 
 /// Longest wait for a TCP connection to Redis.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

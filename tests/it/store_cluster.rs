@@ -235,7 +235,7 @@ async fn a_cluster_store_spreads_its_shards_over_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lazily_connected_cluster_store_connects_on_first_use() {
     use sandbox_steward::ids::CaseId;
-    use sandbox_steward::jobs::Job;
+    use sandbox_steward::store::Job;
 
     let ports = cluster_ports().await;
     let prefix = format!("steward-cluster-{}", uuid::Uuid::new_v4().simple());

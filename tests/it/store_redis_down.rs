@@ -10,7 +10,7 @@ use sandbox_steward::cases::{
     CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject,
 };
 use sandbox_steward::ids::{CaseId, SandboxId};
-use sandbox_steward::jobs::Job;
+use sandbox_steward::store::Job;
 use sandbox_steward::store::{Store, StoreError};
 
 /// Kills the server when the test ends, whatever happens.

@@ -15,7 +15,8 @@ use sandbox_steward::cases::{
     Step, StepOutcome, StepRecord, Subject, TransitionError,
 };
 use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
-use sandbox_steward::jobs::{self, Job, JobError, StepFailure, WorkOutcome};
+use sandbox_steward::jobs::{self, JobError, StepFailure, WorkOutcome};
+use sandbox_steward::store::Job;
 use sandbox_steward::store::{Actor, AuditEvent, LeftMark, Opened, Store, StoreError, Updated};
 
 async fn redis_store() -> (Store, PrefixCleanup) {

@@ -12,10 +12,10 @@ use crate::e2b::{
 };
 use crate::ids::{SandboxId, TemplateId};
 
-use super::command::{ListArgs, LogLevel, LogsArgs, SandboxCommand, StateFilter};
-use super::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when};
-use super::payload::{LIST_NEXT_PAGE, ListCursor};
-use super::render::*;
+use crate::slack::command::{ListArgs, LogLevel, LogsArgs, SandboxCommand, StateFilter};
+use crate::slack::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when};
+use crate::slack::payload::{LIST_NEXT_PAGE, ListCursor};
+use crate::slack::render::*;
 
 /// Sandboxes per `/sandbox list` page.
 pub const LIST_PAGE_SIZE: u32 = 20;
