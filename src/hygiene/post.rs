@@ -130,18 +130,25 @@ pub(super) async fn post(
                 .templates
                 .render(&digest_params(report, None, false))
                 .map_err(|e| SweepError::Digest(e.to_string()))?;
-            let (channel, ts) = ctx
-                .slack
-                .post_message(channel, digest)
-                .await
-                .map_err(|e| SweepError::Digest(e.to_string()))?;
-            if let Some(slot) = slot {
-                let record = format!("{channel} {ts}");
-                if let Err(e) = ctx.store.record_sweep_digest(slot, &record).await {
-                    tracing::warn!(error = %e, "could not record where the sweep digest was posted");
+            // Posting and recording run on their own task: a sweep stopped mid-post (its lease
+            // lost) must not leave a posted digest unrecorded, or the takeover would post again.
+            let (slack, store, channel) = (ctx.slack.clone(), ctx.store.clone(), channel.clone());
+            let posting = tokio::spawn(async move {
+                let (channel, ts) = slack
+                    .post_message(&channel, digest)
+                    .await
+                    .map_err(|e| SweepError::Digest(e.to_string()))?;
+                if let Some(slot) = slot {
+                    let record = format!("{channel} {ts}");
+                    if let Err(e) = store.record_sweep_digest(slot, &record).await {
+                        tracing::warn!(error = %e, "could not record where the sweep digest was posted");
+                    }
                 }
-            }
-            (channel, ts)
+                Ok::<_, SweepError>((channel, ts))
+            });
+            posting
+                .await
+                .map_err(|e| SweepError::Digest(e.to_string()))??
         }
     };
     posted.channel = channel.to_string();

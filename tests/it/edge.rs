@@ -76,7 +76,7 @@ async fn healthz_keep_alive(stream: &mut TcpStream) -> String {
 }
 
 #[tokio::test]
-async fn a_connection_that_sends_half_a_header_is_closed_by_the_server() {
+async fn a_connection_that_sends_half_a_header_or_sits_idle_is_closed_by_the_server() {
     let app = app_with(&[("STEWARD_HEADER_TIMEOUT", "1s")]).await;
     let mut idle = Vec::new();
     for _ in 0..20 {
@@ -87,13 +87,20 @@ async fn a_connection_that_sends_half_a_header_is_closed_by_the_server() {
             .unwrap();
         idle.push(stream);
     }
-    // ...and some that never send a byte.
+    // ...and some that never send a byte, and one that was served and then sits idle.
     for _ in 0..5 {
         idle.push(connect(&app).await);
     }
+    let mut served = connect(&app).await;
+    assert!(
+        healthz_keep_alive(&mut served)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    idle.push(served);
     for stream in &mut idle {
         let seen = read_until_closed(stream).await;
-        assert!(!seen.contains("200 OK"), "{seen}");
+        assert!(!seen.contains("HTTP/1.1"), "{seen}");
     }
     // The replica still serves others.
     let resp = app.http.get(app.url("/healthz")).send().await.unwrap();

@@ -1232,3 +1232,62 @@ async fn after_a_failed_sweep_the_replica_waits_before_trying_the_slot_again() {
     );
     assert_eq!(w.digests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_while_posting_the_digest_still_records_it_for_the_takeover()
+{
+    let w = world(config()).await;
+    let id = w.idle_running(None).await;
+    let latest = last_sweep_was(&w, 1).await;
+    // Hold the digest itself.
+    let gate = SlackGate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
+    let mut leader = w.scheduler("replica-a");
+    leader.sweep.slack = gate.client();
+    leader.lease_ttl = Duration::from_millis(900);
+    let running = tokio::spawn(async move { scheduler_tick(&leader, Utc::now()).await });
+    gate.held().await;
+
+    let mut conn = redis_conn();
+    let key = sweep_lease_key(&mut conn, &w.prefix);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let stopped = running.await.unwrap().unwrap();
+    assert!(
+        matches!(&stopped, Tick::Failed { error, .. } if error.contains("lease")),
+        "{stopped:?}"
+    );
+    // The digest Slack was already receiving still arrives, and is recorded for the slot.
+    gate.open();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while w.ctx.store.sweep_digest(latest).await.unwrap().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the digest posted mid-stop was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    let took_over = scheduler_tick(&w.scheduler("replica-b"), Utc::now())
+        .await
+        .unwrap();
+    assert!(matches!(took_over, Tick::Ran { .. }), "{took_over:?}");
+    let digests = w.digests();
+    assert_eq!(digests.len(), 1, "one digest per scheduled sweep");
+    let case = w
+        .open_case_of(&id)
+        .await
+        .expect("the takeover opened the case");
+    let card = w
+        .slack
+        .messages()
+        .into_iter()
+        .find(|m| m.method == "chat.postMessage" && text_of(m).contains(case.id.as_str()))
+        .expect("the case card was posted");
+    assert_eq!(card.thread_ts, digests[0].ts);
+}
