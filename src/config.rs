@@ -15,6 +15,8 @@ use secrecy::SecretString;
 
 use crate::duration::{self, InvalidDuration};
 pub use crate::e2b::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
+use crate::hygiene::HygieneConfig;
+use crate::ids::SlackChannelId;
 pub use crate::slack::SlackSettings;
 pub use crate::store::RedisSettings;
 use serde::Deserialize;
@@ -191,7 +193,7 @@ pub struct Policy {
     /// Who may decide which option of a case, and by when (`[approvals]`).
     pub approvals: crate::cases::ApprovalPolicy,
     /// The fleet sweep: schedule, channel, guard, owners and the idle policy (`[hygiene]`).
-    pub hygiene: crate::hygiene::HygieneConfig,
+    pub hygiene: HygieneConfig,
     /// Per-user rate limit and follow-up bounds of the Slack surface (`[limits]`).
     pub limits: crate::slack::limits::LimitsConfig,
 }
@@ -231,6 +233,30 @@ impl Policy {
 
     pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
         toml::from_str(text)
+    }
+
+    /// `[channels] approvals`, checked.
+    pub fn approvals_channel(&self) -> Result<Option<SlackChannelId>, String> {
+        self.channels
+            .approvals
+            .as_deref()
+            .map(|text| {
+                SlackChannelId::parse(text).map_err(|e| {
+                    format!("[channels] approvals in steward.toml is not a channel id: {e}")
+                })
+            })
+            .transpose()
+    }
+
+    /// The sweep's configuration: `[hygiene]`, with `[approvals] decide_within` unless `[hygiene]`
+    /// sets its own, and its channel (or `[channels] hygiene`).
+    pub fn sweep(&self) -> Result<(HygieneConfig, Option<SlackChannelId>), String> {
+        let mut config = self.hygiene.clone();
+        config
+            .decide_within
+            .get_or_insert(self.approvals.decide_within);
+        let channel = config.channel_or(self.channels.hygiene.as_deref())?;
+        Ok((config, channel))
     }
 }
 

@@ -7,14 +7,22 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
+use crate::approvals::BusyThreshold;
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
+use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
 use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
+use crate::slack::client::SlackClient;
+use crate::slack::limits::Limits;
+use crate::slack::render::Templates;
+use crate::store::Store;
 
 /// A bound, ready-to-run Steward server.
 pub struct Application {
@@ -28,6 +36,55 @@ pub struct Application {
     sweep_every: Option<Duration>,
 }
 
+/// Builds the clients and handles of one replica from settings. Fails on broken configuration
+/// (unreadable template overrides, an unusable TLS setup, a channel that is no channel id), not on
+/// missing secrets: `/readyz` reports those.
+pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
+    use secrecy::ExposeSecret;
+    let templates = Arc::new(Templates::load(settings.slack.templates_dir.as_deref())?);
+    let slack = SlackClient::new(&settings.slack)?;
+    let e2b = match &settings.e2b.api_key {
+        Some(_) => Some(E2bClient::new(&settings.e2b)?),
+        None => None,
+    };
+    let store = Store::redis_lazy(
+        settings.redis.url.expose_secret(),
+        &settings.redis.key_prefix,
+    )?;
+    let policy = &settings.policy;
+    let approvals_channel = policy.approvals_channel().map_err(anyhow::Error::msg)?;
+    let sweep = match &e2b {
+        None => None,
+        Some(e2b) => {
+            let (config, channel) = policy.sweep().map_err(anyhow::Error::msg)?;
+            Some(SweepContext::new(
+                e2b.clone(),
+                store.clone(),
+                slack.clone(),
+                templates.clone(),
+                Arc::new(config),
+                channel,
+            ))
+        }
+    };
+    let idle = policy.hygiene.idle.clone();
+    Ok(AppState {
+        approval_policy: Arc::new(policy.approvals.clone()),
+        limits: Arc::new(Limits::new(policy.limits.clone())),
+        busy_above: BusyThreshold::new(move |template| {
+            idle.thresholds_for(template).cpu_threshold_pct
+        }),
+        sweep,
+        slack,
+        e2b,
+        templates,
+        store,
+        approvals_channel,
+        tasks: TaskTracker::new(),
+        settings: Arc::new(settings),
+    })
+}
+
 impl Application {
     /// Binds `settings.listen` and builds the clients.
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
@@ -35,20 +92,8 @@ impl Application {
             .await
             .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
         let addr = listener.local_addr()?;
-        let state = AppState::from_settings(settings)?;
-        let sweep = match &state.e2b {
-            None => None,
-            Some(e2b) => Some(
-                SweepContext::from_settings(
-                    &state.settings,
-                    e2b.clone(),
-                    state.store.clone(),
-                    state.slack.clone(),
-                    state.templates.clone(),
-                )
-                .map_err(anyhow::Error::msg)?,
-            ),
-        };
+        let state = build_state(settings)?;
+        let sweep = state.sweep.clone();
         Ok(Application {
             listener,
             addr,

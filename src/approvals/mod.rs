@@ -38,9 +38,8 @@ pub struct Services {
     pub e2b: Option<E2bClient>,
     pub templates: Arc<Templates>,
     pub policy: Arc<ApprovalPolicy>,
-    /// `[hygiene.idle]`: its CPU threshold tells the worker's re-check a busy sandbox from an
-    /// idle one.
-    pub idle: Arc<crate::hygiene::policy::IdlePolicy>,
+    /// The CPU share that tells the worker's re-check a busy sandbox from an idle one.
+    pub busy_above: BusyThreshold,
     /// `[channels] approvals`; `None` posts cards where the command was typed.
     pub approvals_channel: Option<SlackChannelId>,
     /// Where follow-up work (card updates after a decision) is spawned, so shutdown waits for it.
@@ -48,6 +47,28 @@ pub struct Services {
     /// The bound on follow-up work: past it, a decision's card update runs in the task that
     /// recorded it instead of a new one.
     pub limits: Arc<crate::slack::limits::Limits>,
+}
+
+/// The CPU percentage above which a sandbox of a template counts as busy (`[hygiene.idle]`). The
+/// assembler fills it, so approvals need not know the sweep's policy types.
+#[derive(Clone)]
+pub struct BusyThreshold(Arc<dyn Fn(&str) -> f64 + Send + Sync>);
+
+impl BusyThreshold {
+    pub fn new(by_template: impl Fn(&str) -> f64 + Send + Sync + 'static) -> Self {
+        Self(Arc::new(by_template))
+    }
+
+    /// The threshold for sandboxes of `template_id`.
+    pub fn for_template(&self, template_id: &str) -> f64 {
+        (self.0)(template_id)
+    }
+}
+
+impl std::fmt::Debug for BusyThreshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BusyThreshold")
+    }
 }
 
 /// Where a case card goes.

@@ -213,10 +213,7 @@ async fn recheck_sandbox(
         StepOutcome::SnapshotCreated { .. } => Some(r.at),
         _ => None,
     });
-    let threshold = svc
-        .idle
-        .thresholds_for(detail.template_id.as_str())
-        .cpu_threshold_pct;
+    let threshold = svc.busy_above.for_template(detail.template_id.as_str());
     let change = recheck::sandbox_changes(
         &case.evidence,
         &current,

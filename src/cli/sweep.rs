@@ -43,8 +43,15 @@ pub async fn context(settings: &Settings) -> anyhow::Result<SweepContext> {
         .context("the sweep needs Redis for Leave decisions and open cases")?;
     let slack = SlackClient::new(&settings.slack)?;
     let templates = Templates::load(settings.slack.templates_dir.as_deref())?;
-    SweepContext::from_settings(settings, e2b, store, slack, Arc::new(templates))
-        .map_err(anyhow::Error::msg)
+    let (config, channel) = settings.policy.sweep().map_err(anyhow::Error::msg)?;
+    Ok(SweepContext::new(
+        e2b,
+        store,
+        slack,
+        Arc::new(templates),
+        Arc::new(config),
+        channel,
+    ))
 }
 
 pub async fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {

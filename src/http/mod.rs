@@ -49,44 +49,13 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Per-user rate limit, one sweep at a time, and the cap on follow-up tasks (`[limits]`).
     pub limits: Arc<crate::slack::limits::Limits>,
+    /// The fleet sweep `/sandbox sweep` runs; `None` when E2B is not configured.
+    pub sweep: Option<crate::hygiene::SweepContext>,
+    /// `[hygiene.idle]`'s CPU threshold, for the worker's re-check.
+    pub busy_above: crate::approvals::BusyThreshold,
 }
 
 impl AppState {
-    /// Builds the clients from settings. Fails on broken configuration (unreadable template
-    /// overrides, an unusable TLS setup), not on missing secrets: `/readyz` reports those.
-    pub fn from_settings(settings: Settings) -> anyhow::Result<Self> {
-        let templates = Templates::load(settings.slack.templates_dir.as_deref())?;
-        let slack = SlackClient::new(&settings.slack)?;
-        let e2b = match &settings.e2b.api_key {
-            Some(_) => Some(E2bClient::new(&settings.e2b)?),
-            None => None,
-        };
-        use secrecy::ExposeSecret;
-        let store = Store::redis_lazy(
-            settings.redis.url.expose_secret(),
-            &settings.redis.key_prefix,
-        )?;
-        let approvals_channel = match &settings.policy.channels.approvals {
-            None => None,
-            Some(text) => Some(SlackChannelId::parse(text.as_str()).map_err(|e| {
-                anyhow::anyhow!("[channels] approvals in steward.toml is not a channel id: {e}")
-            })?),
-        };
-        Ok(Self {
-            approval_policy: Arc::new(settings.policy.approvals.clone()),
-            limits: Arc::new(crate::slack::limits::Limits::new(
-                settings.policy.limits.clone(),
-            )),
-            settings: Arc::new(settings),
-            slack,
-            e2b,
-            templates: Arc::new(templates),
-            store,
-            approvals_channel,
-            tasks: TaskTracker::new(),
-        })
-    }
-
     /// The handles the approval flow needs.
     pub fn services(&self) -> Services {
         Services {
@@ -95,7 +64,7 @@ impl AppState {
             e2b: self.e2b.clone(),
             templates: self.templates.clone(),
             policy: self.approval_policy.clone(),
-            idle: Arc::new(self.settings.policy.hygiene.idle.clone()),
+            busy_above: self.busy_above.clone(),
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
             limits: self.limits.clone(),

@@ -219,20 +219,11 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
                 .into(),
         );
     }
-    let Some(e2b) = state.e2b.clone() else {
+    // Built once at startup (a broken sweep configuration stops the replica from starting).
+    let Some(ctx) = state.sweep.clone() else {
         return fail(
             "Steward is not connected to E2B yet (E2B_API_KEY is not set); an operator needs to set it up.".into(),
         );
-    };
-    let ctx = match crate::hygiene::SweepContext::from_settings(
-        &state.settings,
-        e2b,
-        state.store.clone(),
-        state.slack.clone(),
-        state.templates.clone(),
-    ) {
-        Ok(ctx) => ctx,
-        Err(problem) => return fail(format!("The sweep cannot run: {problem}.")),
     };
     // A dry run reads the whole fleet: one at a time per replica. (A live sweep takes the
     // sweep lease in Redis, which already lets only one run at a time.)

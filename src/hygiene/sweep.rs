@@ -22,7 +22,6 @@ use super::policy::{
     self, Assessment, Exemption, IdleEvidence, Observed, Recommendation, RunState, Sample,
 };
 use crate::cases::Subject;
-use crate::config::Settings;
 use crate::e2b::paging::{PageGuard, Step};
 use crate::e2b::{
     DEFAULT_MAX_PAGES, E2bClient, E2bError, ListQuery, ListedSandbox, MAX_PAGE_LIMIT,
@@ -88,31 +87,6 @@ pub struct SweepContext {
 }
 
 impl SweepContext {
-    /// The service's sweep: `[hygiene]` from steward.toml, its channel (or `[channels]
-    /// hygiene`), and `[approvals] decide_within` unless `[hygiene]` sets its own.
-    pub fn from_settings(
-        settings: &Settings,
-        e2b: E2bClient,
-        store: Store,
-        slack: SlackClient,
-        templates: Arc<Templates>,
-    ) -> Result<Self, String> {
-        let policy = &settings.policy;
-        let mut config = policy.hygiene.clone();
-        config
-            .decide_within
-            .get_or_insert(policy.approvals.decide_within);
-        let channel = config.channel_or(policy.channels.hygiene.as_deref())?;
-        Ok(Self::new(
-            e2b,
-            store,
-            slack,
-            templates,
-            Arc::new(config),
-            channel,
-        ))
-    }
-
     pub fn new(
         e2b: E2bClient,
         store: Store,
