@@ -6,6 +6,9 @@ use std::time::Duration;
 /// and adding it to a date could leave the range of dates Steward can represent.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // 100 × 365.25 days
 
+/// Longest refresh E2B accepts (one hour). The command language and the E2B client both check it.
+pub const MAX_REFRESH_SECS: u64 = 3600;
+
 /// A value that is not a duration Steward accepts, with the setting's name for the sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name} is not valid: {reason}")]

@@ -12,7 +12,7 @@ use crate::e2b::{
 };
 use crate::ids::{SandboxId, TemplateId};
 
-use crate::slack::command::{ListArgs, LogLevel, LogsArgs, SandboxCommand, StateFilter};
+use crate::slack::command::{LevelFilter, ListArgs, ListState, LogsArgs, SandboxCommand};
 use crate::slack::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when};
 use crate::slack::payload::{LIST_NEXT_PAGE, ListCursor};
 use crate::slack::render::*;
@@ -90,7 +90,7 @@ pub async fn run(ctx: &Context<'_>, command: &SandboxCommand, args_text: &str) -
 }
 
 /// An error together with what it was about ("Sandbox `i1`"), for the sentence.
-pub type Outcome = Result<Message, (String, E2bError)>;
+pub type Reply = Result<Message, (String, E2bError)>;
 
 fn about(subject: impl Into<String>) -> impl FnOnce(E2bError) -> (String, E2bError) {
     let subject = subject.into();
@@ -171,13 +171,13 @@ pub async fn list_page(
     args_text: &str,
     token: Option<&str>,
     page: u32,
-) -> Outcome {
+) -> Reply {
     let e2b = ctx.e2b().map_err(about("The sandbox list"))?;
     let query = ListQuery {
         state: match args.state {
-            StateFilter::Running => e2b::StateFilter::Running,
-            StateFilter::Paused => e2b::StateFilter::Paused,
-            StateFilter::All => e2b::StateFilter::Both,
+            ListState::Running => e2b::StateFilter::Running,
+            ListState::Paused => e2b::StateFilter::Paused,
+            ListState::All => e2b::StateFilter::Both,
         },
         metadata: args.metadata.clone(),
         template: args.template.clone(),
@@ -280,9 +280,9 @@ pub async fn list_page(
 
 fn describe_list(args: &ListArgs) -> String {
     let mut parts = vec![match args.state {
-        StateFilter::Running => "running".to_owned(),
-        StateFilter::Paused => "paused".to_owned(),
-        StateFilter::All => "running and paused".to_owned(),
+        ListState::Running => "running".to_owned(),
+        ListState::Paused => "paused".to_owned(),
+        ListState::All => "running and paused".to_owned(),
     }];
     if let Some(t) = &args.template {
         parts.push(format!("template={t}"));
@@ -291,7 +291,7 @@ fn describe_list(args: &ListArgs) -> String {
     parts.join(" · ")
 }
 
-async fn get(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
+async fn get(ctx: &Context<'_>, id: &SandboxId) -> Reply {
     let e2b = ctx.e2b().map_err(about(sandbox_subject(id)))?;
     let s = e2b
         .get_sandbox(id)
@@ -334,14 +334,14 @@ async fn get(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
     }))
 }
 
-async fn logs(ctx: &Context<'_>, args: &LogsArgs) -> Outcome {
+async fn logs(ctx: &Context<'_>, args: &LogsArgs) -> Reply {
     let subject = sandbox_subject(&args.id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let query = LogsQuery {
         level: args.level.map(|l| match l {
-            LogLevel::Info => e2b::LogLevel::Info,
-            LogLevel::Warn => e2b::LogLevel::Warn,
-            LogLevel::Error => e2b::LogLevel::Error,
+            LevelFilter::Info => e2b::LogLevel::Info,
+            LevelFilter::Warn => e2b::LogLevel::Warn,
+            LevelFilter::Error => e2b::LogLevel::Error,
         }),
         search: args.search.clone(),
         direction: Some(LogsDirection::Backward),
@@ -397,7 +397,7 @@ fn series(name: &str, values: &[f64], ceiling: f64, show: impl Fn(f64) -> String
     }
 }
 
-async fn metrics(ctx: &Context<'_>, id: &SandboxId, window: Duration) -> Outcome {
+async fn metrics(ctx: &Context<'_>, id: &SandboxId, window: Duration) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let start = ctx.now - chrono::Duration::from_std(window).unwrap_or_default();
@@ -440,7 +440,7 @@ async fn metrics(ctx: &Context<'_>, id: &SandboxId, window: Duration) -> Outcome
     }))
 }
 
-async fn team(ctx: &Context<'_>, window: Duration) -> Outcome {
+async fn team(ctx: &Context<'_>, window: Duration) -> Reply {
     let subject = "Team metrics";
     let e2b = ctx.e2b().map_err(about(subject))?;
     let start = ctx.now - chrono::Duration::from_std(window).unwrap_or_default();
@@ -498,7 +498,7 @@ async fn current_state(ctx: &Context<'_>, id: &SandboxId) -> Option<SandboxState
         .map(|s| s.state)
 }
 
-async fn pause(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
+async fn pause(ctx: &Context<'_>, id: &SandboxId) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     match e2b.pause_sandbox(id).await {
@@ -517,7 +517,7 @@ async fn pause(ctx: &Context<'_>, id: &SandboxId) -> Outcome {
 }
 
 /// `resume`; the caller (`approvals::lifetime`) has checked the timeout against the floor.
-pub async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>) -> Outcome {
+pub async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let timeout = timeout.unwrap_or(e2b::DEFAULT_SANDBOX_TIMEOUT);
@@ -540,7 +540,7 @@ pub async fn resume(ctx: &Context<'_>, id: &SandboxId, timeout: Option<Duration>
 }
 
 /// `timeout`; the caller (`approvals::lifetime`) has checked it against the floor.
-pub async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
+pub async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     e2b.set_timeout(id, duration)
@@ -558,7 +558,7 @@ pub async fn set_timeout(ctx: &Context<'_>, id: &SandboxId, duration: Duration) 
 }
 
 /// `refresh`: always allowed (it never ends a sandbox sooner); audited by `approvals::lifetime`.
-pub async fn refresh(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Outcome {
+pub async fn refresh(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     e2b.refresh_sandbox(id, Some(duration))
@@ -573,7 +573,7 @@ pub async fn refresh(ctx: &Context<'_>, id: &SandboxId, duration: Duration) -> O
     ))
 }
 
-async fn snapshot(ctx: &Context<'_>, id: &SandboxId, name: Option<&str>) -> Outcome {
+async fn snapshot(ctx: &Context<'_>, id: &SandboxId, name: Option<&str>) -> Reply {
     let subject = sandbox_subject(id);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let snap = e2b
@@ -594,7 +594,7 @@ async fn snapshot(ctx: &Context<'_>, id: &SandboxId, name: Option<&str>) -> Outc
     ))
 }
 
-async fn snapshots(ctx: &Context<'_>, sandbox: Option<&SandboxId>) -> Outcome {
+async fn snapshots(ctx: &Context<'_>, sandbox: Option<&SandboxId>) -> Reply {
     let subject = sandbox.map_or_else(|| "The snapshot list".to_owned(), sandbox_subject);
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let listing = e2b.list_snapshots(sandbox).await.map_err(about(subject))?;
@@ -614,7 +614,7 @@ async fn snapshots(ctx: &Context<'_>, sandbox: Option<&SandboxId>) -> Outcome {
     }))
 }
 
-async fn templates(ctx: &Context<'_>) -> Outcome {
+async fn templates(ctx: &Context<'_>) -> Reply {
     let subject = "The template list";
     let e2b = ctx.e2b().map_err(about(subject))?;
     let listing = e2b.list_templates().await.map_err(about(subject))?;
@@ -650,7 +650,7 @@ async fn templates(ctx: &Context<'_>) -> Outcome {
     }))
 }
 
-async fn template(ctx: &Context<'_>, id: &TemplateId) -> Outcome {
+async fn template(ctx: &Context<'_>, id: &TemplateId) -> Reply {
     let subject = format!("Template `{id}`");
     let e2b = ctx.e2b().map_err(about(subject.clone()))?;
     let t = e2b.get_template(id).await.map_err(about(subject))?;

@@ -458,7 +458,7 @@ pub async fn run_worker(svc: Services, config: WorkerConfig, shutdown: impl Futu
         let svc = svc.clone();
         async move { handle_job(&svc, claimed, log).await }
     };
-    jobs::run_worker(store, config, handler, shutdown).await;
+    jobs::run_queue(store, config, handler, shutdown).await;
 }
 
 /// One expiry pass: expires every pending case past its deadline (each by exactly one

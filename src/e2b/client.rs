@@ -24,8 +24,9 @@ use serde::de::DeserializeOwned;
 use super::E2bSettings;
 use super::error::{self, E2bError};
 use super::model::*;
-use super::paging::{DEFAULT_MAX_PAGES, Listing, Page, PageGuard, Step};
-use super::retry::{self, Decision, Outcome, Replay, RetryPolicy};
+use super::paging::{DEFAULT_MAX_PAGES, Listing, Page, PageGuard, PageStep};
+use super::retry::{self, AttemptOutcome, Replay, RetryDecision, RetryPolicy};
+use crate::duration::MAX_REFRESH_SECS;
 use crate::ids::{SandboxId, TemplateId};
 
 /// Most sandbox ids E2B accepts in one `GET /sandboxes/metrics`.
@@ -34,8 +35,6 @@ pub const METRICS_BATCH_MAX_IDS: usize = 100;
 pub const DEFAULT_METRICS_CONCURRENCY: usize = 8;
 /// Largest page E2B serves.
 pub const MAX_PAGE_LIMIT: u32 = 100;
-/// Longest refresh E2B accepts.
-pub const MAX_REFRESH_SECS: u64 = 3600;
 /// Largest E2B answer read; a bigger one (a broken proxy, a runaway listing) is refused with
 /// [`E2bError::TooLarge`] rather than held in memory.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
@@ -398,7 +397,7 @@ impl E2bClient {
                         E2bError::RateLimited { retry_after, .. } => *retry_after,
                         _ => None,
                     };
-                    let outcome = Outcome::Status {
+                    let outcome = AttemptOutcome::Status {
                         status: reply.status.as_u16(),
                         retry_after,
                     };
@@ -406,15 +405,15 @@ impl E2bClient {
                 }
                 Err(e) => {
                     let outcome = if e.is_connect() {
-                        Outcome::NotConnected
+                        AttemptOutcome::NotConnected
                     } else {
-                        Outcome::Interrupted
+                        AttemptOutcome::Interrupted
                     };
                     (outcome, E2bError::Transport(self.describe(&e)))
                 }
             };
             match retry::decide(&self.retry, call.op.replay(), outcome, attempt) {
-                Decision::RetryAfter(delay) => {
+                RetryDecision::RetryAfter(delay) => {
                     tracing::warn!(
                         op = call.op.name(),
                         attempt,
@@ -424,7 +423,7 @@ impl E2bClient {
                     );
                     tokio::time::sleep(delay).await;
                 }
-                Decision::GiveUp => {
+                RetryDecision::GiveUp => {
                     tracing::debug!(op = call.op.name(), attempt, error = %err, "E2B call failed");
                     return Err(err);
                 }
@@ -538,15 +537,15 @@ impl E2bClient {
             let page = fetch(token.take()).await?;
             items.extend(page.items);
             match guard.after_page(page.next_token.as_deref()) {
-                Step::Next(next) => token = Some(next),
-                Step::Done => {
+                PageStep::Next(next) => token = Some(next),
+                PageStep::Done => {
                     return Ok(Listing {
                         items,
                         pages: guard.pages(),
                         stopped: None,
                     });
                 }
-                Step::Stop(reason) => {
+                PageStep::Stop(reason) => {
                     tracing::warn!(op = op.name(), pages = guard.pages(), %reason, "stopped paging");
                     return Ok(Listing {
                         items,
@@ -858,9 +857,9 @@ impl E2bClient {
                 None => template = Some(page),
             }
             match guard.after_page(reply.header("x-next-token")) {
-                Step::Next(next) => token = Some(next),
-                Step::Done => break,
-                Step::Stop(reason) => {
+                PageStep::Next(next) => token = Some(next),
+                PageStep::Done => break,
+                PageStep::Stop(reason) => {
                     tracing::warn!(template = %id, %reason, "stopped paging template builds");
                     break;
                 }

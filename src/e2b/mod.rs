@@ -14,9 +14,7 @@ pub mod retry;
 mod settings;
 pub use settings::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
 
-pub use client::{
-    DEFAULT_METRICS_CONCURRENCY, E2bClient, MAX_PAGE_LIMIT, MAX_REFRESH_SECS, METRICS_BATCH_MAX_IDS,
-};
+pub use client::{DEFAULT_METRICS_CONCURRENCY, E2bClient, MAX_PAGE_LIMIT, METRICS_BATCH_MAX_IDS};
 pub use error::E2bError;
 pub use model::*;
 pub use paging::{DEFAULT_MAX_PAGES, Listing, Page, PagingStop};

@@ -72,7 +72,7 @@ pub struct Page<T> {
 
 /// What to do after a page arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum PageStep {
     /// Fetch the next page with this token.
     Next(String),
     /// The server said there are no more pages.
@@ -100,19 +100,19 @@ impl PageGuard {
     }
 
     /// Records that a page came back with `next_token`, and says what to do next.
-    pub fn after_page(&mut self, next_token: Option<&str>) -> Step {
+    pub fn after_page(&mut self, next_token: Option<&str>) -> PageStep {
         self.pages += 1;
         // An empty header value means "no more pages", like an absent one.
         let Some(token) = next_token.filter(|t| !t.is_empty()) else {
-            return Step::Done;
+            return PageStep::Done;
         };
         if !self.seen.insert(token.to_owned()) {
-            return Step::Stop(PagingStop::RepeatedToken);
+            return PageStep::Stop(PagingStop::RepeatedToken);
         }
         if self.pages >= self.cap {
-            return Step::Stop(PagingStop::PageCap(self.cap));
+            return PageStep::Stop(PagingStop::PageCap(self.cap));
         }
-        Step::Next(token.to_owned())
+        PageStep::Next(token.to_owned())
     }
 
     /// Pages recorded so far.
@@ -128,36 +128,36 @@ mod tests {
     #[test]
     fn paging_ends_when_the_server_sends_no_token() {
         let mut guard = PageGuard::new(10);
-        assert_eq!(guard.after_page(Some("a")), Step::Next("a".into()));
-        assert_eq!(guard.after_page(Some("b")), Step::Next("b".into()));
-        assert_eq!(guard.after_page(None), Step::Done);
+        assert_eq!(guard.after_page(Some("a")), PageStep::Next("a".into()));
+        assert_eq!(guard.after_page(Some("b")), PageStep::Next("b".into()));
+        assert_eq!(guard.after_page(None), PageStep::Done);
         assert_eq!(guard.pages(), 3);
     }
 
     #[test]
     fn an_empty_token_counts_as_the_last_page() {
-        assert_eq!(PageGuard::new(10).after_page(Some("")), Step::Done);
+        assert_eq!(PageGuard::new(10).after_page(Some("")), PageStep::Done);
     }
 
     #[test]
     fn a_token_seen_before_stops_paging() {
         let mut guard = PageGuard::new(10);
-        assert_eq!(guard.after_page(Some("a")), Step::Next("a".into()));
-        assert_eq!(guard.after_page(Some("b")), Step::Next("b".into()));
+        assert_eq!(guard.after_page(Some("a")), PageStep::Next("a".into()));
+        assert_eq!(guard.after_page(Some("b")), PageStep::Next("b".into()));
         assert_eq!(
             guard.after_page(Some("a")),
-            Step::Stop(PagingStop::RepeatedToken)
+            PageStep::Stop(PagingStop::RepeatedToken)
         );
     }
 
     #[test]
     fn endless_fresh_tokens_stop_at_the_cap() {
         let mut guard = PageGuard::new(3);
-        assert!(matches!(guard.after_page(Some("1")), Step::Next(_)));
-        assert!(matches!(guard.after_page(Some("2")), Step::Next(_)));
+        assert!(matches!(guard.after_page(Some("1")), PageStep::Next(_)));
+        assert!(matches!(guard.after_page(Some("2")), PageStep::Next(_)));
         assert_eq!(
             guard.after_page(Some("3")),
-            Step::Stop(PagingStop::PageCap(3))
+            PageStep::Stop(PagingStop::PageCap(3))
         );
         assert_eq!(guard.pages(), 3);
     }
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn the_last_allowed_page_without_a_token_is_complete_not_capped() {
         let mut guard = PageGuard::new(1);
-        assert_eq!(guard.after_page(None), Step::Done);
+        assert_eq!(guard.after_page(None), PageStep::Done);
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub enum Replay {
 
 /// What went wrong with one attempt, as far as retrying cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AttemptOutcome {
     /// An HTTP status came back. `retry_after` only matters for 429.
     Status {
         status: u16,
@@ -87,43 +87,48 @@ pub enum Outcome {
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum RetryDecision {
     RetryAfter(Duration),
     GiveUp,
 }
 
 /// Decides whether attempt number `attempt` (1-based) should be followed by another.
-pub fn decide(policy: &RetryPolicy, replay: Replay, outcome: Outcome, attempt: u32) -> Decision {
+pub fn decide(
+    policy: &RetryPolicy,
+    replay: Replay,
+    outcome: AttemptOutcome,
+    attempt: u32,
+) -> RetryDecision {
     if attempt >= policy.max_attempts {
-        return Decision::GiveUp;
+        return RetryDecision::GiveUp;
     }
     let backoff = policy.backoff(attempt - 1);
     match outcome {
-        Outcome::Status {
+        AttemptOutcome::Status {
             status: 429,
             retry_after,
         } => match retry_after {
             // E2B asked for a longer pause than we are willing to hold a caller for.
-            Some(wait) if wait > policy.max_retry_after => Decision::GiveUp,
-            Some(wait) => Decision::RetryAfter(wait),
-            None => Decision::RetryAfter(backoff),
+            Some(wait) if wait > policy.max_retry_after => RetryDecision::GiveUp,
+            Some(wait) => RetryDecision::RetryAfter(wait),
+            None => RetryDecision::RetryAfter(backoff),
         },
-        Outcome::Status { status, .. } => {
+        AttemptOutcome::Status { status, .. } => {
             let retry = match replay {
                 Replay::Idempotent => status >= 500,
                 Replay::OnlyUnavailable => status == 503,
                 Replay::Never => false,
             };
             if retry {
-                Decision::RetryAfter(backoff)
+                RetryDecision::RetryAfter(backoff)
             } else {
-                Decision::GiveUp
+                RetryDecision::GiveUp
             }
         }
-        Outcome::NotConnected => Decision::RetryAfter(backoff),
-        Outcome::Interrupted => match replay {
-            Replay::Idempotent => Decision::RetryAfter(backoff),
-            Replay::OnlyUnavailable | Replay::Never => Decision::GiveUp,
+        AttemptOutcome::NotConnected => RetryDecision::RetryAfter(backoff),
+        AttemptOutcome::Interrupted => match replay {
+            Replay::Idempotent => RetryDecision::RetryAfter(backoff),
+            Replay::OnlyUnavailable | Replay::Never => RetryDecision::GiveUp,
         },
     }
 }
@@ -132,17 +137,17 @@ pub fn decide(policy: &RetryPolicy, replay: Replay, outcome: Outcome, attempt: u
 mod tests {
     use super::*;
 
-    fn status(status: u16) -> Outcome {
-        Outcome::Status {
+    fn status(status: u16) -> AttemptOutcome {
+        AttemptOutcome::Status {
             status,
             retry_after: None,
         }
     }
 
-    fn retries(replay: Replay, outcome: Outcome) -> bool {
+    fn retries(replay: Replay, outcome: AttemptOutcome) -> bool {
         matches!(
             decide(&RetryPolicy::default(), replay, outcome, 1),
-            Decision::RetryAfter(_)
+            RetryDecision::RetryAfter(_)
         )
     }
 
@@ -151,8 +156,8 @@ mod tests {
         for s in [500, 502, 503, 504] {
             assert!(retries(Replay::Idempotent, status(s)), "{s}");
         }
-        assert!(retries(Replay::Idempotent, Outcome::Interrupted));
-        assert!(retries(Replay::Idempotent, Outcome::NotConnected));
+        assert!(retries(Replay::Idempotent, AttemptOutcome::Interrupted));
+        assert!(retries(Replay::Idempotent, AttemptOutcome::NotConnected));
         assert!(!retries(Replay::Idempotent, status(404)));
         assert!(!retries(Replay::Idempotent, status(400)));
     }
@@ -163,8 +168,14 @@ mod tests {
         for s in [500, 502, 504, 409] {
             assert!(!retries(Replay::OnlyUnavailable, status(s)), "{s}");
         }
-        assert!(retries(Replay::OnlyUnavailable, Outcome::NotConnected));
-        assert!(!retries(Replay::OnlyUnavailable, Outcome::Interrupted));
+        assert!(retries(
+            Replay::OnlyUnavailable,
+            AttemptOutcome::NotConnected
+        ));
+        assert!(!retries(
+            Replay::OnlyUnavailable,
+            AttemptOutcome::Interrupted
+        ));
     }
 
     #[test]
@@ -172,24 +183,24 @@ mod tests {
         for s in [500, 502, 503, 504] {
             assert!(!retries(Replay::Never, status(s)), "{s}");
         }
-        assert!(!retries(Replay::Never, Outcome::Interrupted));
-        assert!(retries(Replay::Never, Outcome::NotConnected));
+        assert!(!retries(Replay::Never, AttemptOutcome::Interrupted));
+        assert!(retries(Replay::Never, AttemptOutcome::NotConnected));
     }
 
     #[test]
     fn rate_limits_wait_for_retry_after_unless_it_is_too_long() {
         let policy = RetryPolicy::default();
-        let limited = |secs| Outcome::Status {
+        let limited = |secs| AttemptOutcome::Status {
             status: 429,
             retry_after: Some(Duration::from_secs(secs)),
         };
         assert_eq!(
             decide(&policy, Replay::Never, limited(3), 1),
-            Decision::RetryAfter(Duration::from_secs(3))
+            RetryDecision::RetryAfter(Duration::from_secs(3))
         );
         assert_eq!(
             decide(&policy, Replay::Idempotent, limited(31), 1),
-            Decision::GiveUp
+            RetryDecision::GiveUp
         );
     }
 
@@ -201,15 +212,15 @@ mod tests {
         };
         assert!(matches!(
             decide(&policy, Replay::Idempotent, status(500), 2),
-            Decision::RetryAfter(_)
+            RetryDecision::RetryAfter(_)
         ));
         assert_eq!(
             decide(&policy, Replay::Idempotent, status(500), 3),
-            Decision::GiveUp
+            RetryDecision::GiveUp
         );
         assert_eq!(
             decide(&RetryPolicy::none(), Replay::Idempotent, status(500), 1),
-            Decision::GiveUp
+            RetryDecision::GiveUp
         );
     }
 

@@ -22,7 +22,7 @@ use super::policy::{
     self, Assessment, Exemption, IdleEvidence, Observed, Recommendation, RunState, Sample,
 };
 use crate::cases::Subject;
-use crate::e2b::paging::{PageGuard, Step};
+use crate::e2b::paging::{PageGuard, PageStep};
 use crate::e2b::{
     DEFAULT_MAX_PAGES, E2bClient, E2bError, ListQuery, ListedSandbox, MAX_PAGE_LIMIT,
     SandboxMetric, SandboxState, StateFilter, TeamMaxMetric,
@@ -483,9 +483,9 @@ async fn list_pages(e2b: E2bClient, tx: tokio::sync::mpsc::Sender<Result<Paged, 
             return;
         }
         match step {
-            Step::Next(next) => token = Some(next),
-            Step::Done => return,
-            Step::Stop(reason) => {
+            PageStep::Next(next) => token = Some(next),
+            PageStep::Done => return,
+            PageStep::Stop(reason) => {
                 tracing::warn!(%reason, "sweep listing stopped early");
                 let _ = tx.send(Ok(Paged::Stopped(reason.to_string()))).await;
                 return;

@@ -406,7 +406,7 @@ where
 /// `reclaim_every`. Shutdown is noticed between passes: a running job finishes its steps and a
 /// waiting claim runs out its `block` first, because cancelling a claim mid-flight could strand
 /// a job that Redis had already handed over.
-pub async fn run_worker<H, Fut>(
+pub async fn run_queue<H, Fut>(
     store: Store,
     config: WorkerConfig,
     handler: H,

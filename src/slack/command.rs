@@ -5,15 +5,13 @@
 //! E2B or Slack; running a command is `execute`'s job.
 use std::time::Duration;
 
-use crate::duration::parse as parse_duration;
+use crate::duration::{MAX_REFRESH_SECS, parse as parse_duration};
 use crate::ids::{SandboxId, TemplateId};
 
 /// Longest duration accepted for timeouts and look-back windows.
 pub const MAX_DURATION_SECS: u64 = 31 * 24 * 3600;
 /// Longest sandbox timeout E2B accepts (24 h on the Pro tier).
 pub const MAX_SANDBOX_TIMEOUT_SECS: u64 = 24 * 3600;
-/// Longest refresh E2B accepts.
-pub const MAX_REFRESH_SECS: u64 = 3600;
 /// Most log lines a user may ask for.
 pub const MAX_LOG_LIMIT: u32 = 1000;
 /// Default look-back of `metrics`.
@@ -24,7 +22,7 @@ pub const DEFAULT_TEAM_SINCE: Duration = Duration::from_secs(24 * 3600);
 /// Which sandboxes `list` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StateFilter {
+pub enum ListState {
     Running,
     Paused,
     All,
@@ -33,13 +31,13 @@ pub enum StateFilter {
 /// Minimum severity for `logs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogLevel {
+pub enum LevelFilter {
     Info,
     Warn,
     Error,
 }
 
-impl LogLevel {
+impl LevelFilter {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Info => "info",
@@ -52,7 +50,7 @@ impl LogLevel {
 /// Arguments of `list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListArgs {
-    pub state: StateFilter,
+    pub state: ListState,
     pub template: Option<String>,
     /// `key=value` metadata filters, in the order given.
     pub metadata: Vec<(String, String)>,
@@ -62,7 +60,7 @@ pub struct ListArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogsArgs {
     pub id: SandboxId,
-    pub level: Option<LogLevel>,
+    pub level: Option<LevelFilter>,
     pub search: Option<String>,
     pub limit: Option<u32>,
 }
@@ -209,9 +207,9 @@ fn parse_words(words: &[String]) -> Parsed {
             let level = match args.option("level") {
                 None => None,
                 Some(v) => Some(match v.to_lowercase().as_str() {
-                    "info" => LogLevel::Info,
-                    "warn" | "warning" => LogLevel::Warn,
-                    "error" => LogLevel::Error,
+                    "info" => LevelFilter::Info,
+                    "warn" | "warning" => LevelFilter::Warn,
+                    "error" => LevelFilter::Error,
                     _ => return Err(format!("`level={v}` is not one of info, warn, error.")),
                 }),
             };
@@ -323,7 +321,7 @@ fn parse_words(words: &[String]) -> Parsed {
 }
 
 fn parse_list(args: &mut Args<'_>) -> Parsed {
-    let mut state = StateFilter::All;
+    let mut state = ListState::All;
     let mut template = None;
     let mut metadata = Vec::new();
     let mut state_given = false;
@@ -345,9 +343,9 @@ fn parse_list(args: &mut Args<'_>) -> Parsed {
             return Err(format!("`list` takes one state; `{word}` is extra."));
         }
         state = match word.to_lowercase().as_str() {
-            "running" => StateFilter::Running,
-            "paused" => StateFilter::Paused,
-            "all" => StateFilter::All,
+            "running" => ListState::Running,
+            "paused" => ListState::Paused,
+            "all" => ListState::All,
             _ => {
                 return Err(format!(
                     "`{word}` is not a state: use running, paused or all, or a `key=value` filter."
@@ -510,7 +508,7 @@ mod tests {
         check(
             "list",
             SandboxCommand::List(ListArgs {
-                state: StateFilter::All,
+                state: ListState::All,
                 template: None,
                 metadata: vec![],
             }),
@@ -518,7 +516,7 @@ mod tests {
         check(
             "list paused template=base owner=alice env=\"ci prod\"",
             SandboxCommand::List(ListArgs {
-                state: StateFilter::Paused,
+                state: ListState::Paused,
                 template: Some("base".into()),
                 metadata: vec![
                     ("owner".into(), "alice".into()),
@@ -586,7 +584,7 @@ mod tests {
             "logs i1 level=warn search=\"disk full\" limit=50",
             SandboxCommand::Logs(LogsArgs {
                 id: id("i1"),
-                level: Some(LogLevel::Warn),
+                level: Some(LevelFilter::Warn),
                 search: Some("disk full".into()),
                 limit: Some(50),
             }),

@@ -154,7 +154,7 @@ impl MemoryStore {
             DecidedMark::Keep(at) => {
                 s.decided.entry(next.id.clone()).or_insert(whole_ms(at));
             }
-            DecidedMark::Leave => {
+            DecidedMark::Drop => {
                 s.decided.remove(&next.id);
             }
         }

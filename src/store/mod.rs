@@ -234,13 +234,13 @@ pub(crate) enum DecidedMark {
     /// It stays Decided or Executing: keep its entry (re-adding it at this time if missing).
     Keep(DateTime<Utc>),
     /// It is not (or no longer) Decided or Executing: drop any entry.
-    Leave,
+    Drop,
 }
 
 impl DecidedMark {
     fn between(current: &cases::CaseState, next: &cases::CaseState, now: DateTime<Utc>) -> Self {
         match (is_unfinished(current), is_unfinished(next)) {
-            (_, false) => DecidedMark::Leave,
+            (_, false) => DecidedMark::Drop,
             (false, true) => DecidedMark::Enter(now),
             (true, true) => DecidedMark::Keep(now),
         }
@@ -782,7 +782,7 @@ mod tests {
         later.decide_by = first + chrono::Duration::hours(1);
         later.version = case.version + 1;
         let swap = store
-            .swap_case(case.version, &later, DecidedMark::Leave, None, first)
+            .swap_case(case.version, &later, DecidedMark::Drop, None, first)
             .await
             .unwrap();
         assert!(matches!(swap, Swap::Written));

@@ -621,7 +621,7 @@ impl RedisStore {
         let (decided_move, decided_at) = match decided {
             DecidedMark::Enter(at) => ("enter", at.timestamp_millis()),
             DecidedMark::Keep(at) => ("keep", at.timestamp_millis()),
-            DecidedMark::Leave => ("leave", 0),
+            DecidedMark::Drop => ("leave", 0),
         };
         let (left_json, left_ttl) = match left {
             Some(mark) => (encode(mark)?, ms(left_mark_ttl(mark, now))),

@@ -888,7 +888,7 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut config = jobs::WorkerConfig::new("worker-loop");
     config.block = Duration::from_millis(200);
-    let worker = tokio::spawn(jobs::run_worker(store.clone(), config, handler, async {
+    let worker = tokio::spawn(jobs::run_queue(store.clone(), config, handler, async {
         let _ = stop_rx.await;
     }));
     store
