@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::hygiene::digest::dollars;
-use crate::hygiene::sweep::{Capacity, SweepReport};
+use crate::hygiene::report::{Capacity, SweepReport};
 use crate::hygiene::{Scheduler, SweepContext, SweepMode, sweep_now, sweep_once};
 use crate::slack::client::SlackClient;
 use crate::slack::render::Templates;

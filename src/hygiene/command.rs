@@ -6,9 +6,10 @@
 //! acknowledges and delivers them.
 use chrono::{DateTime, Utc};
 
+use super::context::{SweepContext, SweepMode};
 use super::digest::digest_params;
 use super::schedule::{Scheduler, sweep_now};
-use super::sweep::{SweepContext, SweepMode, sweep_once};
+use super::sweep::sweep_once;
 use crate::slack::render::{DoneParams, FailureParams, Message};
 
 /// The answer to `/sandbox sweep`, for the person who asked.

@@ -4,8 +4,9 @@
 //! This file turns a [`SweepReport`] into values; it must not call Slack, E2B or the store.
 use serde::Serialize;
 
+use super::context::SweepMode;
 use super::policy::{RunState, bytes, human};
-use super::sweep::{Capacity, IdleSandbox, Posted, SweepMode, SweepReport};
+use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
 use crate::slack::render::MessageParams;
 

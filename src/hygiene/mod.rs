@@ -7,14 +7,18 @@
 //! opens approval cases.
 pub mod command;
 pub mod config;
+pub mod context;
 pub mod digest;
 pub mod policy;
 pub mod post;
+pub mod report;
 pub mod schedule;
 pub mod sweep;
 
 pub use config::{HygieneConfig, Schedule};
+pub use context::{SweepContext, SweepError, SweepMode};
+pub use report::SweepReport;
 pub use schedule::{
     LoopEvent, Scheduler, Tick, run_scheduler, run_scheduler_observed, scheduler_tick, sweep_now,
 };
-pub use sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once};
+pub use sweep::sweep_once;

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::context::{SweepContext, SweepError};
 use super::digest::{self, OwnerParams, case_reason, digest_params, dollars};
 use super::policy::{Recommendation, RunState};
-use super::sweep::{IdleSandbox, Posted, SweepContext, SweepError, SweepReport};
+use super::report::{IdleSandbox, Posted, SweepReport};
 use crate::approvals::{self, ApprovalError, CardTarget};
 use crate::cases::{self, CaseDraft, DecisionOption, Evidence, Metrics, Opener, Subject};
 use crate::ids::SlackChannelId;

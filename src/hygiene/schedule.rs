@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::sweep::{SweepContext, SweepError, SweepMode, SweepReport, sweep_once, sweep_pass};
+use super::context::{SweepContext, SweepError, SweepMode};
+use super::report::SweepReport;
+use super::sweep::{sweep_once, sweep_pass};
 use crate::store::StoreError;
 
 /// The name of the lease every replica competes for.

@@ -9,267 +9,30 @@
 //!
 //! Nothing here kills, pauses or snapshots anything: a live sweep only opens cases through
 //! `approvals::open_case`, and a dry run writes nothing at all (no case, no Slack message).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use super::config::HygieneConfig;
-use super::policy::{
-    self, Assessment, Exemption, IdleEvidence, Observed, Recommendation, RunState, Sample,
-};
+pub use super::context::{DEFAULT_WINDOW_CONCURRENCY, SweepContext, SweepError, SweepMode};
+use super::policy::{self, Assessment, Exemption, Observed, RunState, Sample};
+pub use super::report::*;
 use crate::cases::Subject;
 use crate::e2b::paging::{PageGuard, PageStep};
 use crate::e2b::{
     DEFAULT_MAX_PAGES, E2bClient, E2bError, ListQuery, ListedSandbox, MAX_PAGE_LIMIT,
     SandboxMetric, SandboxState, StateFilter, TeamMaxMetric,
 };
-use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
-use crate::slack::client::SlackClient;
-use crate::slack::render::Templates;
-use crate::store::{Store, StoreError};
+use crate::ids::SandboxId;
 
-/// Candidate metric windows read at once across the whole pass.
-pub const DEFAULT_WINDOW_CONCURRENCY: usize = 64;
 /// Pages being judged while the next one is fetched.
 pub const PAGES_IN_FLIGHT: usize = 16;
 /// Team capacity is shown over this look-back.
 pub const CAPACITY_WINDOW_HOURS: i64 = 24;
 /// Problems kept verbatim in the report (the rest are only counted).
 const MAX_PROBLEMS_KEPT: usize = 20;
-
-/// Whether a pass may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SweepMode {
-    /// Judge and report; open nothing, post nothing.
-    DryRun,
-    /// Judge, post the digest, open cases.
-    Live,
-}
-
-/// Why a pass could not be done. `Display` is a sentence for Slack or a terminal.
-#[derive(Debug, thiserror::Error)]
-pub enum SweepError {
-    #[error("the sandbox list could not be read from E2B: {0}")]
-    Listing(#[source] E2bError),
-    #[error("Steward's database could not be read: {0}")]
-    Store(#[from] StoreError),
-    #[error(
-        "no hygiene channel is configured: set `channel` under [hygiene] or `hygiene` under [channels] in steward.toml"
-    )]
-    NoChannel,
-    #[error("the digest could not be posted to Slack: {0}")]
-    Digest(String),
-    #[error("another sweep is running right now; try again when it has finished")]
-    AlreadyRunning,
-    #[error("the sweep lease was lost mid-sweep, so the sweep was stopped: {0}")]
-    LeaseLost(String),
-    #[error("judging a page of sandboxes failed: {0}")]
-    Judge(String),
-}
-
-/// Explicit handles for one pass, so tests and the benchmark can build it without a server.
-#[derive(Clone, Debug)]
-pub struct SweepContext {
-    pub e2b: E2bClient,
-    pub store: Store,
-    pub slack: SlackClient,
-    pub templates: Arc<Templates>,
-    pub config: Arc<HygieneConfig>,
-    /// Where the digest and cases go (live passes need one).
-    pub channel: Option<SlackChannelId>,
-    /// Candidate windows read at once.
-    pub window_concurrency: usize,
-}
-
-impl SweepContext {
-    pub fn new(
-        e2b: E2bClient,
-        store: Store,
-        slack: SlackClient,
-        templates: Arc<Templates>,
-        config: Arc<HygieneConfig>,
-        channel: Option<SlackChannelId>,
-    ) -> Self {
-        Self {
-            e2b,
-            store,
-            slack,
-            templates,
-            config,
-            channel,
-            window_concurrency: DEFAULT_WINDOW_CONCURRENCY,
-        }
-    }
-}
-
-/// Running and paused sandboxes seen.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct FleetCounts {
-    pub running: usize,
-    pub paused: usize,
-    pub total: usize,
-}
-
-/// Idle sandboxes by recommendation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct RecommendationCounts {
-    pub pause: usize,
-    pub snapshot_then_kill: usize,
-    pub kill: usize,
-    pub leave: usize,
-}
-
-impl RecommendationCounts {
-    fn add(&mut self, r: Recommendation) {
-        match r {
-            Recommendation::Pause => self.pause += 1,
-            Recommendation::SnapshotThenKill => self.snapshot_then_kill += 1,
-            Recommendation::Kill => self.kill += 1,
-            Recommendation::Leave => self.leave += 1,
-        }
-    }
-
-    pub fn kills(&self) -> usize {
-        self.snapshot_then_kill + self.kill
-    }
-}
-
-/// Idle-looking sandboxes that are exempt, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ExemptCounts {
-    pub keep_metadata: usize,
-    pub left: usize,
-    pub too_young: usize,
-}
-
-/// How every listed sandbox was judged.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    /// Working, or not idle long enough.
-    pub active: usize,
-    pub idle: usize,
-    pub by_recommendation: RecommendationCounts,
-    pub exempt: ExemptCounts,
-    /// Idle-looking, but a case about them is already open: not raised again.
-    pub already_open: usize,
-    /// Gone between the listing and the metrics read.
-    pub vanished: usize,
-    /// Their metrics could not be read, so they were not judged.
-    pub unreadable: usize,
-}
-
-/// The team's capacity over the last day, or why it is not shown.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Capacity {
-    Available {
-        concurrent_now: u64,
-        concurrent_peak: u64,
-        peak_at: Option<DateTime<Utc>>,
-        /// Sandboxes started per minute, averaged over the window.
-        start_rate_per_min: f64,
-        start_rate_peak_per_min: f64,
-        window_hours: i64,
-    },
-    Unavailable {
-        reason: String,
-    },
-}
-
-/// The blast-radius guard's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Guard {
-    /// The configured share (0..=1).
-    pub limit: f64,
-    /// Sandboxes recommended for snapshot-then-kill or kill.
-    pub kill_count: usize,
-    /// Their share of the fleet.
-    pub share: f64,
-    /// True when `share > limit`: kill cases are held for review.
-    pub tripped: bool,
-}
-
-/// One idle sandbox, with what Steward recommends and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct IdleSandbox {
-    pub id: SandboxId,
-    /// The template's alias, or its id when it has none.
-    pub template: String,
-    pub template_id: TemplateId,
-    pub state: RunState,
-    pub started_at: DateTime<Utc>,
-    pub cpu_count: u32,
-    pub memory_mb: u64,
-    pub disk_size_mb: u64,
-    pub metadata: BTreeMap<String, String>,
-    pub owner: Option<String>,
-    /// The Slack user to mention for `owner`, when one is known.
-    pub owner_slack: Option<SlackUserId>,
-    pub recommendation: Recommendation,
-    pub reason: String,
-    pub evidence: IdleEvidence,
-}
-
-/// An idle-looking sandbox that was not raised, and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ExemptSandbox {
-    pub id: SandboxId,
-    pub exemption: Exemption,
-}
-
-/// An idle-looking sandbox that already has an open case.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AlreadyOpen {
-    pub id: SandboxId,
-    pub case: CaseId,
-}
-
-/// What a live pass posted.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Posted {
-    pub channel: String,
-    pub digest_ts: String,
-    /// Cases opened now.
-    pub opened: Vec<CaseId>,
-    /// Cases `open_case` found already open (a race with another opener).
-    pub already_open: usize,
-    /// Kill recommendations not opened because the blast-radius guard tripped.
-    pub held_for_review: usize,
-    /// Over `max_cases_per_sweep`: left for the next pass.
-    pub deferred: usize,
-    /// Cases that could not be opened or posted.
-    pub failed: usize,
-}
-
-/// Everything one pass found (and, when live, did).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SweepReport {
-    pub mode: SweepMode,
-    pub at: DateTime<Utc>,
-    pub fleet: FleetCounts,
-    pub pages: u32,
-    /// Set when paging stopped before E2B said the list was complete.
-    pub listing_incomplete: Option<String>,
-    pub counts: Counts,
-    /// What the idle sandboxes cost per day, in US dollars.
-    pub idle_cost_per_day_usd: f64,
-    pub capacity: Capacity,
-    pub guard: Guard,
-    /// Sorted by cost per day, most expensive first.
-    pub idle: Vec<IdleSandbox>,
-    pub exempt: Vec<ExemptSandbox>,
-    pub already_open: Vec<AlreadyOpen>,
-    /// A few of the read failures, in words.
-    pub problems: Vec<String>,
-    /// E2B calls this pass made.
-    pub e2b_calls: u64,
-    pub posted: Option<Posted>,
-}
 
 /// One pass. A dry run only reads; a live pass posts the digest and opens cases.
 pub async fn sweep_once(

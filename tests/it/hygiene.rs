@@ -11,8 +11,8 @@ use sandbox_steward::cases::{CaseState, DecisionOption, Subject};
 use sandbox_steward::config::E2bSettings;
 use sandbox_steward::e2b::{E2bClient, RetryPolicy};
 use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
+use sandbox_steward::hygiene::report::{Capacity, IdleSandbox, SweepReport};
 use sandbox_steward::hygiene::schedule::SWEEP_LEASE;
-use sandbox_steward::hygiene::sweep::{Capacity, IdleSandbox, SweepReport};
 use sandbox_steward::hygiene::{
     HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepMode, Tick, run_scheduler_observed,
     scheduler_tick, sweep_once,
