@@ -206,8 +206,6 @@ pub struct Channels {
     pub approvals: Option<String>,
     /// Hygiene digests.
     pub hygiene: Option<String>,
-    /// Push-test failures.
-    pub engineering: Option<String>,
 }
 
 impl Policy {

@@ -280,9 +280,6 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
     let (opener_user, opener_text) = match &case.opener {
         Opener::Person { user } => (Some(user.to_string()), None),
         Opener::Sweep => (None, Some("The hygiene sweep".to_owned())),
-        Opener::PushTest { repo, commit } => {
-            (None, Some(format!("The push test of {repo}@{commit}")))
-        }
     };
     let mut params = CaseCardParams {
         case_id: case.id.to_string(),

@@ -191,6 +191,25 @@ async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
         .map_err(store_sentence)
 }
 
+/// The start of every click: a redelivered click does nothing, then the case is read. `Err` is
+/// the answer to give instead.
+async fn first_click(
+    svc: &Services,
+    user: &SlackUserId,
+    case_id: &CaseId,
+    dedupe: &str,
+) -> Result<Case, Reply> {
+    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
+        Ok(true) => {}
+        Ok(false) => return Err(Reply::Nothing),
+        Err(sentence) => return Err(Reply::Ephemeral(sentence)),
+    }
+    svc.store
+        .get_case(case_id)
+        .await
+        .map_err(|e| Reply::Ephemeral(store_sentence(e)))
+}
+
 /// A click on an option button. `dedupe` identifies the click (its `action_ts`, else the
 /// trigger id); `retried` is true when Slack says this is a redelivery.
 pub async fn option_clicked(
@@ -201,14 +220,9 @@ pub async fn option_clicked(
     dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
-    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
-        Ok(true) => {}
-        Ok(false) => return Reply::Nothing,
-        Err(sentence) => return Reply::Ephemeral(sentence),
-    }
-    let case = match svc.store.get_case(case_id).await {
+    let case = match first_click(svc, user, case_id, dedupe).await {
         Ok(case) => case,
-        Err(e) => return Reply::Ephemeral(store_sentence(e)),
+        Err(reply) => return reply,
     };
     let action = format!("decide:{}", option.as_str());
     if let Err(sentence) = check_card(svc, &case, user, &action, clicked).await {
@@ -402,14 +416,9 @@ pub async fn retry_clicked(
     dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
-    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
-        Ok(true) => {}
-        Ok(false) => return Reply::Nothing,
-        Err(sentence) => return Reply::Ephemeral(sentence),
-    }
-    let case = match svc.store.get_case(case_id).await {
+    let case = match first_click(svc, user, case_id, dedupe).await {
         Ok(case) => case,
-        Err(e) => return Reply::Ephemeral(store_sentence(e)),
+        Err(reply) => return reply,
     };
     if let Err(sentence) = check_card(svc, &case, user, "retry", clicked).await {
         return Reply::Ephemeral(sentence);

@@ -112,9 +112,6 @@ pub fn actor_of(opener: &Opener) -> Actor {
         Opener::Sweep => Actor::Steward {
             part: "sweep".into(),
         },
-        Opener::PushTest { .. } => Actor::Steward {
-            part: "push-test".into(),
-        },
     }
 }
 

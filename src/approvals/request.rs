@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::card::{CaseOpenedParams, message_link};
 use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card};
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
-use crate::e2b::E2bError;
+use crate::e2b::{E2bClient, E2bError};
 use crate::execute::sentence;
 use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
 use crate::slack::render::{FailureParams, Message};
@@ -43,19 +43,13 @@ fn opened_message(svc: &Services, case: &Case, existing: bool) -> Message {
     })
 }
 
-/// Opens (or points at) the case for `subject`, reading its evidence with `read`.
-async fn request<F, Fut>(
+/// Opens (or points at) the case for `subject`, reading its evidence from E2B.
+async fn request(
     svc: &Services,
     req: CaseRequest,
     subject: Subject,
-    recommendation: Recommendation,
     now: DateTime<Utc>,
-    read: F,
-) -> Message
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<Evidence, E2bError>>,
-{
+) -> Message {
     let what = match &subject {
         Subject::Sandbox(id) => format!("Sandbox `{id}`"),
         Subject::Template(id) => format!("Template `{id}`"),
@@ -95,13 +89,13 @@ where
         }
         Err(e) => return failure(svc, format!("Steward could not check for open cases: {e}.")),
     }
-    if svc.e2b.is_none() {
+    let Some(e2b) = &svc.e2b else {
         return failure(
             svc,
             "E2B is not configured (E2B_API_KEY is not set), so no case was opened.".into(),
         );
-    }
-    let evidence = match read().await {
+    };
+    let evidence = match read_evidence(e2b, &subject).await {
         Ok(evidence) => evidence,
         Err(E2bError::NotFound { .. }) => {
             return failure(svc, format!("{what} was not found, so no case was opened."));
@@ -109,9 +103,9 @@ where
         Err(e) => return failure(svc, sentence(&what, &e)),
     };
     let draft = CaseDraft {
+        recommendation: person_recommendation(&subject),
         subject,
         evidence,
-        recommendation,
         options: None,
         opener: Opener::Person {
             user: req.user.clone(),
@@ -145,32 +139,14 @@ fn is_not_in_channel(e: &crate::slack::client::SlackError) -> bool {
     matches!(e, crate::slack::client::SlackError::Api { code } if code == "not_in_channel" || code == "channel_not_found")
 }
 
-/// `/sandbox kill <id> [reason]`.
+/// `/sandbox kill <id> [reason]`: a case to end a sandbox (snapshot first, recommended).
 pub async fn request_kill(
     svc: &Services,
     req: CaseRequest,
     id: SandboxId,
     now: DateTime<Utc>,
 ) -> Message {
-    let e2b = svc.e2b.clone();
-    let read_id = id.clone();
-    request(
-        svc,
-        req,
-        Subject::Sandbox(id),
-        Recommendation {
-            option: DecisionOption::SnapshotThenKill,
-            reason: "a snapshot keeps its state in case someone needs it later".into(),
-        },
-        now,
-        || async move {
-            match e2b {
-                Some(e2b) => evidence::sandbox(&e2b, &read_id).await,
-                None => Err(E2bError::NotConfigured("E2B_API_KEY is not set")),
-            }
-        },
-    )
-    .await
+    request(svc, req, Subject::Sandbox(id), now).await
 }
 
 /// `/sandbox delete-template <id> [reason]`.
@@ -180,23 +156,27 @@ pub async fn request_delete_template(
     id: TemplateId,
     now: DateTime<Utc>,
 ) -> Message {
-    let e2b = svc.e2b.clone();
-    let read_id = id.clone();
-    request(
-        svc,
-        req,
-        Subject::Template(id),
-        Recommendation {
+    request(svc, req, Subject::Template(id), now).await
+}
+
+/// What Steward recommends for a case a person asked for.
+fn person_recommendation(subject: &Subject) -> Recommendation {
+    match subject {
+        Subject::Sandbox(_) => Recommendation {
+            option: DecisionOption::SnapshotThenKill,
+            reason: "a snapshot keeps its state in case someone needs it later".into(),
+        },
+        Subject::Template(_) => Recommendation {
             option: DecisionOption::DeleteTemplate,
             reason: "asked for by a person; check who still uses it first".into(),
         },
-        now,
-        || async move {
-            match e2b {
-                Some(e2b) => evidence::template(&e2b, &read_id).await,
-                None => Err(E2bError::NotConfigured("E2B_API_KEY is not set")),
-            }
-        },
-    )
-    .await
+    }
+}
+
+/// Reads the evidence of `subject` from E2B.
+async fn read_evidence(e2b: &E2bClient, subject: &Subject) -> Result<Evidence, E2bError> {
+    match subject {
+        Subject::Sandbox(id) => evidence::sandbox(e2b, id).await,
+        Subject::Template(id) => evidence::template(e2b, id).await,
+    }
 }

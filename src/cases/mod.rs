@@ -259,7 +259,6 @@ pub struct Recommendation {
 pub enum Opener {
     Person { user: SlackUserId },
     Sweep,
-    PushTest { repo: String, commit: String },
 }
 
 impl Opener {

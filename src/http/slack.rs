@@ -153,14 +153,46 @@ fn refuse(state: &AppState, refused: Refused) -> Response {
     }))
 }
 
+/// A command whose response_url Steward may not post to is answered inline and does nothing.
+fn unusable_reply_address(state: &AppState, response_url: &str) -> Option<Response> {
+    let e = state.slack.check_response_url(response_url).err()?;
+    tracing::warn!(error = %e, "slash command with an unusable response_url");
+    Some(inline(state.templates.render_or_plain(&FailureParams {
+        sentence: "Slack sent this command without a usable reply address, so Steward cannot answer it.".into(),
+    })))
+}
+
+/// Runs `work` as follow-up work (tracked, so shutdown waits for it, and holding one of the bounded
+/// follow-up places with `held`) and delivers its message through `response_url`. When every place
+/// is taken, nothing runs and the answer is the "Steward is busy" sentence.
+fn reply_later<Fut>(
+    state: &AppState,
+    response_url: String,
+    payload: fn(Message) -> ResponsePayload,
+    what: &'static str,
+    held: impl Send + 'static,
+    work: Fut,
+) -> Result<(), Refused>
+where
+    Fut: std::future::Future<Output = Message> + Send + 'static,
+{
+    let permit = state.limits.try_follow_up()?;
+    let slack = state.slack.clone();
+    state.tasks.spawn(async move {
+        let _held = (permit, held);
+        let message = work.await;
+        if let Err(e) = slack.respond(&response_url, &payload(message)).await {
+            tracing::error!(error = %e, "could not deliver {what} to Slack");
+        }
+    });
+    Ok(())
+}
+
 /// Acknowledges `kill`, `delete-template` and `history` now; a background task talks to Redis
 /// (and, for a new case, E2B and Slack) and answers via the response_url.
 fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response {
-    if let Err(e) = state.slack.check_response_url(&form.response_url) {
-        tracing::warn!(error = %e, "slash command with an unusable response_url");
-        return inline(state.templates.render_or_plain(&FailureParams {
-            sentence: "Slack sent this command without a usable reply address, so Steward cannot answer it.".into(),
-        }));
+    if let Some(refused) = unusable_reply_address(state, &form.response_url) {
+        return refused;
     }
     let ack = match &cmd {
         SandboxCommand::Kill { id, .. } => format!("Opening a case to kill sandbox `{id}`…"),
@@ -169,22 +201,15 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
         }
         _ => "Reading the audit log…".to_owned(),
     };
-    let permit = match state.limits.try_follow_up() {
-        Ok(permit) => permit,
-        Err(refused) => return refuse(state, refused),
-    };
     let svc = state.services();
-    let response_url = form.response_url.clone();
     let req = CaseRequest {
         user: form.user_id.clone(),
         channel: form.channel_id.clone(),
         reason: None,
     };
-    let tasks = state.tasks.clone();
-    tasks.spawn(async move {
-        let _permit = permit;
+    let work = async move {
         let now = chrono::Utc::now();
-        let message = match cmd {
+        match cmd {
             SandboxCommand::Kill { id, reason } => {
                 request::request_kill(&svc, CaseRequest { reason, ..req }, id, now).await
             }
@@ -194,36 +219,34 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
             SandboxCommand::History { target } => {
                 history::history_message(&svc.store, &svc.templates, &target).await
             }
-            _ => return,
-        };
-        if let Err(e) = svc
-            .slack
-            .respond(&response_url, &ResponsePayload::ephemeral(message))
-            .await
-        {
-            tracing::error!(error = %e, "could not deliver a case command result to Slack");
+            _ => Message::plain("Steward does not open cases for this command.".to_owned()),
         }
-    });
-    inline(Message::plain(ack))
+    };
+    let url = form.response_url.clone();
+    match reply_later(
+        state,
+        url,
+        ResponsePayload::ephemeral,
+        "a case command result",
+        (),
+        work,
+    ) {
+        Ok(()) => inline(Message::plain(ack)),
+        Err(busy) => refuse(state, busy),
+    }
 }
 
 /// Acknowledges `/sandbox sweep` now; the pass runs in a background task and its outcome
 /// reaches the user through the response_url (a live pass also posts in the hygiene channel).
 fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response {
-    let fail =
-        |sentence: String| inline(state.templates.render_or_plain(&FailureParams { sentence }));
-    if let Err(e) = state.slack.check_response_url(&form.response_url) {
-        tracing::warn!(error = %e, "slash command with an unusable response_url");
-        return fail(
-            "Slack sent this command without a usable reply address, so Steward cannot answer it."
-                .into(),
-        );
+    if let Some(refused) = unusable_reply_address(state, &form.response_url) {
+        return refused;
     }
     // Built once at startup (a broken sweep configuration stops the replica from starting).
     let Some(ctx) = state.sweep.clone() else {
-        return fail(
-            "Steward is not connected to E2B yet (E2B_API_KEY is not set); an operator needs to set it up.".into(),
-        );
+        return inline(state.templates.render_or_plain(&FailureParams {
+            sentence: "Steward is not connected to E2B yet (E2B_API_KEY is not set); an operator needs to set it up.".into(),
+        }));
     };
     // A dry run reads the whole fleet: one at a time per replica. (A live sweep takes the
     // sweep lease in Redis, which already lets only one run at a time.)
@@ -235,17 +258,9 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
     } else {
         None
     };
-    let permit = match state.limits.try_follow_up() {
-        Ok(permit) => permit,
-        Err(refused) => return refuse(state, refused),
-    };
-    let slack = state.slack.clone();
-    let response_url = form.response_url.clone();
-    let tasks = state.tasks.clone();
     let svc = state.services();
     let user = form.user_id.clone();
-    tasks.spawn(async move {
-        let _permits = (permit, sweeping);
+    let work = async move {
         // A live sweep opens cases and posts to the hygiene channel: who may start one is
         // policy (`[approvals.approvers] sweep`, by default the pause approvers).
         let allowed = dry_run || {
@@ -255,20 +270,25 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
                 .inspect_err(|_| tracing::info!(%user, "refused a live sweep"))
                 .is_ok()
         };
-        let message = if allowed {
+        if allowed {
             crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await
         } else {
             svc.templates.render_or_plain(&FailureParams {
                 sentence: crate::cases::Refusal::NotASweeper.to_string(),
             })
-        };
-        if let Err(e) = slack
-            .respond(&response_url, &ResponsePayload::ephemeral(message))
-            .await
-        {
-            tracing::error!(error = %e, "could not deliver a sweep result to Slack");
         }
-    });
+    };
+    let url = form.response_url.clone();
+    if let Err(busy) = reply_later(
+        state,
+        url,
+        ResponsePayload::ephemeral,
+        "a sweep result",
+        sweeping,
+        work,
+    ) {
+        return refuse(state, busy);
+    }
     inline(Message::plain(if dry_run {
         "Sweeping the fleet (dry run: nothing will be opened or posted)…"
     } else {
@@ -278,31 +298,22 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
 
 /// Acknowledges now and finishes the command in a background task via the response_url.
 fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response {
-    if let Err(e) = state.slack.check_response_url(&form.response_url) {
-        tracing::warn!(error = %e, "slash command with an unusable response_url");
-        return inline(state.templates.render_or_plain(&FailureParams {
-            sentence: "Slack sent this command without a usable reply address, so Steward cannot answer it.".into(),
-        }));
+    if let Some(refused) = unusable_reply_address(state, &form.response_url) {
+        return refused;
     }
-    let permit = match state.limits.try_follow_up() {
-        Ok(permit) => permit,
-        Err(refused) => return refuse(state, refused),
-    };
     let working = state.templates.render_or_plain(&WorkingParams {
         command: format::cut(&form.command, 100),
         input: format::cut(form.text.trim(), ECHO_MAX_CHARS),
     });
-    let state = state.clone();
-    let response_url = form.response_url.clone();
+    let task_state = state.clone();
     let text = form.text.trim().to_owned();
-    let tasks = state.tasks.clone();
     let req = CaseRequest {
         user: form.user_id.clone(),
         channel: form.channel_id.clone(),
         reason: None,
     };
-    tasks.spawn(async move {
-        let _permit = permit;
+    let work = async move {
+        let state = task_state;
         let now = chrono::Utc::now();
         let ctx = Context {
             e2b: state.e2b.as_ref(),
@@ -326,19 +337,23 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
             }),
             _ => None,
         };
-        let message = match change {
+        match change {
             Some(change) => lifetime::change_lifetime(&state.services(), req, change, now).await,
             None => execute::run(&ctx, &cmd, &text).await,
-        };
-        if let Err(e) = state
-            .slack
-            .respond(&response_url, &ResponsePayload::ephemeral(message))
-            .await
-        {
-            tracing::error!(error = %e, "could not deliver a command result to Slack");
         }
-    });
-    inline(working)
+    };
+    let url = form.response_url.clone();
+    match reply_later(
+        state,
+        url,
+        ResponsePayload::ephemeral,
+        "a command result",
+        (),
+        work,
+    ) {
+        Ok(()) => inline(working),
+        Err(busy) => refuse(state, busy),
+    }
 }
 
 /// `POST /slack/interactions`: verified, parsed, acknowledged at once. Clicks are handled in
@@ -565,21 +580,16 @@ fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListC
         tracing::warn!(error = %e, "next-page click with an unusable response_url");
         return;
     }
-    let Ok(permit) = state.limits.try_follow_up() else {
-        tracing::warn!("too many follow-up tasks; a next-page click was not handled");
-        return;
-    };
-    let state = state.clone();
-    let tasks = state.tasks.clone();
-    tasks.spawn(async move {
-        let _permit = permit;
+    let task_state = state.clone();
+    let work = async move {
+        let state = task_state;
         let ctx = Context {
             e2b: state.e2b.as_ref(),
             templates: &state.templates,
             now: chrono::Utc::now(),
         };
         // The cursor carries the original arguments, parsed again exactly as typed.
-        let message = match SandboxCommand::parse(&cursor.args) {
+        match SandboxCommand::parse(&cursor.args) {
             SandboxCommand::List(args) => {
                 match execute::list_page(
                     &ctx,
@@ -599,15 +609,20 @@ fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListC
             _ => state.templates.render_or_plain(&FailureParams {
                 sentence: "This button is out of date; run `/sandbox list` again.".into(),
             }),
-        };
-        if let Err(e) = state
-            .slack
-            .respond(&response_url, &ResponsePayload::replacing(message))
-            .await
-        {
-            tracing::error!(error = %e, "could not deliver the next page to Slack");
         }
-    });
+    };
+    if reply_later(
+        state,
+        response_url,
+        ResponsePayload::replacing,
+        "the next page",
+        (),
+        work,
+    )
+    .is_err()
+    {
+        tracing::warn!("too many follow-up tasks; a next-page click was not handled");
+    }
 }
 
 /// `POST /slack/events`: answers `url_verification`; every other event is acknowledged and

@@ -412,17 +412,6 @@ impl SlackClient {
             .collect()
     }
 
-    /// `auth.test`: whether the token works. Used by readiness checks and `steward check`.
-    #[tracing::instrument(skip(self))]
-    pub async fn auth_test(&self) -> Result<(), SlackError> {
-        let api = &self.api;
-        self.with_retry("auth.test", |token| async move {
-            api.open_session(&token).auth_test().await
-        })
-        .await?;
-        Ok(())
-    }
-
     /// POSTs to a `response_url` (no token is sent; the URL itself is the credential).
     #[tracing::instrument(skip(self, payload, response_url))]
     pub async fn respond(

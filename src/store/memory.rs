@@ -1,5 +1,5 @@
-//! The in-memory backend: the embedded default for `steward demo` and a second implementation
-//! the shared store test suite runs against.
+//! The in-memory backend: a store for one process with no Redis, and a second implementation the
+//! shared store test suite runs against.
 //!
 //! It mimics the Redis backend's semantics (open-case pointer per subject, versioned writes,
 //! a queue with a pending-entries list and idle times, TTLs) inside one process. One mutex

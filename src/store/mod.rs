@@ -2,7 +2,7 @@
 //! logs, deduplication marks, leases and the audit log.
 //!
 //! Two backends answer the same methods: Redis (production, several replicas) and an in-memory
-//! one (the embedded default for `steward demo`, one process). One test suite runs against
+//! one (one process, no Redis). One test suite runs against
 //! both. Case writes are compare-and-swap on a `version`, so of many concurrent deciders exactly
 //! one wins and the others get the current case back.
 //!
