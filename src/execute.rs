@@ -474,14 +474,16 @@ async fn team(ctx: &Context<'_>, window: Duration) -> Reply {
         .or_else(|| DateTime::from_timestamp(peak.timestamp_unix, 0))
         .map(when);
     Ok(ctx.templates.render_or_plain(&TeamParams {
-        window: human_duration(window),
-        concurrent_now: points
-            .last()
-            .map_or(0, |p| p.concurrent_sandboxes.max(0) as u64),
-        concurrent_peak: peak.value.max(0.0).round() as u64,
-        peak_at,
-        start_rate: per_minute(avg_rate),
-        start_rate_peak: per_minute(peak_rate.value),
+        capacity: CapacityParams {
+            window: human_duration(window),
+            concurrent_now: points
+                .last()
+                .map_or(0, |p| p.concurrent_sandboxes.max(0) as u64),
+            concurrent_peak: peak.value.max(0.0).round() as u64,
+            peak_at,
+            start_rate: per_minute(avg_rate),
+            start_rate_peak: per_minute(peak_rate.value),
+        },
         sparkline: (!concurrency.is_empty())
             .then(|| format::sparkline(&concurrency, 0.0, 1.0, SPARKLINE_WIDTH)),
     }))

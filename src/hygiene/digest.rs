@@ -8,7 +8,7 @@ use super::context::SweepMode;
 use super::policy::{RunState, bytes, human};
 use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
-use crate::slack::render::MessageParams;
+use crate::slack::render::{CapacityParams, MessageParams};
 
 /// Idle sandboxes listed by name in a digest.
 pub const DIGEST_TOP: usize = 10;
@@ -28,16 +28,6 @@ fn rate(per_min: f64) -> String {
     } else {
         format!("{per_min:.1}/min")
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CapacityParams {
-    pub window: String,
-    pub concurrent_now: u64,
-    pub concurrent_peak: u64,
-    pub peak_at: Option<String>,
-    pub start_rate: String,
-    pub start_rate_peak: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

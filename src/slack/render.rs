@@ -434,15 +434,22 @@ pub struct SandboxMetricsParams {
 }
 message!(SandboxMetricsParams, "sandbox_metrics.json.j2");
 
-/// `/sandbox team`.
-#[derive(Debug, Serialize)]
-pub struct TeamParams {
+/// The team's capacity over a window: shown by `/sandbox team` and in the sweep's digest.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityParams {
     pub window: String,
     pub concurrent_now: u64,
     pub concurrent_peak: u64,
     pub peak_at: Option<String>,
     pub start_rate: String,
     pub start_rate_peak: String,
+}
+
+/// `/sandbox team`.
+#[derive(Debug, Serialize)]
+pub struct TeamParams {
+    #[serde(flatten)]
+    pub capacity: CapacityParams,
     pub sparkline: Option<String>,
 }
 message!(TeamParams, "team.json.j2");
@@ -653,12 +660,14 @@ mod tests {
         insta::assert_json_snapshot!(
             "team",
             render(&TeamParams {
-                window: "1d 0h".into(),
-                concurrent_now: 3,
-                concurrent_peak: 9,
-                peak_at: Some("2025-01-01 12:00 UTC".into()),
-                start_rate: "0.5 per minute".into(),
-                start_rate_peak: "4.0 per minute".into(),
+                capacity: CapacityParams {
+                    window: "1d 0h".into(),
+                    concurrent_now: 3,
+                    concurrent_peak: 9,
+                    peak_at: Some("2025-01-01 12:00 UTC".into()),
+                    start_rate: "0.5 per minute".into(),
+                    start_rate_peak: "4.0 per minute".into(),
+                },
                 sparkline: Some("▁▃█▅".into()),
             })
         );
