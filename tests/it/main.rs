@@ -11,6 +11,7 @@ mod e2b_client;
 mod edge;
 mod hygiene;
 mod hygiene_slack;
+mod layering;
 mod no_side_door;
 mod recheck;
 mod sim_e2b;
