@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod audit;
 pub mod e2b;
 pub mod sweep;
+mod table;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
+use super::table::render_table;
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::hygiene::digest::dollars;
@@ -142,11 +143,11 @@ pub fn summary(r: &SweepReport) -> String {
     }
     if !r.idle.is_empty() {
         line(String::new());
-        let rows: Vec<[String; 6]> = r
+        let rows: Vec<Vec<String>> = r
             .idle
             .iter()
             .map(|s| {
-                [
+                vec![
                     s.id.to_string(),
                     s.template.clone(),
                     format!("{:?}", s.state).to_lowercase(),
@@ -164,26 +165,7 @@ pub fn summary(r: &SweepReport) -> String {
             "RECOMMENDATION",
             "COST/DAY",
         ];
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let render = |cells: &[String]| {
-            cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_owned()
-        };
-        line(render(&header.map(str::to_owned)));
-        for row in &rows {
-            line(render(row));
-        }
+        out.push_str(&render_table(&header, &rows));
     }
     out
 }

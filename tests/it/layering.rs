@@ -284,12 +284,12 @@ fn violations(imports: &BTreeMap<String, Vec<Import>>) -> Vec<String> {
             .iter()
             .filter(|i| !EXTERNAL.contains(&i.target.as_str()))
         {
-            if module.as_str() < import.target.as_str() {
-                if let Some(back) = imports
+            if module.as_str() < import.target.as_str()
+                && let Some(back) = imports
                     .get(&import.target)
                     .and_then(|l| l.iter().find(|b| &b.target == module))
-                {
-                    problems.push(format!(
+            {
+                problems.push(format!(
                         "{}:{}: `{module}` imports `{}` while {}:{} imports `{module}` (no two top-level modules import each other)",
                         import.file.display(),
                         import.line,
@@ -297,7 +297,6 @@ fn violations(imports: &BTreeMap<String, Vec<Import>>) -> Vec<String> {
                         back.file.display(),
                         back.line
                     ));
-                }
             }
         }
     }
