@@ -29,6 +29,8 @@ pub const DEFAULT_SLACK_API_URL: &str = "https://slack.com/api";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
 /// Default Redis URL.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Default name of this replica (`HOSTNAME`), the start of its queue consumer name.
+pub const DEFAULT_REPLICA_NAME: &str = "steward";
 /// Default prefix of every Redis key Steward writes.
 pub const DEFAULT_REDIS_PREFIX: &str = "steward";
 /// Default time a client has to send a request's headers (`STEWARD_HEADER_TIMEOUT`).
@@ -267,6 +269,9 @@ pub struct Settings {
     pub redis: RedisSettings,
     /// Timeouts and the connection cap of `steward serve`'s listener.
     pub edge: EdgeSettings,
+    /// This replica's name (`HOSTNAME`, default [`DEFAULT_REPLICA_NAME`]), which starts its
+    /// queue consumer name so logs and Redis tell replicas apart.
+    pub replica_name: String,
     pub policy: Policy,
 }
 
@@ -291,6 +296,9 @@ impl Settings {
             slack: slack_settings(env),
             redis: redis_settings(env),
             edge: EdgeSettings::from_env(env)?,
+            replica_name: env
+                .var("HOSTNAME")
+                .unwrap_or_else(|| DEFAULT_REPLICA_NAME.to_owned()),
             policy,
         })
     }
@@ -328,6 +336,21 @@ mod tests {
         assert_eq!(e2b.api_url, DEFAULT_E2B_API_URL);
         assert!(e2b.api_key.is_none());
         assert_eq!(e2b.request_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_replica_name_comes_from_hostname_or_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("steward.toml");
+        std::fs::write(&policy, "").unwrap();
+        let policy = policy.display().to_string();
+        let named = Settings::load(&env(&[
+            ("STEWARD_CONFIG", &policy),
+            ("HOSTNAME", "replica-a"),
+        ]));
+        assert_eq!(named.unwrap().replica_name, "replica-a");
+        let unnamed = Settings::load(&env(&[("STEWARD_CONFIG", &policy)])).unwrap();
+        assert_eq!(unnamed.replica_name, DEFAULT_REPLICA_NAME);
     }
 
     #[test]

@@ -92,13 +92,14 @@ impl Application {
             .await
             .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
         let addr = listener.local_addr()?;
+        let loops = LoopSettings::new(&settings.replica_name);
         let state = build_state(settings)?;
         let sweep = state.sweep.clone();
         Ok(Application {
             listener,
             addr,
             state,
-            loops: LoopSettings::new(),
+            loops,
             sweep,
             sweep_every: Some(schedule::TICK_INTERVAL),
         })

@@ -51,7 +51,7 @@ impl From<StoreError> for JobError {
     }
 }
 
-/// The step log of one case's execution, handed to handlers.
+/// The step log of one case's execution: the steps finished so far, first record of a step wins.
 #[derive(Debug, Clone)]
 pub struct StepLog {
     store: Store,
@@ -61,10 +61,6 @@ pub struct StepLog {
 impl StepLog {
     pub fn new(store: Store, case: CaseId) -> Self {
         Self { store, case }
-    }
-
-    pub fn case_id(&self) -> &CaseId {
-        &self.case
     }
 
     /// The finished steps, in plan order.
@@ -227,27 +223,9 @@ where
                     return Err(JobError::Transient(reason));
                 }
                 let error = format!("{reason} (failed {failures} times in a row)");
-                transition(
-                    store,
-                    case_id,
-                    Event::Fail {
-                        error: error.clone(),
-                    },
-                )
-                .await?;
-                return Err(JobError::Permanent(error));
+                return Err(fail(store, case_id, error).await);
             }
-            Err(StepFailure::Permanent(error)) => {
-                transition(
-                    store,
-                    case_id,
-                    Event::Fail {
-                        error: error.clone(),
-                    },
-                )
-                .await?;
-                return Err(JobError::Permanent(error));
-            }
+            Err(StepFailure::Permanent(error)) => return Err(fail(store, case_id, error).await),
             Err(StepFailure::EvidenceChanged {
                 evidence,
                 note,
@@ -271,11 +249,27 @@ where
 async fn transition(store: &Store, case_id: &CaseId, event: Event) -> Result<Case, JobError> {
     match store.apply_event(case_id, event, Utc::now()).await? {
         Updated::Applied(case) => Ok(case),
-        Updated::Rejected { current, error } => Err(JobError::Permanent(format!(
-            "case {case_id} is {}: {error}",
-            current.state.name()
-        ))),
+        Updated::Rejected { current, error } => Err(refused(case_id, &current, &error)),
     }
+}
+
+/// Fails the case with `error` (a person may Retry); the job gives up either way.
+async fn fail(store: &Store, case_id: &CaseId, error: String) -> JobError {
+    let event = Event::Fail {
+        error: error.clone(),
+    };
+    match transition(store, case_id, event).await {
+        Ok(_) => JobError::Permanent(error),
+        Err(e) => e,
+    }
+}
+
+/// A transition the case refused: permanent, as the case moved somewhere this job can't follow.
+fn refused(case_id: &CaseId, current: &Case, error: &TransitionError) -> JobError {
+    JobError::Permanent(format!(
+        "case {case_id} is {}: {error}",
+        current.state.name()
+    ))
 }
 
 /// Copies a step-log record into the case; one already there is fine.
@@ -294,10 +288,7 @@ async fn mirror_step(
             current,
             error: TransitionError::StepAlreadyRecorded { .. },
         } => Ok(current),
-        Updated::Rejected { current, error } => Err(JobError::Permanent(format!(
-            "case {case_id} is {}: {error}",
-            current.state.name()
-        ))),
+        Updated::Rejected { current, error } => Err(refused(case_id, &current, &error)),
     }
 }
 
@@ -344,12 +335,11 @@ pub async fn run_job<H, Fut>(
     handler: &H,
 ) -> Result<WorkOutcome, StoreError>
 where
-    H: Fn(ClaimedJob, StepLog) -> Fut,
+    H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
     let id = claimed.id.clone();
-    let log = StepLog::new(store.clone(), claimed.job.case_id().clone());
-    match handler(claimed, log).await {
+    match handler(claimed).await {
         Ok(()) => {
             store.ack(&id).await?;
             Ok(WorkOutcome::Finished(id))
@@ -374,7 +364,7 @@ pub async fn work_once<H, Fut>(
     handler: &H,
 ) -> Result<WorkOutcome, StoreError>
 where
-    H: Fn(ClaimedJob, StepLog) -> Fut,
+    H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
     match store.claim(consumer, block).await? {
@@ -391,7 +381,7 @@ pub async fn reclaim_once<H, Fut>(
     handler: &H,
 ) -> Result<Vec<WorkOutcome>, StoreError>
 where
-    H: Fn(ClaimedJob, StepLog) -> Fut,
+    H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
     let mut outcomes = Vec::new();
@@ -412,7 +402,7 @@ pub async fn run_queue<H, Fut>(
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) where
-    H: Fn(ClaimedJob, StepLog) -> Fut,
+    H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
     use futures::FutureExt;

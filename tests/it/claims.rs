@@ -195,7 +195,7 @@ async fn pause_of_an_already_paused_sandbox_counts_as_done() {
 async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_execution_lease() {
     use sandbox_steward::approvals::worker::handle_job;
     use sandbox_steward::jobs::{
-        EXECUTION_LEASE, StepLog, WorkOutcome, WorkerConfig, execution_lease, reclaim_once,
+        EXECUTION_LEASE, WorkOutcome, WorkerConfig, execution_lease, reclaim_once,
     };
     use sandbox_steward::store::ClaimedJob;
     use std::time::Duration;
@@ -234,9 +234,9 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     drop(claimed);
 
     let svc = app.state.services();
-    let handler = |claimed: ClaimedJob, log: StepLog| {
+    let handler = |claimed: ClaimedJob| {
         let svc = svc.clone();
-        async move { handle_job(&svc, claimed, log).await }
+        async move { handle_job(&svc, claimed).await }
     };
     let take_over = || async {
         let outcomes = reclaim_once(&store, "taker", Duration::from_millis(100), &handler)

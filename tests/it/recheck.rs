@@ -15,7 +15,7 @@ use sandbox_steward::approvals::worker::{
 use sandbox_steward::cases::{CaseState, Event, StepOutcome};
 use sandbox_steward::e2b::{E2bError, PagingStop};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
-use sandbox_steward::jobs::{StepLog, execution_lease};
+use sandbox_steward::jobs::execution_lease;
 use sandbox_steward::sim::slack::Recorded;
 use sandbox_steward::store::Updated;
 use serde_json::{Value, json};
@@ -507,8 +507,7 @@ async fn a_job_waiting_for_a_transient_retry_is_not_requeued_and_deletes_are_cou
     click(&first, &case, "case_snapshot_then_kill").await;
     let svc = first.state.services();
     let claimed = claim(&first, "hand").await;
-    let log = StepLog::new(first.state.store.clone(), case.clone());
-    let first_try = handle_job(&svc, claimed, log).await;
+    let first_try = handle_job(&svc, claimed).await;
     assert!(first_try.is_err(), "the kill failed: {first_try:?}");
     let stored = first.state.store.get_case(&case).await.unwrap();
     assert_eq!(stored.state.name(), "executing");
@@ -557,8 +556,7 @@ async fn deliveries_while_a_dead_workers_lease_held_do_not_count_as_failures() {
     let mut job = claim(&app, "hand").await;
     // The dead worker's lease holds: every delivery finds the case busy and leaves it.
     for _ in 0..5 {
-        let log = StepLog::new(store.clone(), case.clone());
-        assert!(handle_job(&svc, job, log).await.is_err());
+        assert!(handle_job(&svc, job).await.is_err());
         job = store
             .reclaim_stale("hand", Duration::ZERO)
             .await
@@ -573,8 +571,7 @@ async fn deliveries_while_a_dead_workers_lease_held_do_not_count_as_failures() {
     assert!(store.release_lease(&lease, "dead-worker").await.unwrap());
     app.e2b_fault(json!({"op": "kill", "status": 500, "count": 2}))
         .await;
-    let log = StepLog::new(store.clone(), case.clone());
-    assert!(handle_job(&svc, job, log).await.is_err());
+    assert!(handle_job(&svc, job).await.is_err());
     let stored = store.get_case(&case).await.unwrap();
     assert_eq!(
         stored.state.name(),
@@ -590,8 +587,7 @@ async fn deliveries_while_a_dead_workers_lease_held_do_not_count_as_failures() {
         .unwrap()
         .pop()
         .expect("the job is still pending");
-    let log = StepLog::new(store.clone(), case.clone());
-    handle_job(&svc, job, log).await.unwrap();
+    handle_job(&svc, job).await.unwrap();
     assert_eq!(state_of(&app, &case).await.name(), "done");
     assert_eq!(calls(&app, "kill").await, 3);
     assert!(!sandbox_exists(&app, "leased1").await);

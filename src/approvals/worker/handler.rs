@@ -1,6 +1,5 @@
-//! The E2B side of a decision: the job handler every replica's worker runs, the expiry pass
-//! that closes cases nobody decided, and the reconcile pass that re-queues decided work whose
-//! job was lost (a replica died between recording a decision and queueing it).
+//! The job handler: runs one decided case's plan against E2B ([`handle_job`]) and shows the
+//! result on the card.
 //!
 //! Before the first step and before every kill or template delete (retries included) the
 //! subject is re-checked against what people decided on ([`recheck`]): a sandbox with a fresh
@@ -10,63 +9,14 @@
 //! decision so a retry after a lost answer adopts it rather than taking another. Every E2B call
 //! made for a case is audited.
 //! This file must not decide who may do what: it only runs what the store says was decided.
-use std::future::Future;
-use std::time::Duration;
+use chrono::Utc;
 
-use chrono::{DateTime, Utc};
-
-use super::{Services, audit, evidence, refresh_card};
+use crate::approvals::{Services, audit, evidence, refresh_card};
 use crate::cases::{Case, CaseState, Evidence, Step, StepOutcome, StepRecord, Subject, recheck};
 use crate::e2b::{E2bClient, E2bError, SandboxDetail, SandboxMetric, SandboxState, SnapshotInfo};
-use crate::ids::{CaseId, SandboxId, TemplateId};
-use crate::jobs::{self, JobError, StepFailure, StepLog, WorkerConfig};
-use crate::store::Job;
-use crate::store::{Actor, ClaimedJob, StoreError, Unfinished};
-
-pub use crate::jobs::MAX_TRANSIENT_FAILURES;
-
-/// How long a job left for a transient retry may take to come back before the reconcile pass
-/// treats it as lost. The job stays unacknowledged in the queue and is taken over once it has
-/// sat for the worker's `stale_after`; this is several of those.
-pub const TRANSIENT_RETRY_WAIT: Duration = Duration::from_secs(15 * 60);
-
-/// How long a decided case may go without a running job before the reconcile pass queues
-/// another. Queueing normally follows the decision within milliseconds; the margin also covers
-/// a job waiting its turn behind a busy queue, whose duplicate would be harmless but noisy.
-pub const RECONCILE_GRACE: Duration = Duration::from_secs(2 * 60);
-
-/// How the background loops of one replica run.
-#[derive(Debug, Clone)]
-pub struct LoopSettings {
-    /// Start the queue worker (off only in tests that play a worker by hand).
-    pub worker_enabled: bool,
-    pub worker: WorkerConfig,
-    /// How often to look for cases past their deadline and for decided work without a job.
-    pub expire_every: Duration,
-}
-
-impl LoopSettings {
-    /// Defaults with a consumer name unique to this process.
-    pub fn new() -> Self {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "steward".into());
-        let consumer = format!(
-            "{host}-{}-{}",
-            std::process::id(),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
-        Self {
-            worker_enabled: true,
-            worker: WorkerConfig::new(consumer),
-            expire_every: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Default for LoopSettings {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+use crate::ids::{SandboxId, TemplateId};
+use crate::jobs::{self, JobError, StepFailure};
+use crate::store::{Actor, ClaimedJob};
 
 fn worker_actor() -> Actor {
     Actor::Steward {
@@ -98,12 +48,25 @@ async fn audited<T>(
 }
 
 /// A failed E2B call as a step failure: transient ones are left for a later delivery (the job
-/// counts them, see [`MAX_TRANSIENT_FAILURES`]); the rest fail the case.
+/// counts them, see [`jobs::MAX_TRANSIENT_FAILURES`]); the rest fail the case.
 fn failure(e: E2bError) -> StepFailure {
     if e.is_transient() {
         StepFailure::Transient(e.to_string())
     } else {
         StepFailure::Permanent(e.to_string())
+    }
+}
+
+/// What a step's E2B call came to: `done` on success, "already gone" when E2B no longer knows
+/// the subject, otherwise a [`failure`].
+fn step_outcome<T>(
+    result: Result<T, E2bError>,
+    done: impl FnOnce(T) -> StepOutcome,
+) -> Result<StepOutcome, StepFailure> {
+    match result {
+        Ok(value) => Ok(done(value)),
+        Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
+        Err(e) => Err(failure(e)),
     }
 }
 
@@ -137,6 +100,14 @@ const RECHECK_METRICS_WINDOW_SECS: i64 = 60;
 /// How far back it reads at most, for a decision taken long ago.
 const RECHECK_METRICS_MAX_SECS: i64 = 60 * 60;
 
+/// The highest CPU share among `samples`, if there are any.
+fn busiest_cpu(samples: &[SandboxMetric]) -> Option<f64> {
+    samples
+        .iter()
+        .map(|m| m.cpu_used_pct)
+        .fold(None, |a, c| Some(a.map_or(c, |a: f64| a.max(c))))
+}
+
 /// Fresh metrics samples of a sandbox since the decision (at least the last minute). Empty when
 /// E2B has none; a failed read is an error, so nothing is killed on a guess.
 async fn fresh_metrics(
@@ -151,16 +122,16 @@ async fn fresh_metrics(
         .min(now - chrono::Duration::seconds(RECHECK_METRICS_WINDOW_SECS))
         .max(now - chrono::Duration::seconds(RECHECK_METRICS_MAX_SECS));
     let read = e2b.sandbox_metrics(id, Some(start), Some(now)).await;
-    audited(svc, case, "get_metrics", read, |samples| {
-        match samples
-            .iter()
-            .map(|m| m.cpu_used_pct)
-            .fold(None::<f64>, |a, c| Some(a.map_or(c, |a| a.max(c))))
-        {
+    audited(
+        svc,
+        case,
+        "get_metrics",
+        read,
+        |samples| match busiest_cpu(samples) {
             Some(busiest) => format!("{} sample(s), cpu up to {busiest:.1} %", samples.len()),
             None => "no samples".into(),
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -172,6 +143,14 @@ pub fn snapshot_name(case: &Case) -> String {
         "steward-{}-{decided}",
         case.id.as_str().replace('_', "-").to_lowercase()
     )
+}
+
+/// The snapshot an earlier step of this decision recorded taking, if any.
+fn recorded_snapshot(done: &[StepRecord]) -> Option<&TemplateId> {
+    done.iter().find_map(|r| match &r.outcome {
+        StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id),
+        _ => None,
+    })
 }
 
 /// Whether E2B lists `info` under `name` (`team/name:tag`, or `name:tag`).
@@ -204,10 +183,7 @@ async fn recheck_sandbox(
     } else {
         Vec::new()
     };
-    let busiest = samples
-        .iter()
-        .map(|m| m.cpu_used_pct)
-        .fold(None::<f64>, |a, c| Some(a.map_or(c, |a| a.max(c))));
+    let busiest = busiest_cpu(&samples);
     let current = evidence::from_detail(&detail, samples.iter().max_by_key(|m| m.timestamp_unix));
     let own_snapshot_at = done.iter().find_map(|r| match r.outcome {
         StepOutcome::SnapshotCreated { .. } => Some(r.at),
@@ -222,10 +198,7 @@ async fn recheck_sandbox(
         threshold,
     );
     if let Some(change) = change {
-        let done = match done.iter().find_map(|r| match &r.outcome {
-            StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id),
-            _ => None,
-        }) {
+        let done = match recorded_snapshot(done) {
             Some(snapshot) => format!("it was not killed (its snapshot {snapshot} is kept)"),
             None => "nothing was done".to_owned(),
         };
@@ -243,17 +216,27 @@ async fn own_snapshot(
     id: &SandboxId,
 ) -> Result<Option<TemplateId>, StepFailure> {
     let name = snapshot_name(case);
+    Ok(list_snapshots(svc, e2b, case, id)
+        .await?
+        .into_iter()
+        .find(|s| snapshot_named(s, &name))
+        .map(|s| s.snapshot_id))
+}
+
+/// The snapshots E2B lists for sandbox `id`, audited.
+async fn list_snapshots(
+    svc: &Services,
+    e2b: &E2bClient,
+    case: &Case,
+    id: &SandboxId,
+) -> Result<Vec<SnapshotInfo>, StepFailure> {
     let listed = e2b.list_snapshots(Some(id)).await;
     let listed = audited(svc, case, "list_snapshots", listed, |l| {
         format!("{} snapshot(s)", l.items.len())
     })
     .await
     .map_err(failure)?;
-    Ok(listed
-        .items
-        .into_iter()
-        .find(|s| snapshot_named(s, &name))
-        .map(|s| s.snapshot_id))
+    Ok(listed.items)
 }
 
 /// The Snapshot step's call, under this decision's snapshot name.
@@ -268,13 +251,9 @@ async fn take_snapshot(
         format!("snapshot {}", s.snapshot_id)
     })
     .await;
-    match info {
-        Ok(info) => Ok(StepOutcome::SnapshotCreated {
-            snapshot_id: info.snapshot_id,
-        }),
-        Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
-        Err(e) => Err(failure(e)),
-    }
+    step_outcome(info, |info| StepOutcome::SnapshotCreated {
+        snapshot_id: info.snapshot_id,
+    })
 }
 
 /// Runs one step of `case`'s plan. `done` are the steps already finished.
@@ -321,11 +300,8 @@ async fn run_step(
                 Step::Snapshot => take_snapshot(svc, e2b, case, id).await,
                 Step::Kill => {
                     let killed = e2b.kill_sandbox(id).await;
-                    match audited(svc, case, "kill_sandbox", killed, |_| "ok".into()).await {
-                        Ok(()) => Ok(StepOutcome::Killed),
-                        Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
-                        Err(e) => Err(failure(e)),
-                    }
+                    let killed = audited(svc, case, "kill_sandbox", killed, |_| "ok".into()).await;
+                    step_outcome(killed, |()| StepOutcome::Killed)
                 }
                 _ => {
                     if current.state.as_deref() == Some(SandboxState::Paused.as_str()) {
@@ -333,30 +309,20 @@ async fn run_step(
                     }
                     let paused = e2b.pause_sandbox(id).await;
                     match audited(svc, case, "pause_sandbox", paused, |_| "ok".into()).await {
-                        Ok(()) => Ok(StepOutcome::Paused),
                         Err(E2bError::Conflict { .. }) => Ok(StepOutcome::AlreadyPaused),
-                        Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
-                        Err(e) => Err(failure(e)),
+                        paused => step_outcome(paused, |()| StepOutcome::Paused),
                     }
                 }
             }
         }
         (Subject::Sandbox(id), Step::VerifySnapshot) => {
-            let Some(snapshot_id) = done.iter().find_map(|r| match &r.outcome {
-                StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id.clone()),
-                _ => None,
-            }) else {
+            let Some(snapshot_id) = recorded_snapshot(done).cloned() else {
                 return Err(StepFailure::Permanent(
                     "no snapshot was recorded, so there is nothing to verify".into(),
                 ));
             };
-            let listed = e2b.list_snapshots(Some(id)).await;
-            let listed = audited(svc, case, "list_snapshots", listed, |l| {
-                format!("{} snapshot(s)", l.items.len())
-            })
-            .await
-            .map_err(failure)?;
-            if listed.items.iter().any(|s| s.snapshot_id == snapshot_id) {
+            let listed = list_snapshots(svc, e2b, case, id).await?;
+            if listed.iter().any(|s| s.snapshot_id == snapshot_id) {
                 Ok(StepOutcome::SnapshotVerified { snapshot_id })
             } else {
                 Err(StepFailure::Permanent(format!(
@@ -393,11 +359,8 @@ async fn run_step(
                 return Err(ask_again(svc, current, &change, "nothing was done"));
             }
             let deleted = e2b.delete_template(id).await;
-            match audited(svc, case, "delete_template", deleted, |_| "ok".into()).await {
-                Ok(()) => Ok(StepOutcome::TemplateDeleted),
-                Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
-                Err(e) => Err(failure(e)),
-            }
+            let deleted = audited(svc, case, "delete_template", deleted, |_| "ok".into()).await;
+            step_outcome(deleted, |()| StepOutcome::TemplateDeleted)
         }
         (subject, step) => Err(StepFailure::Permanent(format!(
             "step {} does not apply to {subject}",
@@ -407,11 +370,7 @@ async fn run_step(
 }
 
 /// Runs one queued decision to its end and shows the result on the card.
-pub async fn handle_job(
-    svc: &Services,
-    claimed: ClaimedJob,
-    _log: StepLog,
-) -> Result<(), JobError> {
+pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobError> {
     let case_id = claimed.job.case_id().clone();
     let before = svc.store.get_case(&case_id).await?;
     let result = jobs::execute_decision(&svc.store, &case_id, |step, done| {
@@ -449,118 +408,4 @@ pub async fn handle_job(
         refresh_card(&svc.slack, &svc.templates, &after).await;
     }
     result.map(|_| ())
-}
-
-/// Runs this replica's queue worker until `shutdown`.
-pub async fn run_worker(svc: Services, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
-    let store = svc.store.clone();
-    let handler = move |claimed: ClaimedJob, log: StepLog| {
-        let svc = svc.clone();
-        async move { handle_job(&svc, claimed, log).await }
-    };
-    jobs::run_queue(store, config, handler, shutdown).await;
-}
-
-/// One expiry pass: expires every pending case past its deadline (each by exactly one
-/// replica) and rewrites their cards. Returns the cases this pass expired.
-pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>, StoreError> {
-    let expired = svc.store.expire_due(now).await?;
-    for case in &expired {
-        audit(
-            &svc.store,
-            case,
-            Actor::Steward {
-                part: "expiry".into(),
-            },
-            "expire",
-            &format!("no decision by {}: no action was taken", case.decide_by),
-        )
-        .await;
-        refresh_card(&svc.slack, &svc.templates, case).await;
-    }
-    Ok(expired)
-}
-
-/// One reconcile pass: queues a job again for every case that entered Decided more than
-/// [`RECONCILE_GRACE`] before `now`, is still Decided or Executing, and that no worker is
-/// running (its execution lease is free) and whose job is not waiting out a transient failure
-/// (within [`TRANSIENT_RETRY_WAIT`] of it). Returns the cases it re-queued.
-///
-/// Every replica runs this; the case's index time moves to `now` when it is re-queued, so one
-/// replica queues it, at most once per grace period. A job that was not lost after all (still queued, or pending with a
-/// dead worker) meets its duplicate in [`jobs::execute_decision`], which runs a case on one
-/// worker at a time and resumes after the last finished step, so nothing runs twice.
-pub async fn reconcile_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-    let grace = chrono::Duration::from_std(RECONCILE_GRACE).unwrap_or(chrono::Duration::MAX);
-    let mut requeued = Vec::new();
-    for Unfinished { case, since } in svc.store.unfinished_decided(now - grace).await? {
-        let (CaseState::Decided {
-            decision, attempt, ..
-        }
-        | CaseState::Executing {
-            decision, attempt, ..
-        }) = &case.state
-        else {
-            continue;
-        };
-        if svc
-            .store
-            .lease_held(&jobs::execution_lease(&case.id))
-            .await?
-        {
-            continue;
-        }
-        // A job left for a transient retry is still queued: it comes back by itself.
-        let retry_wait =
-            chrono::Duration::from_std(TRANSIENT_RETRY_WAIT).unwrap_or(chrono::Duration::MAX);
-        if case
-            .retrying
-            .as_ref()
-            .is_some_and(|r| r.attempt == *attempt && r.at > now - retry_wait)
-        {
-            continue;
-        }
-        // Moving the case's index time to `now` both picks one replica to queue it and gives
-        // the new job a fresh grace period.
-        if !svc.store.postpone_decided(&case.id, since, now).await? {
-            continue;
-        }
-        let job = Job::RunDecision {
-            case_id: case.id.clone(),
-            option: decision.option,
-            attempt: *attempt,
-        };
-        svc.store.enqueue(&job).await?;
-        tracing::warn!(case = %case.id, state = case.state.name(), "re-queued decided work whose job was lost");
-        audit(
-            &svc.store,
-            &case,
-            Actor::Steward {
-                part: "reconcile".into(),
-            },
-            "requeue",
-            "re-queued after a lost job",
-        )
-        .await;
-        requeued.push(case.id.clone());
-    }
-    Ok(requeued)
-}
-
-/// Runs [`expire_once`] and [`reconcile_once`] every `every` until `shutdown`.
-pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    loop {
-        if let Err(e) = expire_once(&svc, Utc::now()).await {
-            tracing::warn!(error = %e, "expiry pass failed");
-        }
-        if let Err(e) = reconcile_once(&svc, Utc::now()).await {
-            tracing::warn!(error = %e, "reconcile pass failed");
-        }
-        super::repair::repair_cards(&svc).await;
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = tokio::time::sleep(every) => {}
-        }
-    }
 }

@@ -1,0 +1,27 @@
+//! The expiry pass: closes every pending case past its deadline (each by exactly one replica)
+//! and rewrites its card. It takes no action on the subject: an undecided case does nothing.
+use chrono::{DateTime, Utc};
+
+use crate::approvals::{Services, audit, refresh_card};
+use crate::cases::Case;
+use crate::store::{Actor, StoreError};
+
+/// One expiry pass: expires every pending case past its deadline (each by exactly one
+/// replica) and rewrites their cards. Returns the cases this pass expired.
+pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>, StoreError> {
+    let expired = svc.store.expire_due(now).await?;
+    for case in &expired {
+        audit(
+            &svc.store,
+            case,
+            Actor::Steward {
+                part: "expiry".into(),
+            },
+            "expire",
+            &format!("no decision by {}: no action was taken", case.decide_by),
+        )
+        .await;
+        refresh_card(&svc.slack, &svc.templates, case).await;
+    }
+    Ok(expired)
+}

@@ -1,0 +1,85 @@
+//! The background loops of one replica that startup spawns: the queue worker running
+//! [`handle_job`], and the expiry loop (expiry, reconcile and card repair passes), with the
+//! settings they run under. Each loop only repeats a pass until shutdown; the work is in the passes.
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::{expire_once, handle_job, reconcile_once};
+use crate::approvals::{Services, repair};
+use crate::jobs::{self, WorkerConfig};
+use crate::store::ClaimedJob;
+
+/// How the background loops of one replica run.
+#[derive(Debug, Clone)]
+pub struct LoopSettings {
+    /// Start the queue worker (off only in tests that play a worker by hand).
+    pub worker_enabled: bool,
+    pub worker: WorkerConfig,
+    /// How often to look for cases past their deadline and for decided work without a job.
+    pub expire_every: Duration,
+}
+
+impl LoopSettings {
+    /// Defaults, with a queue consumer name unique to this process: `replica_name` (see
+    /// `Settings::replica_name`), the process id and a random suffix.
+    pub fn new(replica_name: &str) -> Self {
+        let consumer = format!(
+            "{replica_name}-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        Self {
+            worker_enabled: true,
+            worker: WorkerConfig::new(consumer),
+            expire_every: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Runs this replica's queue worker until `shutdown`.
+pub async fn run_worker(svc: Services, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
+    let store = svc.store.clone();
+    let handler = move |claimed: ClaimedJob| {
+        let svc = svc.clone();
+        async move { handle_job(&svc, claimed).await }
+    };
+    jobs::run_queue(store, config, handler, shutdown).await;
+}
+
+/// Runs [`expire_once`] and [`reconcile_once`] (and repairs cards whose update failed) every
+/// `every` until `shutdown`.
+pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        if let Err(e) = expire_once(&svc, Utc::now()).await {
+            tracing::warn!(error = %e, "expiry pass failed");
+        }
+        if let Err(e) = reconcile_once(&svc, Utc::now()).await {
+            tracing::warn!(error = %e, "reconcile pass failed");
+        }
+        repair::repair_cards(&svc).await;
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_consumer_name_starts_with_the_replica_name_and_is_unique() {
+        let one = LoopSettings::new("replica-a");
+        let two = LoopSettings::new("replica-a");
+        assert!(
+            one.worker.consumer.starts_with("replica-a-"),
+            "{}",
+            one.worker.consumer
+        );
+        assert_ne!(one.worker.consumer, two.worker.consumer);
+    }
+}
