@@ -270,6 +270,20 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
                 .inspect_err(|_| tracing::info!(%user, "refused a live sweep"))
                 .is_ok()
         };
+        if !allowed {
+            // A refused attempt is on the record too, like a refused click.
+            let event = crate::store::AuditEvent {
+                time: chrono::Utc::now(),
+                case: None,
+                subject: None,
+                actor: crate::store::Actor::Person { user: user.clone() },
+                action: "sweep:live".into(),
+                outcome: "refused: not allowed to start a live sweep".into(),
+            };
+            if let Err(e) = svc.store.append_audit(&event).await {
+                tracing::warn!(error = %e, "could not audit a refused live sweep");
+            }
+        }
         if allowed {
             crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await
         } else {

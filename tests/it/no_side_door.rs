@@ -172,6 +172,19 @@ async fn a_live_sweep_from_someone_not_allowed_is_refused_and_posts_nothing() {
         .collect();
     assert!(posted.is_empty(), "{posted:#?}");
     assert_eq!(calls(&app, "list").await, 0, "the fleet was not even read");
+    // The refused attempt is on the record.
+    let audit = app
+        .state
+        .store
+        .audit_since(Utc::now() - chrono::Duration::minutes(5))
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "sweep:live" && e.outcome.starts_with("refused")),
+        "{audit:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
