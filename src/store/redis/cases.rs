@@ -455,22 +455,6 @@ impl RedisStore {
 
     // ----- what sweeps read: Leave marks and open pointers of many subjects -----
 
-    pub(crate) async fn set_left_mark(
-        &self,
-        subject: &Subject,
-        mark: &LeftMark,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        self.query(
-            redis::cmd("SET")
-                .arg(self.keys().left(subject))
-                .arg(encode(mark)?)
-                .arg("PX")
-                .arg(ms(left_mark_ttl(mark, now))),
-        )
-        .await
-    }
-
     /// Reads many string keys, one MGET per shard (a slot each), in the order given.
     async fn get_many(&self, keys: Vec<(u16, String)>) -> Result<Vec<Option<String>>, StoreError> {
         let mut by_shard: std::collections::BTreeMap<u16, Vec<(usize, String)>> =
