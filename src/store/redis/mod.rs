@@ -24,8 +24,8 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::streams::StreamId;
 use redis::{
-    Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, ToRedisArgs,
-    Value,
+    AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Script,
+    ScriptInvocation, ToRedisArgs, Value,
 };
 
 use super::StoreError;
@@ -310,6 +310,53 @@ impl RedisStore {
 
     fn conn(&self) -> Conn {
         self.inner.conn.clone()
+    }
+
+    /// A dedicated connection for one blocking read, reused when possible.
+    async fn blocking_conn(&self) -> Result<Conn, StoreError> {
+        let pooled = self
+            .inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        if let Some(conn) = pooled {
+            return Ok(conn);
+        }
+        match &self.inner.client {
+            Client::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT));
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Plain)
+                    .map_err(map_err)
+            }
+            Client::Cluster { blocking } => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(CONNECT_TIMEOUT)
+                    .set_response_timeout(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT);
+                blocking
+                    .get_async_connection_with_config(config)
+                    .await
+                    .map(Conn::Cluster)
+                    .map_err(map_err)
+            }
+        }
+    }
+
+    /// Puts a healthy blocking connection back for the next blocking read.
+    fn return_blocking_conn(&self, conn: Conn) {
+        let mut pool = self
+            .inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if pool.len() < BLOCKING_POOL_SIZE {
+            pool.push(conn);
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {

@@ -3,15 +3,10 @@
 //! re-delivered job skip the steps it already did. It must not know what a job does.
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
 use redis::RedisError;
-use redis::cluster::ClusterConfig;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamReadReply};
 
-use super::{
-    BLOCKING_POOL_SIZE, CONNECT_TIMEOUT, Client, Conn, MAX_CLAIM_BLOCK, PAGE, RESPONSE_TIMEOUT,
-    RedisStore, field, map_err, ms,
-};
+use super::{MAX_CLAIM_BLOCK, PAGE, RedisStore, field, map_err, ms};
 use crate::cases::StepRecord;
 use crate::ids::CaseId;
 use crate::store::keys::{CASE_RETENTION, JOB_GROUP};
@@ -50,52 +45,6 @@ impl RedisStore {
             )
             .await?;
         Ok(JobId(id))
-    }
-
-    /// A dedicated connection for one blocking read, reused when possible.
-    async fn blocking_conn(&self) -> Result<Conn, StoreError> {
-        let pooled = self
-            .inner
-            .blocking
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop();
-        if let Some(conn) = pooled {
-            return Ok(conn);
-        }
-        match &self.inner.client {
-            Client::Single(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT));
-                client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map(Conn::Plain)
-                    .map_err(map_err)
-            }
-            Client::Cluster { blocking } => {
-                let config = ClusterConfig::new()
-                    .set_connection_timeout(CONNECT_TIMEOUT)
-                    .set_response_timeout(MAX_CLAIM_BLOCK + RESPONSE_TIMEOUT);
-                blocking
-                    .get_async_connection_with_config(config)
-                    .await
-                    .map(Conn::Cluster)
-                    .map_err(map_err)
-            }
-        }
-    }
-
-    fn return_blocking_conn(&self, conn: Conn) {
-        let mut pool = self
-            .inner
-            .blocking
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if pool.len() < BLOCKING_POOL_SIZE {
-            pool.push(conn);
-        }
     }
 
     pub(crate) async fn claim(
