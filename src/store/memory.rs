@@ -209,16 +209,6 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) async fn set_left_mark(
-        &self,
-        subject: &Subject,
-        mark: &LeftMark,
-        _now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        self.lock().left.insert(subject.key(), mark.clone());
-        Ok(())
-    }
-
     pub(crate) async fn left_marks(
         &self,
         subjects: &[Subject],

@@ -456,14 +456,6 @@ impl Store {
         Ok(expired)
     }
 
-    /// Ids of cases that entered Decided (by a decision or a Retry, or were last re-queued) at
-    /// or before `cutoff`, oldest first. An index only: it may name cases that have finished
-    /// meanwhile.
-    pub async fn decided_before(&self, cutoff: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
-        let indexed: Vec<IndexEntry> = delegate!(self.decided_ids(cutoff))?;
-        Ok(indexed.into_iter().map(|e| e.id).collect())
-    }
-
     /// The cases still Decided or Executing whose index time is at or before `cutoff`, oldest
     /// first. Index entries of cases that have moved on are dropped here.
     pub async fn unfinished_decided(
@@ -515,11 +507,6 @@ impl Store {
             return Ok(Vec::new());
         }
         delegate!(self.left_marks(subjects))
-    }
-
-    /// Records a Leave decision directly (cases that become Left record theirs on their own).
-    pub async fn record_left(&self, subject: &Subject, mark: &LeftMark) -> Result<(), StoreError> {
-        delegate!(self.set_left_mark(subject, mark, Utc::now()))
     }
 
     /// The open case id of each subject (same order as `subjects`), in one round trip. An index

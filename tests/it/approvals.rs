@@ -960,7 +960,13 @@ async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kil
         reconcile_once(&svc, much_later).await.unwrap().is_empty(),
         "finished work is never queued again"
     );
-    assert!(store.decided_before(much_later).await.unwrap().is_empty());
+    assert!(
+        store
+            .unfinished_decided(much_later)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(calls(&first, "kill").await, 1);
 }
 

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sandbox_steward::cases::{CaseState, DecisionOption, Subject};
+use sandbox_steward::cases::{
+    self, CaseDraft, CaseState, DecisionOption, Event, Evidence, Opener, Subject,
+};
 use sandbox_steward::config::E2bSettings;
 use sandbox_steward::e2b::{E2bClient, RetryPolicy};
 use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
@@ -17,12 +19,12 @@ use sandbox_steward::hygiene::{
     HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepMode, Tick, run_scheduler_observed,
     scheduler_tick, sweep_once,
 };
-use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId};
+use sandbox_steward::ids::{SandboxId, SlackChannelId, SlackUserId};
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use sandbox_steward::slack::client::SlackClient;
 use sandbox_steward::slack::render::Templates;
-use sandbox_steward::store::{LeftMark, Store};
+use sandbox_steward::store::{Store, Updated};
 use serde_json::{Value, json};
 
 use crate::common::{PrefixCleanup, redis_url};
@@ -116,6 +118,38 @@ fn hours(h: i64) -> chrono::Duration {
 
 fn days(d: i64) -> chrono::Duration {
     chrono::Duration::days(d)
+}
+
+/// Records a person's Leave decision on `id` the way Slack does: a case opened for it, decided
+/// Leave (until `until`) at `decided_at`.
+async fn leave(store: &Store, id: &SandboxId, until: DateTime<Utc>, decided_at: DateTime<Utc>) {
+    let draft = CaseDraft {
+        subject: Subject::Sandbox(id.clone()),
+        evidence: Evidence::default(),
+        recommendation: cases::Recommendation {
+            option: DecisionOption::SnapshotThenKill,
+            reason: "idle".into(),
+        },
+        options: None,
+        opener: Opener::Person {
+            user: SlackUserId::parse("UREQ").unwrap(),
+        },
+        reason: "cleanup".into(),
+        decide_by: decided_at + hours(1),
+    };
+    let case = draft.into_case(decided_at - hours(1)).unwrap();
+    let case = store.open_case(case).await.unwrap().case().clone();
+    let decision = Event::Decide {
+        option: DecisionOption::Leave,
+        by: SlackUserId::parse("UAPPROVER").unwrap(),
+        reason: None,
+        until: Some(until),
+    };
+    let outcome = store
+        .apply_event(&case.id, decision, decided_at)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Updated::Applied(_)), "{outcome:?}");
 }
 
 impl World {
@@ -355,23 +389,17 @@ async fn keep_metadata_unexpired_leave_decisions_and_youth_are_exempt() {
     let left = w.paused(5, 4096, None).await;
     let left_lapsed = w.paused(5, 4096, None).await;
     let young = w.idle_running(None).await; // five hours old, grace is twelve
-    let mark = |until: DateTime<Utc>| LeftMark {
-        case: CaseId::generate(),
-        until: Some(until),
-        at: Utc::now() - days(1),
-    };
+    // Both were left a day ago by a person's Leave decision, one until next week and one until
+    // an hour ago.
     let store = &w.ctx.store;
-    store
-        .record_left(&Subject::Sandbox(left.clone()), &mark(Utc::now() + days(7)))
-        .await
-        .unwrap();
-    store
-        .record_left(
-            &Subject::Sandbox(left_lapsed.clone()),
-            &mark(Utc::now() - hours(1)),
-        )
-        .await
-        .unwrap();
+    leave(store, &left, Utc::now() + days(7), Utc::now() - days(1)).await;
+    leave(
+        store,
+        &left_lapsed,
+        Utc::now() - hours(1),
+        Utc::now() - days(1),
+    )
+    .await;
 
     let report = w.sweep(SweepMode::DryRun).await;
 

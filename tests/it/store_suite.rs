@@ -17,7 +17,7 @@ use sandbox_steward::cases::{
 use sandbox_steward::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 use sandbox_steward::jobs::{self, JobError, StepFailure, WorkOutcome};
 use sandbox_steward::store::Job;
-use sandbox_steward::store::{Actor, AuditEvent, LeftMark, Opened, Store, StoreError, Updated};
+use sandbox_steward::store::{Actor, AuditEvent, Opened, Store, StoreError, Updated};
 
 async fn redis_store() -> (Store, PrefixCleanup) {
     let prefix = format!("steward-test-{}", uuid::Uuid::new_v4().simple());
@@ -676,10 +676,6 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     store: Store,
 ) {
     let far = t(1_000_000);
-    let listed = |cutoff: DateTime<Utc>| {
-        let store = store.clone();
-        async move { store.decided_before(cutoff).await.unwrap() }
-    };
     let unfinished = |cutoff: DateTime<Utc>| {
         let store = store.clone();
         async move {
@@ -698,7 +694,7 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     // Decided, then done.
     let done = opened(new_sandbox()).await;
     assert!(
-        listed(far).await.is_empty(),
+        unfinished(far).await.is_empty(),
         "a pending case is not decided"
     );
     apply(
@@ -709,14 +705,13 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     )
     .await;
     assert!(
-        listed(t(999)).await.is_empty(),
+        unfinished(t(999)).await.is_empty(),
         "indexed at its decision time"
     );
-    assert_eq!(listed(t(1_000)).await, vec![done.id.clone()]);
     assert_eq!(unfinished(t(1_000)).await, vec![done.id.clone()]);
     apply(&store, &done.id, Event::StartExecuting, t(5_000)).await;
     assert_eq!(
-        listed(t(1_000)).await,
+        unfinished(t(1_000)).await,
         vec![done.id.clone()],
         "executing keeps the time it was decided"
     );
@@ -727,8 +722,10 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     apply(&store, &done.id, step, t(5_001)).await;
     assert_eq!(unfinished(far).await, vec![done.id.clone()]);
     apply(&store, &done.id, Event::Finish, t(5_002)).await;
-    assert!(listed(far).await.is_empty(), "done is gone from the index");
-    assert!(unfinished(far).await.is_empty());
+    assert!(
+        unfinished(far).await.is_empty(),
+        "done is gone from the index"
+    );
 
     // Failed leaves the index; a retry comes back at the retry's time.
     let retried = opened(new_sandbox()).await;
@@ -744,7 +741,7 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     };
     apply(&store, &retried.id, fail, t(2_001)).await;
     assert!(
-        listed(far).await.is_empty(),
+        unfinished(far).await.is_empty(),
         "failed is gone from the index"
     );
     apply(
@@ -754,8 +751,8 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
         t(3_000),
     )
     .await;
-    assert!(listed(t(2_999)).await.is_empty());
-    assert_eq!(listed(t(3_000)).await, vec![retried.id.clone()]);
+    assert!(unfinished(t(2_999)).await.is_empty());
+    assert_eq!(unfinished(t(3_000)).await, vec![retried.id.clone()]);
 
     // Of several replicas re-queueing the same entry at once, exactly one moves it.
     let movers: Vec<_> = (0..10)
@@ -776,10 +773,12 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     }
     assert_eq!(moved, 1);
     assert!(
-        listed(t(3_999)).await.is_empty(),
+        unfinished(t(3_999)).await.is_empty(),
         "postponed to its re-queue time"
     );
-    assert_eq!(listed(t(4_000)).await, vec![retried.id.clone()]);
+    assert_eq!(unfinished(t(4_000)).await, vec![retried.id.clone()]);
+    let postponed = store.unfinished_decided(t(4_000)).await.unwrap();
+    assert_eq!(postponed[0].since, t(4_000), "indexed at its re-queue time");
 
     // Stale evidence sends a decided case back to Pending: out of the index too.
     let asked_again = opened(new_sandbox()).await;
@@ -792,7 +791,7 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
     .await;
     apply(&store, &asked_again.id, Event::StartExecuting, t(1_501)).await;
     assert_eq!(
-        listed(far).await,
+        unfinished(far).await,
         vec![asked_again.id.clone(), retried.id.clone()],
         "oldest first"
     );
@@ -802,7 +801,7 @@ async fn decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpone
         decide_by: t(600_000),
     };
     apply(&store, &asked_again.id, changed, t(1_600)).await;
-    assert_eq!(listed(far).await, vec![retried.id.clone()]);
+    assert_eq!(unfinished(far).await, vec![retried.id.clone()]);
 
     // Leave closes a case without any work: never indexed.
     let left = opened(new_sandbox()).await;
@@ -945,14 +944,25 @@ async fn a_leave_decision_outlives_its_case_for_sweeps(store: Store) {
     assert_eq!(marks[1..], [None, None]);
     let open_ids = store.open_case_ids(&subjects).await.unwrap();
     assert_eq!(open_ids, vec![None, Some(still_open.id), None]);
-    // A later, direct record replaces the earlier one.
-    let later = LeftMark {
-        case: CaseId::generate(),
-        until: None,
-        at: Utc::now(),
-    };
-    store.record_left(&left, &later).await.unwrap();
-    assert_eq!(store.left_marks(&[left]).await.unwrap(), vec![Some(later)]);
+    // A later Leave decision on the same subject replaces the earlier one.
+    let again = open(&store, &left).await;
+    let outcome = store
+        .apply_event(
+            &again.id,
+            Event::Decide {
+                option: DecisionOption::Leave,
+                by: user("UAPPROVER"),
+                reason: None,
+                until: None,
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Updated::Applied(_)), "{outcome:?}");
+    let marks = store.left_marks(&[left]).await.unwrap();
+    let mark = marks[0].as_ref().expect("the later Leave decision is kept");
+    assert_eq!((mark.case.clone(), mark.until), (again.id.clone(), None));
     assert!(store.left_marks(&[]).await.unwrap().is_empty());
 }
 

@@ -1,0 +1,236 @@
+//! The job queue: one Redis stream with one consumer group, claims (blocking ones on a
+//! dedicated connection), takeovers of stale claims, and the per-case step logs that make a
+//! re-delivered job skip the steps it already did. It must not know what a job does.
+use std::time::Duration;
+
+use redis::RedisError;
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamReadReply};
+
+use super::{MAX_CLAIM_BLOCK, PAGE, RedisStore, field, map_err, ms};
+use crate::cases::StepRecord;
+use crate::ids::CaseId;
+use crate::store::keys::{CASE_RETENTION, JOB_GROUP};
+use crate::store::{ClaimedJob, Job, JobId, StoreError, decode, encode};
+
+/// Field of a queue entry that holds the job's JSON.
+const JOB_FIELD: &str = "job";
+
+impl RedisStore {
+    /// Creates the consumer group (reading from the start, so jobs enqueued before the first
+    /// worker started are not skipped). An existing group is fine.
+    pub(super) async fn ensure_group(&self) -> Result<(), StoreError> {
+        let result: Result<(), RedisError> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.keys().jobs())
+            .arg(JOB_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn())
+            .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    pub(crate) async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
+        let id: String = self
+            .query(
+                redis::cmd("XADD")
+                    .arg(self.keys().jobs())
+                    .arg("*")
+                    .arg(JOB_FIELD)
+                    .arg(encode(job)?),
+            )
+            .await?;
+        Ok(JobId(id))
+    }
+
+    pub(crate) async fn claim(
+        &self,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let block = block.min(MAX_CLAIM_BLOCK);
+        loop {
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP")
+                .arg(JOB_GROUP)
+                .arg(consumer)
+                .arg("COUNT")
+                .arg(1);
+            if !block.is_zero() {
+                cmd.arg("BLOCK").arg(ms(block));
+            }
+            cmd.arg("STREAMS").arg(self.keys().jobs()).arg(">");
+            let reply: Result<Option<StreamReadReply>, RedisError> = if block.is_zero() {
+                cmd.query_async(&mut self.conn()).await
+            } else {
+                let mut conn = self.blocking_conn().await?;
+                let reply = cmd.query_async(&mut conn).await;
+                // A connection that failed may be broken; only healthy ones go back.
+                if reply.is_ok() {
+                    self.return_blocking_conn(conn);
+                }
+                reply
+            };
+            let reply = match reply {
+                Ok(reply) => reply,
+                // Someone deleted the stream (and its group): recreate and read again.
+                Err(e) if e.code() == Some("NOGROUP") => {
+                    self.ensure_group().await?;
+                    continue;
+                }
+                Err(e) => return Err(map_err(e)),
+            };
+            let Some(entry) = reply.and_then(|r| r.keys.into_iter().next()?.ids.into_iter().next())
+            else {
+                return Ok(None);
+            };
+            match self.decode_job(&entry) {
+                Ok(job) => {
+                    return Ok(Some(ClaimedJob {
+                        id: JobId(entry.id),
+                        job,
+                        deliveries: 1,
+                    }));
+                }
+                Err(e) => self.drop_poison(&entry.id, &e).await?,
+            }
+        }
+    }
+
+    fn decode_job(&self, entry: &StreamId) -> Result<Job, StoreError> {
+        decode(&format!("job {}", entry.id), &field(entry, JOB_FIELD)?)
+    }
+
+    /// Acknowledges an entry that can never be decoded, so it does not come back forever.
+    async fn drop_poison(&self, id: &str, error: &StoreError) -> Result<(), StoreError> {
+        tracing::error!(job = id, %error, "dropping a queue entry that cannot be decoded");
+        self.ack(&JobId(id.to_owned())).await
+    }
+
+    pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
+        // Deleting after the ack keeps the stream short; the audit log is the history.
+        self.query_pipe(
+            redis::pipe()
+                .cmd("XACK")
+                .arg(self.keys().jobs())
+                .arg(JOB_GROUP)
+                .arg(&id.0)
+                .ignore()
+                .cmd("XDEL")
+                .arg(self.keys().jobs())
+                .arg(&id.0)
+                .ignore(),
+        )
+        .await
+    }
+
+    pub(crate) async fn reclaim_stale(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        let mut conn = self.conn();
+        let mut cursor = "0-0".to_owned();
+        let mut taken = Vec::new();
+        loop {
+            let reply: Result<StreamAutoClaimReply, RedisError> = redis::cmd("XAUTOCLAIM")
+                .arg(self.keys().jobs())
+                .arg(JOB_GROUP)
+                .arg(consumer)
+                .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut conn)
+                .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                // No group yet (a lazily connected store, or the stream was deleted): nobody
+                // can have claimed anything, so there is nothing to take over.
+                Err(e) if e.code() == Some("NOGROUP") => {
+                    self.ensure_group().await?;
+                    return Ok(taken);
+                }
+                Err(e) => return Err(map_err(e)),
+            };
+            for entry in reply.claimed {
+                match self.decode_job(&entry) {
+                    Ok(job) => {
+                        let deliveries = self.deliveries(&entry.id).await?;
+                        taken.push(ClaimedJob {
+                            id: JobId(entry.id),
+                            job,
+                            deliveries,
+                        });
+                    }
+                    Err(e) => self.drop_poison(&entry.id, &e).await?,
+                }
+            }
+            if reply.next_stream_id == "0-0" {
+                return Ok(taken);
+            }
+            cursor = reply.next_stream_id;
+        }
+    }
+
+    /// How many times an entry has been delivered (XAUTOCLAIM counts a takeover).
+    async fn deliveries(&self, id: &str) -> Result<u64, StoreError> {
+        let reply: StreamPendingCountReply = self
+            .query(
+                redis::cmd("XPENDING")
+                    .arg(self.keys().jobs())
+                    .arg(JOB_GROUP)
+                    .arg(id)
+                    .arg(id)
+                    .arg(1),
+            )
+            .await?;
+        Ok(reply
+            .ids
+            .first()
+            .map(|p| p.times_delivered as u64)
+            .unwrap_or(1))
+    }
+
+    pub(crate) async fn mark_step_done(
+        &self,
+        case: &CaseId,
+        record: &StepRecord,
+    ) -> Result<bool, StoreError> {
+        let key = self.keys().steps(case);
+        let (added, _): (i64, i64) = self
+            .query_pipe(
+                redis::pipe()
+                    .cmd("HSETNX")
+                    .arg(&key)
+                    .arg(record.step.as_str())
+                    .arg(encode(record)?)
+                    .cmd("PEXPIRE")
+                    .arg(&key)
+                    .arg(ms(CASE_RETENTION)),
+            )
+            .await?;
+        Ok(added == 1)
+    }
+
+    pub(crate) async fn steps_done(&self, case: &CaseId) -> Result<Vec<StepRecord>, StoreError> {
+        let values: Vec<String> = self
+            .query(redis::cmd("HVALS").arg(self.keys().steps(case)))
+            .await?;
+        values
+            .iter()
+            .map(|v| decode(&format!("step log of {case}"), v))
+            .collect()
+    }
+
+    pub(crate) async fn clear_steps(&self, case: &CaseId) -> Result<(), StoreError> {
+        let _: i64 = self
+            .query(redis::cmd("DEL").arg(self.keys().steps(case)))
+            .await?;
+        Ok(())
+    }
+}
