@@ -18,7 +18,8 @@ use serde_json::json;
 
 use super::api::listed_json;
 use super::fleet;
-use super::model::{Profile, Sandbox, SandboxState};
+use super::model::{Sandbox, SandboxState};
+use super::series::Profile;
 use super::wire::{ApiError, parse_body};
 use super::{FaultRule, OPS, PagingMode, Sim, now_ms};
 

@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::model::{
-    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Profile, Sandbox,
+    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Sandbox,
     SandboxState, Template, World, short_sandbox_id,
 };
-use super::series::{self, LogQuery, METRIC_GRID_SECS, Sample};
+use super::series::{self, LogQuery, METRIC_GRID_SECS, Profile, Sample};
 use super::wire::{
     ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
     rfc3339_nano, rfc3339_secs,

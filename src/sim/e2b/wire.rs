@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::DeserializeOwned;
 
-use super::model::Ms;
+use super::series::Ms;
 
 /// An E2B-shaped failure: `{"code": <status>, "message": "...", "error_code"?: "..."}`.
 #[derive(Debug, Clone, thiserror::Error)]
