@@ -348,6 +348,55 @@ async fn out_of_range_limits_and_malformed_parameters_are_400_with_an_e2b_body()
 }
 
 #[tokio::test]
+async fn enum_query_values_outside_the_spec_are_refused_in_the_validators_words() {
+    let sim = Sim::with_fleet(3).await;
+    let team = sim.server.team_id().to_owned();
+    let cases = [
+        (
+            "/v2/sandboxes?state=running,gone".to_owned(),
+            "state",
+            "gone",
+            r#"["running","paused"]"#,
+        ),
+        (
+            "/v2/sandboxes?order=sideways".to_owned(),
+            "order",
+            "sideways",
+            r#"["asc","desc"]"#,
+        ),
+        (
+            "/v2/sandboxes/any/logs?direction=up".to_owned(),
+            "direction",
+            "up",
+            r#"["forward","backward"]"#,
+        ),
+        (
+            "/v2/sandboxes/any/logs?level=loud".to_owned(),
+            "level",
+            "loud",
+            r#"["debug","info","warn","error"]"#,
+        ),
+        (
+            format!("/teams/{team}/metrics/max?metric=mood"),
+            "metric",
+            "mood",
+            r#"["concurrent_sandboxes","sandbox_start_rate"]"#,
+        ),
+    ];
+    for (path, name, value, allowed) in cases {
+        let (status, _, body) = sim.get(&path).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body["message"],
+            format!(
+                "parameter \"{name}\" in query has an error: value \"{value}\" is not one of the allowed values {allowed}"
+            ),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn unknown_sandboxes_get_e2bs_not_found_wording_everywhere() {
     let sim = Sim::with_fleet(3).await;
     let expected = "Sandbox \"nosuchbox\" doesn't exist or you don't have access to it";
