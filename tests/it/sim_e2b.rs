@@ -1019,6 +1019,55 @@ async fn a_snapshot_pauses_a_running_sandbox_briefly_and_it_runs_on_in_a_new_run
 }
 
 #[tokio::test]
+async fn seeding_or_changing_a_sandbox_refuses_unknown_states_and_profiles_and_changes_nothing() {
+    let sim = Sim::with_fleet(0).await;
+    let refusals = [
+        (
+            json!({"templateID": "base", "state": "gone"}),
+            "state \"gone\" must be running or paused",
+        ),
+        (
+            json!({"templateID": "base", "state": "running", "profile": "lazy"}),
+            "profile \"lazy\" must be busy, idle or disk-growing",
+        ),
+    ];
+    for (body, message) in refusals {
+        let (status, answer) = sim.post("/_sim/sandboxes", body).await;
+        assert_error(status, &answer, StatusCode::BAD_REQUEST);
+        assert_eq!(answer["message"], message);
+    }
+    assert_eq!(sim.state().await["running"], 0, "nothing was seeded");
+
+    sim.seed(json!({"sandboxID": "steady", "templateID": "base", "state": "running"}))
+        .await;
+    for (body, message) in [
+        (
+            json!({"state": "gone"}),
+            "state \"gone\" must be running or paused",
+        ),
+        (
+            json!({"profile": "lazy"}),
+            "profile \"lazy\" must be busy, idle or disk-growing",
+        ),
+    ] {
+        let (status, _, answer) = sim
+            .send(
+                sim.http
+                    .patch(sim.url("/_sim/sandboxes/steady"))
+                    .json(&body),
+            )
+            .await;
+        assert_error(status, &answer, StatusCode::BAD_REQUEST);
+        assert_eq!(answer["message"], message);
+    }
+    let (_, _, after) = sim.get("/sandboxes/steady").await;
+    assert_eq!(
+        after["state"], "running",
+        "the sandbox is unchanged: {after}"
+    );
+}
+
+#[tokio::test]
 async fn a_sandbox_can_be_changed_behind_stewards_back() {
     let sim = Sim::with_fleet(0).await;
     let hooks = sim.server.hooks();
