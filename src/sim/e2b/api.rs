@@ -117,7 +117,8 @@ impl<'p, T> Resume<'p, T> {
     }
 }
 
-/// A two-valued enum parameter read as a flag: `Some(yes)` is true, `default` when absent.
+/// A two-valued enum parameter read as a flag: its first value is true, its second false, and an
+/// absent parameter is `default`; any other value is refused in the validator's words.
 fn flag(p: &Params, name: &str, [yes, no]: [&str; 2], default: bool) -> Result<bool, ApiError> {
     Ok(p.one_of(name, &[yes, no])?.map_or(default, |v| v == yes))
 }
