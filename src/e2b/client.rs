@@ -1,12 +1,14 @@
-//! `E2bClient`: one typed method per E2B control-plane action, over one `reqwest::Client`.
+//! `E2bClient` itself: its settings, and the one path every call takes (build, send, retry, map
+//! errors, decode, follow pages).
 //!
-//! Each method builds the exact path, query and body the OpenAPI spec asks for, sends it through
-//! [`E2bClient::send`] (which owns retries, see `retry.rs`) and decodes the answer into `model.rs`
-//! types. Lists follow `X-Next-Token` under a [`PageGuard`], so they always end.
+//! The actions live beside it as `impl E2bClient` blocks grouped by what they serve:
+//! `sandboxes.rs`, `snapshots.rs` (with templates) and `metrics.rs`. Each builds the exact path,
+//! query and body the OpenAPI spec asks for, sends it through [`E2bClient::send`] (which owns
+//! retries, see `retry.rs`) and decodes the answer into `model.rs` types. Lists follow
+//! `X-Next-Token` under a [`PageGuard`], so they always end.
 //!
 //! This module must not decide policy (who may kill what) and must never log, print or return the
 //! API key: it lives in a `SecretString` and in a header marked sensitive.
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,25 +16,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::E2bSettings;
 use super::error::{self, E2bError};
-use super::model::*;
+use super::metrics::DEFAULT_METRICS_CONCURRENCY;
 use super::paging::{DEFAULT_MAX_PAGES, Listing, Page, PageGuard, PageStep};
 use super::retry::{self, AttemptOutcome, Replay, RetryDecision, RetryPolicy};
-use crate::duration::MAX_REFRESH_SECS;
-use crate::ids::{SandboxId, TemplateId};
+use crate::ids::SandboxId;
 
-/// Most sandbox ids E2B accepts in one `GET /sandboxes/metrics`.
-pub const METRICS_BATCH_MAX_IDS: usize = 100;
-/// Default number of metrics batches in flight at once.
-pub const DEFAULT_METRICS_CONCURRENCY: usize = 8;
 /// Largest page E2B serves.
 pub const MAX_PAGE_LIMIT: u32 = 100;
 /// Largest E2B answer read; a bigger one (a broken proxy, a runaway listing) is refused with
@@ -49,8 +44,8 @@ pub struct E2bClient {
     api_key: SecretString,
     team_id: Option<String>,
     retry: RetryPolicy,
-    metrics_concurrency: usize,
-    max_pages: u32,
+    pub(super) metrics_concurrency: usize,
+    pub(super) max_pages: u32,
     max_response_bytes: usize,
     calls: Arc<AtomicU64>,
 }
@@ -71,7 +66,7 @@ impl fmt::Debug for E2bClient {
 
 /// The operations, named as the simulator counts them; each knows how safe a replay is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(super) enum Op {
     Create,
     List,
     Get,
@@ -94,7 +89,7 @@ enum Op {
 }
 
 impl Op {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Op::Create => "create",
             Op::List => "list",
@@ -143,7 +138,7 @@ impl Op {
 
 /// Percent-encodes everything but RFC 3986 unreserved characters, like `encodeURIComponent`
 /// (so `/` and `:` in snapshot ids become `%2F` and `%3A`).
-pub(crate) fn encode_component(value: &str) -> String {
+pub(super) fn encode_component(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for byte in value.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
@@ -158,7 +153,7 @@ pub(crate) fn encode_component(value: &str) -> String {
 /// The `metadata` filter value before query encoding: `k1=v1&k2=v2` with each key and value
 /// URL-encoded (as the SDKs' `URLSearchParams` does). Query encoding then encodes it again,
 /// giving `metadata=user%3Dabc%26app%3Dprod`, which is what E2B decodes.
-pub(crate) fn metadata_filter(pairs: &[(String, String)]) -> String {
+pub(super) fn metadata_filter(pairs: &[(String, String)]) -> String {
     let mut inner = form_urlencoded::Serializer::new(String::new());
     for (k, v) in pairs {
         inner.append_pair(k, v);
@@ -168,10 +163,10 @@ pub(crate) fn metadata_filter(pairs: &[(String, String)]) -> String {
 
 /// A query string built in order, with full control over encoding.
 #[derive(Debug, Default)]
-struct Query(Vec<String>);
+pub(super) struct Query(Vec<String>);
 
 impl Query {
-    fn push(&mut self, key: &str, value: impl AsRef<str>) -> &mut Self {
+    pub(super) fn push(&mut self, key: &str, value: impl AsRef<str>) -> &mut Self {
         self.0.push(format!(
             "{}={}",
             encode_component(key),
@@ -180,7 +175,7 @@ impl Query {
         self
     }
 
-    fn push_opt(&mut self, key: &str, value: Option<impl AsRef<str>>) -> &mut Self {
+    pub(super) fn push_opt(&mut self, key: &str, value: Option<impl AsRef<str>>) -> &mut Self {
         if let Some(v) = value {
             self.push(key, v);
         }
@@ -188,7 +183,7 @@ impl Query {
     }
 
     /// An array in OpenAPI "form, explode false" style: elements encoded, commas literal.
-    fn push_list<S: AsRef<str>>(&mut self, key: &str, values: &[S]) -> &mut Self {
+    pub(super) fn push_list<S: AsRef<str>>(&mut self, key: &str, values: &[S]) -> &mut Self {
         let joined: Vec<String> = values
             .iter()
             .map(|v| encode_component(v.as_ref()))
@@ -208,15 +203,15 @@ impl Query {
 }
 
 /// One request to send, possibly several times.
-struct Call {
+pub(super) struct Call {
     op: Op,
     path: String,
-    query: Query,
+    pub(super) query: Query,
     body: Option<Bytes>,
 }
 
 impl Call {
-    fn new(op: Op, path: String) -> Self {
+    pub(super) fn new(op: Op, path: String) -> Self {
         Self {
             op,
             path,
@@ -225,31 +220,31 @@ impl Call {
         }
     }
 
-    fn json(mut self, body: serde_json::Value) -> Self {
+    pub(super) fn json(mut self, body: serde_json::Value) -> Self {
         self.body = Some(Bytes::from(body.to_string()));
         self
     }
 }
 
 /// A successful answer.
-struct Reply {
-    status: StatusCode,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
 }
 
 impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
 /// Whole seconds for a JSON `int32` timeout; sub-second parts are dropped.
-fn secs_i32(d: Duration) -> u64 {
+pub(super) fn secs_i32(d: Duration) -> u64 {
     d.as_secs().min(i32::MAX as u64)
 }
 
-fn unix_secs(name: &str, t: DateTime<Utc>) -> Result<String, E2bError> {
+pub(super) fn unix_secs(name: &str, t: DateTime<Utc>) -> Result<String, E2bError> {
     let secs = t.timestamp();
     if secs < 0 {
         return Err(E2bError::BadRequest {
@@ -343,7 +338,7 @@ impl E2bClient {
     }
 
     /// Sends `call`, retrying as its operation allows. Returns only 2xx answers.
-    async fn send(&self, call: &Call) -> Result<Reply, E2bError> {
+    pub(super) async fn send(&self, call: &Call) -> Result<Reply, E2bError> {
         let url = format!("{}{}{}", self.base_url, call.path, call.query.suffix());
         let method = call.op.method();
         let mut attempt = 0u32;
@@ -447,80 +442,17 @@ impl E2bClient {
         self.scrub(&text)
     }
 
-    fn decode<T: DeserializeOwned>(&self, op: Op, reply: &Reply) -> Result<T, E2bError> {
+    pub(super) fn decode<T: DeserializeOwned>(&self, op: Op, reply: &Reply) -> Result<T, E2bError> {
         serde_json::from_slice(&reply.body)
             .map_err(|e| E2bError::Decode(self.scrub(&format!("the {} answer: {e}", op.name()))))
     }
 
-    fn team(&self) -> Result<&str, E2bError> {
-        self.team_id.as_deref().ok_or(E2bError::NotConfigured(
-            "E2B_PROJECT_ID (or E2B_TEAM_ID) is not set, so team metrics are unavailable",
-        ))
-    }
-
-    fn sandbox_path(id: &SandboxId, rest: &str) -> String {
+    /// The path of one sandbox, its id encoded as one segment, then `rest`.
+    pub(super) fn sandbox_path(id: &SandboxId, rest: &str) -> String {
         format!("/sandboxes/{}{rest}", encode_component(id.as_str()))
     }
-
-    /// `POST /sandboxes`. Always sends `timeout` (300 s unless the request says otherwise).
-    #[tracing::instrument(skip(self, req), fields(template = %req.template_id))]
-    pub async fn create_sandbox(&self, req: &NewSandbox) -> Result<Sandbox, E2bError> {
-        let mut body = serde_json::to_value(req)
-            .map_err(|e| E2bError::Decode(format!("could not encode the request: {e}")))?;
-        body["timeout"] = secs_i32(req.effective_timeout()).into();
-        let call = Call::new(Op::Create, "/sandboxes".into()).json(body);
-        let reply = self.send(&call).await?;
-        self.decode(Op::Create, &reply)
-    }
-
-    /// `GET /v2/sandboxes`, every page, under the page cap.
-    #[tracing::instrument(skip(self))]
-    pub async fn list_sandboxes(&self, q: &ListQuery) -> Result<Listing<ListedSandbox>, E2bError> {
-        let cap = q.max_pages.unwrap_or(self.max_pages);
-        self.collect_pages(Op::List, cap, |token| async move {
-            self.list_sandboxes_page(q, token.as_deref()).await
-        })
-        .await
-    }
-
-    /// One page of `GET /v2/sandboxes`, starting at `next_token`.
-    #[tracing::instrument(skip(self))]
-    pub async fn list_sandboxes_page(
-        &self,
-        q: &ListQuery,
-        next_token: Option<&str>,
-    ) -> Result<Page<ListedSandbox>, E2bError> {
-        let mut call = Call::new(Op::List, "/v2/sandboxes".into());
-        if !q.metadata.is_empty() {
-            call.query.push("metadata", metadata_filter(&q.metadata));
-        }
-        let states: Vec<&str> = q.state.as_query().split(',').collect();
-        call.query.push_list("state", &states);
-        call.query.push_opt("order", q.order.map(Order::as_str));
-        call.query.push_opt(
-            "startedAfter",
-            q.started_after
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-        );
-        call.query.push_opt("template", q.template.as_deref());
-        call.query.push_opt("nextToken", next_token);
-        call.query.push(
-            "limit",
-            check_limit(q.limit.unwrap_or(MAX_PAGE_LIMIT))?.to_string(),
-        );
-        let reply = self.send(&call).await?;
-        let items = self.decode(Op::List, &reply)?;
-        Ok(Page {
-            items,
-            next_token: reply.header("x-next-token").map(str::to_owned),
-            total_running: reply
-                .header("x-total-running")
-                .and_then(|v| v.trim().parse().ok()),
-        })
-    }
-
     /// Follows pages until the server stops, a token repeats, or `cap` pages were read.
-    async fn collect_pages<T, F, Fut>(
+    pub(super) async fn collect_pages<T, F, Fut>(
         &self,
         op: Op,
         cap: u32,
@@ -557,276 +489,8 @@ impl E2bClient {
         }
     }
 
-    /// `GET /sandboxes/{id}`: a running or paused sandbox.
-    #[tracing::instrument(skip(self))]
-    pub async fn get_sandbox(&self, id: &SandboxId) -> Result<SandboxDetail, E2bError> {
-        let reply = self
-            .send(&Call::new(Op::Get, Self::sandbox_path(id, "")))
-            .await?;
-        self.decode(Op::Get, &reply)
-    }
-
-    /// `DELETE /sandboxes/{id}`: kills a running sandbox or deletes a paused one.
-    #[tracing::instrument(skip(self))]
-    pub async fn kill_sandbox(&self, id: &SandboxId) -> Result<(), E2bError> {
-        self.send(&Call::new(Op::Kill, Self::sandbox_path(id, "")))
-            .await?;
-        Ok(())
-    }
-
-    /// `POST /sandboxes/{id}/pause`. A 409 (already paused or changing state) is returned as
-    /// `Conflict`; the caller decides whether that is fine. Never replayed after delivery.
-    #[tracing::instrument(skip(self))]
-    pub async fn pause_sandbox(&self, id: &SandboxId) -> Result<(), E2bError> {
-        let call =
-            Call::new(Op::Pause, Self::sandbox_path(id, "/pause")).json(serde_json::json!({}));
-        self.send(&call).await?;
-        Ok(())
-    }
-
-    /// `POST /sandboxes/{id}/resume` (deprecated by E2B in favour of connect).
-    #[tracing::instrument(skip(self))]
-    pub async fn resume_sandbox(
-        &self,
-        id: &SandboxId,
-        timeout: Duration,
-    ) -> Result<Sandbox, E2bError> {
-        let call = Call::new(Op::Resume, Self::sandbox_path(id, "/resume"))
-            .json(serde_json::json!({ "timeout": secs_i32(timeout) }));
-        let reply = self.send(&call).await?;
-        self.decode(Op::Resume, &reply)
-    }
-
-    /// `POST /sandboxes/{id}/connect`: resumes a paused sandbox (201) or extends a running one's
-    /// time to live (200; it never shortens it).
-    #[tracing::instrument(skip(self))]
-    pub async fn connect_sandbox(
-        &self,
-        id: &SandboxId,
-        timeout: Duration,
-    ) -> Result<Connected, E2bError> {
-        let call = Call::new(Op::Connect, Self::sandbox_path(id, "/connect"))
-            .json(serde_json::json!({ "timeout": secs_i32(timeout) }));
-        let reply = self.send(&call).await?;
-        Ok(Connected {
-            sandbox: self.decode(Op::Connect, &reply)?,
-            resumed: reply.status == StatusCode::CREATED,
-        })
-    }
-
-    /// `POST /sandboxes/{id}/timeout`: sets the time to live from now (can shorten it).
-    #[tracing::instrument(skip(self))]
-    pub async fn set_timeout(&self, id: &SandboxId, timeout: Duration) -> Result<(), E2bError> {
-        let call = Call::new(Op::Timeout, Self::sandbox_path(id, "/timeout"))
-            .json(serde_json::json!({ "timeout": secs_i32(timeout) }));
-        self.send(&call).await?;
-        Ok(())
-    }
-
-    /// `POST /sandboxes/{id}/refreshes`: extends the time to live by `duration` (at most 1 h).
-    #[tracing::instrument(skip(self))]
-    pub async fn refresh_sandbox(
-        &self,
-        id: &SandboxId,
-        duration: Option<Duration>,
-    ) -> Result<(), E2bError> {
-        let body = match duration {
-            Some(d) if d.as_secs() > MAX_REFRESH_SECS => {
-                return Err(E2bError::BadRequest {
-                    message: format!(
-                        "a refresh can extend a sandbox by at most {MAX_REFRESH_SECS} s, not {} s",
-                        d.as_secs()
-                    ),
-                });
-            }
-            Some(d) => serde_json::json!({ "duration": d.as_secs() }),
-            None => serde_json::json!({}),
-        };
-        let call = Call::new(Op::Refresh, Self::sandbox_path(id, "/refreshes")).json(body);
-        self.send(&call).await?;
-        Ok(())
-    }
-
-    /// `GET /v2/sandboxes/{id}/logs`.
-    #[tracing::instrument(skip(self))]
-    pub async fn sandbox_logs(
-        &self,
-        id: &SandboxId,
-        q: &LogsQuery,
-    ) -> Result<Vec<LogEntry>, E2bError> {
-        let mut call = Call::new(
-            Op::Logs,
-            format!("/v2/sandboxes/{}/logs", encode_component(id.as_str())),
-        );
-        if let Some(cursor) = q.cursor {
-            let ms = cursor.timestamp_millis();
-            if ms < 0 {
-                return Err(E2bError::BadRequest {
-                    message: "the log cursor must not be before 1970".into(),
-                });
-            }
-            call.query.push("cursor", ms.to_string());
-        }
-        if let Some(limit) = q.limit {
-            if limit > MAX_LOG_LIMIT {
-                return Err(E2bError::BadRequest {
-                    message: format!("at most {MAX_LOG_LIMIT} log lines can be asked for at once"),
-                });
-            }
-            call.query.push("limit", limit.to_string());
-        }
-        call.query
-            .push_opt("direction", q.direction.map(LogsDirection::as_str));
-        call.query.push_opt("level", q.level.map(LogLevel::as_str));
-        if let Some(search) = &q.search {
-            if search.chars().count() > MAX_LOG_SEARCH_CHARS {
-                return Err(E2bError::BadRequest {
-                    message: format!(
-                        "a log search can be at most {MAX_LOG_SEARCH_CHARS} characters long"
-                    ),
-                });
-            }
-            call.query.push("search", search);
-        }
-        #[derive(Deserialize)]
-        struct LogsBody {
-            #[serde(default)]
-            logs: Option<Vec<LogEntry>>,
-        }
-        let reply = self.send(&call).await?;
-        let body: LogsBody = self.decode(Op::Logs, &reply)?;
-        Ok(body.logs.unwrap_or_default())
-    }
-
-    /// `GET /sandboxes/{id}/metrics` between `start` and `end` (E2B defaults to the sandbox's life).
-    #[tracing::instrument(skip(self))]
-    pub async fn sandbox_metrics(
-        &self,
-        id: &SandboxId,
-        start: Option<DateTime<Utc>>,
-        end: Option<DateTime<Utc>>,
-    ) -> Result<Vec<SandboxMetric>, E2bError> {
-        let mut call = Call::new(Op::Metrics, Self::sandbox_path(id, "/metrics"));
-        push_range(&mut call.query, start, end)?;
-        let reply = self.send(&call).await?;
-        self.decode(Op::Metrics, &reply)
-    }
-
-    /// The latest metric of each sandbox in `ids`, in batches of at most 100 unique ids, with a
-    /// bounded number of batches in flight. Sandboxes with no sample are absent from the map.
-    #[tracing::instrument(skip(self, ids), fields(ids = ids.len()))]
-    pub async fn metrics_many(
-        &self,
-        ids: &[SandboxId],
-    ) -> Result<HashMap<SandboxId, SandboxMetric>, E2bError> {
-        let batches = metric_batches(ids);
-        futures::stream::iter(batches)
-            .map(|batch| self.metrics_batch(batch))
-            .buffer_unordered(self.metrics_concurrency)
-            .try_fold(HashMap::new(), |mut all, part| async move {
-                all.extend(part);
-                Ok(all)
-            })
-            .await
-    }
-
-    async fn metrics_batch(
-        &self,
-        batch: Vec<SandboxId>,
-    ) -> Result<HashMap<SandboxId, SandboxMetric>, E2bError> {
-        #[derive(Deserialize)]
-        struct Batch {
-            sandboxes: HashMap<SandboxId, SandboxMetric>,
-        }
-        let mut call = Call::new(Op::MetricsMany, "/sandboxes/metrics".into());
-        call.query.push_list("sandbox_ids", &batch);
-        let reply = self.send(&call).await?;
-        let body: Batch = self.decode(Op::MetricsMany, &reply)?;
-        Ok(body.sandboxes)
-    }
-
-    /// `GET /teams/{teamID}/metrics`. Needs the team id (`E2B_PROJECT_ID`).
-    #[tracing::instrument(skip(self))]
-    pub async fn team_metrics(
-        &self,
-        start: Option<DateTime<Utc>>,
-        end: Option<DateTime<Utc>>,
-    ) -> Result<Vec<TeamMetric>, E2bError> {
-        let team = self.team()?;
-        let mut call = Call::new(
-            Op::TeamMetrics,
-            format!("/teams/{}/metrics", encode_component(team)),
-        );
-        push_range(&mut call.query, start, end)?;
-        let reply = self.send(&call).await?;
-        self.decode(Op::TeamMetrics, &reply)
-    }
-
-    /// `GET /teams/{teamID}/metrics/max` for one metric.
-    #[tracing::instrument(skip(self))]
-    pub async fn team_metrics_max(
-        &self,
-        metric: TeamMaxMetric,
-        start: Option<DateTime<Utc>>,
-        end: Option<DateTime<Utc>>,
-    ) -> Result<MaxTeamMetric, E2bError> {
-        let team = self.team()?;
-        let mut call = Call::new(
-            Op::TeamMetricsMax,
-            format!("/teams/{}/metrics/max", encode_component(team)),
-        );
-        push_range(&mut call.query, start, end)?;
-        call.query.push("metric", metric.as_str());
-        let reply = self.send(&call).await?;
-        self.decode(Op::TeamMetricsMax, &reply)
-    }
-
-    /// `POST /sandboxes/{id}/snapshots` with `{}` or `{"name": ..}`. E2B briefly pauses the sandbox.
-    #[tracing::instrument(skip(self))]
-    pub async fn create_snapshot(
-        &self,
-        id: &SandboxId,
-        name: Option<&str>,
-    ) -> Result<SnapshotInfo, E2bError> {
-        let body = match name {
-            Some(name) => serde_json::json!({ "name": name }),
-            None => serde_json::json!({}),
-        };
-        let call = Call::new(Op::Snapshot, Self::sandbox_path(id, "/snapshots")).json(body);
-        let reply = self.send(&call).await?;
-        self.decode(Op::Snapshot, &reply)
-    }
-
-    /// `GET /snapshots`, every page, optionally only those made from `sandbox`.
-    #[tracing::instrument(skip(self))]
-    pub async fn list_snapshots(
-        &self,
-        sandbox: Option<&SandboxId>,
-    ) -> Result<Listing<SnapshotInfo>, E2bError> {
-        self.collect_pages(Op::Snapshots, self.max_pages, |token| {
-            let mut call = Call::new(Op::Snapshots, "/snapshots".into());
-            call.query
-                .push_opt("sandboxID", sandbox.map(SandboxId::as_str));
-            call.query.push("limit", MAX_PAGE_LIMIT.to_string());
-            call.query.push_opt("nextToken", token);
-            self.fetch_page(Op::Snapshots, call)
-        })
-        .await
-    }
-
-    /// `GET /v2/templates`, every page.
-    #[tracing::instrument(skip(self))]
-    pub async fn list_templates(&self) -> Result<Listing<Template>, E2bError> {
-        self.collect_pages(Op::Templates, self.max_pages, |token| {
-            let mut call = Call::new(Op::Templates, "/v2/templates".into());
-            call.query.push("limit", MAX_PAGE_LIMIT.to_string());
-            call.query.push_opt("nextToken", token);
-            self.fetch_page(Op::Templates, call)
-        })
-        .await
-    }
-
-    async fn fetch_page<T: DeserializeOwned>(
+    /// One page of a listing whose answer is a bare JSON array.
+    pub(super) async fn fetch_page<T: DeserializeOwned>(
         &self,
         op: Op,
         call: Call,
@@ -838,97 +502,11 @@ impl E2bClient {
             total_running: None,
         })
     }
-
-    /// `GET /templates/{id}`: the template and all its builds (their pages joined, under the cap).
-    #[tracing::instrument(skip(self))]
-    pub async fn get_template(&self, id: &TemplateId) -> Result<TemplateWithBuilds, E2bError> {
-        let path = format!("/templates/{}", encode_component(id.as_str()));
-        let mut guard = PageGuard::new(self.max_pages);
-        let mut token: Option<String> = None;
-        let mut template: Option<TemplateWithBuilds> = None;
-        loop {
-            let mut call = Call::new(Op::Template, path.clone());
-            call.query.push("limit", MAX_PAGE_LIMIT.to_string());
-            call.query.push_opt("nextToken", token.as_deref());
-            let reply = self.send(&call).await?;
-            let page: TemplateWithBuilds = self.decode(Op::Template, &reply)?;
-            match &mut template {
-                Some(t) => t.builds.extend(page.builds),
-                None => template = Some(page),
-            }
-            match guard.after_page(reply.header("x-next-token")) {
-                PageStep::Next(next) => token = Some(next),
-                PageStep::Done => break,
-                PageStep::Stop(reason) => {
-                    tracing::warn!(template = %id, %reason, "stopped paging template builds");
-                    break;
-                }
-            }
-        }
-        template.ok_or_else(|| E2bError::Decode("the template answer was empty".into()))
-    }
-
-    /// `DELETE /templates/{id}`; also how snapshots are deleted.
-    #[tracing::instrument(skip(self))]
-    pub async fn delete_template(&self, id: &TemplateId) -> Result<(), E2bError> {
-        let path = format!("/templates/{}", encode_component(id.as_str()));
-        self.send(&Call::new(Op::DeleteTemplate, path)).await?;
-        Ok(())
-    }
-}
-
-fn check_limit(limit: u32) -> Result<u32, E2bError> {
-    if (1..=MAX_PAGE_LIMIT).contains(&limit) {
-        Ok(limit)
-    } else {
-        Err(E2bError::BadRequest {
-            message: format!("a page holds 1 to {MAX_PAGE_LIMIT} items, not {limit}"),
-        })
-    }
-}
-
-fn push_range(
-    query: &mut Query,
-    start: Option<DateTime<Utc>>,
-    end: Option<DateTime<Utc>>,
-) -> Result<(), E2bError> {
-    if let (Some(s), Some(e)) = (start, end)
-        && s > e
-    {
-        return Err(E2bError::BadRequest {
-            message: "the start of a metrics range must not be after its end".into(),
-        });
-    }
-    if let Some(s) = start {
-        query.push("start", unix_secs("start", s)?);
-    }
-    if let Some(e) = end {
-        query.push("end", unix_secs("end", e)?);
-    }
-    Ok(())
-}
-
-/// Unique ids, first-seen order kept, in batches of at most [`METRICS_BATCH_MAX_IDS`].
-pub(crate) fn metric_batches(ids: &[SandboxId]) -> Vec<Vec<SandboxId>> {
-    let mut seen = HashSet::new();
-    let unique: Vec<SandboxId> = ids
-        .iter()
-        .filter(|id| seen.insert((*id).clone()))
-        .cloned()
-        .collect();
-    unique
-        .chunks(METRICS_BATCH_MAX_IDS)
-        .map(<[SandboxId]>::to_vec)
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn id(n: usize) -> SandboxId {
-        SandboxId::parse(format!("sbx{n}")).unwrap()
-    }
 
     #[test]
     fn metadata_filters_encode_as_e2b_expects() {
@@ -969,20 +547,6 @@ mod tests {
     }
 
     #[test]
-    fn metric_ids_are_deduplicated_and_batched_by_one_hundred() {
-        let mut ids: Vec<SandboxId> = (0..250).map(id).collect();
-        ids.extend((0..50).map(id));
-        let batches = metric_batches(&ids);
-        assert_eq!(
-            batches.iter().map(Vec::len).collect::<Vec<_>>(),
-            vec![100, 100, 50]
-        );
-        assert_eq!(batches[0][0], id(0));
-        assert_eq!(batches[2][49], id(249));
-        assert!(metric_batches(&[]).is_empty());
-    }
-
-    #[test]
     fn operations_are_classified_for_replay() {
         assert_eq!(Op::Kill.replay(), Replay::Idempotent);
         assert_eq!(Op::DeleteTemplate.replay(), Replay::Idempotent);
@@ -1005,21 +569,5 @@ mod tests {
             E2bClient::new(&settings).unwrap_err(),
             E2bError::NotConfigured("E2B_API_KEY is not set")
         );
-    }
-
-    #[test]
-    fn page_limits_outside_one_to_one_hundred_are_refused() {
-        assert!(check_limit(0).is_err());
-        assert!(check_limit(101).is_err());
-        assert_eq!(check_limit(100).unwrap(), 100);
-    }
-
-    #[tokio::test]
-    async fn team_metrics_without_a_team_id_say_what_is_missing_and_send_nothing() {
-        let settings = E2bSettings::for_url("http://127.0.0.1:1", "e2b_00");
-        let client = E2bClient::new(&settings).unwrap();
-        let err = client.team_metrics(None, None).await.unwrap_err();
-        assert!(matches!(err, E2bError::NotConfigured(_)));
-        assert_eq!(client.calls_made(), 0);
     }
 }

@@ -8,14 +8,18 @@
 //! Redis or Slack, and it must never reveal the API key.
 mod client;
 mod error;
+mod metrics;
 pub mod model;
 pub mod paging;
 pub mod retry;
+mod sandboxes;
 mod settings;
+mod snapshots;
 pub use settings::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
 
-pub use client::{DEFAULT_METRICS_CONCURRENCY, E2bClient, MAX_PAGE_LIMIT, METRICS_BATCH_MAX_IDS};
+pub use client::{E2bClient, MAX_PAGE_LIMIT};
 pub use error::E2bError;
+pub use metrics::{DEFAULT_METRICS_CONCURRENCY, METRICS_BATCH_MAX_IDS};
 pub use model::*;
 pub use paging::{DEFAULT_MAX_PAGES, Listing, Page, PagingStop};
 pub use retry::RetryPolicy;

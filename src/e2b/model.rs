@@ -178,7 +178,7 @@ pub struct Connected {
     pub resumed: bool,
 }
 
-/// One entry of `GET /v2/sandboxes`.
+/// One entry of `GET /v2/sandboxes`, and the part of [`SandboxDetail`] it shares.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListedSandbox {
@@ -223,40 +223,33 @@ pub struct Lifecycle {
 }
 
 /// `GET /sandboxes/{id}`: a running or paused sandbox in full.
+///
+/// E2B answers with every field of the sandbox's list entry plus a few that only the detail
+/// reports, so the shared fields are a flattened [`ListedSandbox`] (the JSON read and written is
+/// the same as listing each field here) and `Deref` lets readers write `detail.state` directly.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxDetail {
-    #[serde(rename = "templateID")]
-    pub template_id: TemplateId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alias: Option<String>,
-    #[serde(rename = "sandboxID")]
-    pub sandbox_id: SandboxId,
-    #[serde(rename = "clientID", default)]
-    pub client_id: String,
-    pub started_at: DateTime<Utc>,
-    pub end_at: DateTime<Utc>,
-    pub envd_version: String,
+    #[serde(flatten)]
+    pub listed: ListedSandbox,
     #[serde(default, skip_serializing)]
     pub envd_access_token: Option<SecretString>,
     #[serde(default)]
     pub allow_internet_access: Option<bool>,
     #[serde(default)]
     pub domain: Option<String>,
-    pub cpu_count: u32,
-    #[serde(rename = "memoryMB")]
-    pub memory_mb: u32,
-    #[serde(rename = "diskSizeMB")]
-    pub disk_size_mb: u32,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub metadata: BTreeMap<String, String>,
-    pub state: SandboxState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<serde_json::Value>,
     #[serde(default)]
     pub lifecycle: Option<Lifecycle>,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub volume_mounts: Vec<VolumeMount>,
+}
+
+impl std::ops::Deref for SandboxDetail {
+    type Target = ListedSandbox;
+
+    fn deref(&self) -> &ListedSandbox {
+        &self.listed
+    }
 }
 
 /// One resource sample of a sandbox. Memory and disk are in bytes.
@@ -596,6 +589,57 @@ mod tests {
         let mut missing = entry;
         missing.as_object_mut().unwrap().remove("state");
         assert!(serde_json::from_value::<ListedSandbox>(missing).is_err());
+    }
+
+    #[test]
+    fn a_sandbox_detail_reads_and_writes_its_json_field_for_field() {
+        let wire = serde_json::json!({
+            "templateID": "base", "alias": "py", "sandboxID": "sbx1", "clientID": "c",
+            "startedAt": "2026-08-20T10:00:00Z", "endAt": "2026-08-20T10:05:00Z",
+            "envdVersion": "0.2.0", "envdAccessToken": "tok-secret",
+            "allowInternetAccess": true, "domain": null,
+            "cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024,
+            "metadata": null, "state": "running", "network": {"allowOut": ["1.1.1.1"]},
+            "lifecycle": {"autoResume": false, "onTimeout": "pause"},
+            "volumeMounts": [{"name": "data", "path": "/data"}], "futureField": 1
+        });
+        let detail: SandboxDetail = serde_json::from_value(wire.clone()).unwrap();
+        assert_eq!(detail.state, SandboxState::Running);
+        assert_eq!(detail.memory_mb, 512);
+        assert!(detail.envd_access_token.is_some());
+        assert_eq!(
+            detail.lifecycle.map(|l| l.on_timeout),
+            Some(OnTimeout::Pause)
+        );
+        // Written back: every field but the token and the unknown one, with null metadata as {}.
+        let mut expected = wire.clone();
+        let fields = expected.as_object_mut().unwrap();
+        fields.remove("envdAccessToken");
+        fields.remove("futureField");
+        fields.insert("metadata".into(), serde_json::json!({}));
+        assert_eq!(serde_json::to_value(&detail).unwrap(), expected);
+        for required in ["state", "memoryMB", "envdVersion", "sandboxID"] {
+            let mut missing = wire.clone();
+            missing.as_object_mut().unwrap().remove(required);
+            assert!(
+                serde_json::from_value::<SandboxDetail>(missing).is_err(),
+                "{required}"
+            );
+        }
+        let mut optional = wire;
+        for key in [
+            "alias",
+            "clientID",
+            "allowInternetAccess",
+            "domain",
+            "network",
+            "lifecycle",
+            "volumeMounts",
+        ] {
+            optional.as_object_mut().unwrap().remove(key);
+        }
+        let bare: SandboxDetail = serde_json::from_value(optional).unwrap();
+        assert!(bare.alias.is_none() && bare.lifecycle.is_none() && bare.volume_mounts.is_empty());
     }
 
     #[test]

@@ -348,6 +348,55 @@ async fn out_of_range_limits_and_malformed_parameters_are_400_with_an_e2b_body()
 }
 
 #[tokio::test]
+async fn enum_query_values_outside_the_spec_are_refused_in_the_validators_words() {
+    let sim = Sim::with_fleet(3).await;
+    let team = sim.server.team_id().to_owned();
+    let cases = [
+        (
+            "/v2/sandboxes?state=running,gone".to_owned(),
+            "state",
+            "gone",
+            r#"["running","paused"]"#,
+        ),
+        (
+            "/v2/sandboxes?order=sideways".to_owned(),
+            "order",
+            "sideways",
+            r#"["asc","desc"]"#,
+        ),
+        (
+            "/v2/sandboxes/any/logs?direction=up".to_owned(),
+            "direction",
+            "up",
+            r#"["forward","backward"]"#,
+        ),
+        (
+            "/v2/sandboxes/any/logs?level=loud".to_owned(),
+            "level",
+            "loud",
+            r#"["debug","info","warn","error"]"#,
+        ),
+        (
+            format!("/teams/{team}/metrics/max?metric=mood"),
+            "metric",
+            "mood",
+            r#"["concurrent_sandboxes","sandbox_start_rate"]"#,
+        ),
+    ];
+    for (path, name, value, allowed) in cases {
+        let (status, _, body) = sim.get(&path).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body["message"],
+            format!(
+                "parameter \"{name}\" in query has an error: value \"{value}\" is not one of the allowed values {allowed}"
+            ),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn unknown_sandboxes_get_e2bs_not_found_wording_everywhere() {
     let sim = Sim::with_fleet(3).await;
     let expected = "Sandbox \"nosuchbox\" doesn't exist or you don't have access to it";
@@ -966,6 +1015,55 @@ async fn a_snapshot_pauses_a_running_sandbox_briefly_and_it_runs_on_in_a_new_run
     assert!(
         after["startedAt"].as_str().unwrap() > seeded["startedAt"].as_str().unwrap(),
         "a new run: {after}"
+    );
+}
+
+#[tokio::test]
+async fn seeding_or_changing_a_sandbox_refuses_unknown_states_and_profiles_and_changes_nothing() {
+    let sim = Sim::with_fleet(0).await;
+    let refusals = [
+        (
+            json!({"templateID": "base", "state": "gone"}),
+            "state \"gone\" must be running or paused",
+        ),
+        (
+            json!({"templateID": "base", "state": "running", "profile": "lazy"}),
+            "profile \"lazy\" must be busy, idle or disk-growing",
+        ),
+    ];
+    for (body, message) in refusals {
+        let (status, answer) = sim.post("/_sim/sandboxes", body).await;
+        assert_error(status, &answer, StatusCode::BAD_REQUEST);
+        assert_eq!(answer["message"], message);
+    }
+    assert_eq!(sim.state().await["running"], 0, "nothing was seeded");
+
+    sim.seed(json!({"sandboxID": "steady", "templateID": "base", "state": "running"}))
+        .await;
+    for (body, message) in [
+        (
+            json!({"state": "gone"}),
+            "state \"gone\" must be running or paused",
+        ),
+        (
+            json!({"profile": "lazy"}),
+            "profile \"lazy\" must be busy, idle or disk-growing",
+        ),
+    ] {
+        let (status, _, answer) = sim
+            .send(
+                sim.http
+                    .patch(sim.url("/_sim/sandboxes/steady"))
+                    .json(&body),
+            )
+            .await;
+        assert_error(status, &answer, StatusCode::BAD_REQUEST);
+        assert_eq!(answer["message"], message);
+    }
+    let (_, _, after) = sim.get("/sandboxes/steady").await;
+    assert_eq!(
+        after["state"], "running",
+        "the sandbox is unchanged: {after}"
     );
 }
 

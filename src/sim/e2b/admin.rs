@@ -18,7 +18,8 @@ use serde_json::json;
 
 use super::api::listed_json;
 use super::fleet;
-use super::model::{Profile, Sandbox, SandboxState};
+use super::model::{Sandbox, SandboxState};
+use super::series::Profile;
 use super::wire::{ApiError, parse_body};
 use super::{FaultRule, OPS, PagingMode, Sim, now_ms};
 
@@ -148,21 +149,13 @@ struct SeedRequest {
 pub(crate) async fn seed_sandbox(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
     let req: SeedRequest = parse_body(&body, true)?;
     let now = now_ms();
-    let state = match req.state.as_str() {
-        "running" => SandboxState::Running,
-        "paused" => SandboxState::Paused,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "state {other:?} must be running or paused"
-            )));
-        }
-    };
-    let profile = match req.profile.as_deref() {
-        None => Profile::Busy,
-        Some(p) => Profile::parse(p).ok_or_else(|| {
-            ApiError::bad_request(format!("profile {p:?} must be busy, idle or disk-growing"))
-        })?,
-    };
+    let state = parse_state(&req.state)?;
+    let profile = req
+        .profile
+        .as_deref()
+        .map(parse_profile)
+        .transpose()?
+        .unwrap_or(Profile::Busy);
     if req.template_id.trim().is_empty() {
         return Err(ApiError::bad_request("templateID is required"));
     }
@@ -262,6 +255,26 @@ struct ChangeRequest {
     restart: Option<bool>,
 }
 
+/// A seeded or changed sandbox's `state`: only the two a live sandbox can be in.
+fn parse_state(value: &str) -> Result<SandboxState, ApiError> {
+    match value {
+        "running" => Ok(SandboxState::Running),
+        "paused" => Ok(SandboxState::Paused),
+        other => Err(ApiError::bad_request(format!(
+            "state {other:?} must be running or paused"
+        ))),
+    }
+}
+
+/// A seeded or changed sandbox's `profile`.
+fn parse_profile(value: &str) -> Result<Profile, ApiError> {
+    Profile::parse(value).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "profile {value:?} must be busy, idle or disk-growing"
+        ))
+    })
+}
+
 /// `PATCH /_sim/sandboxes/{id}`: changes a live sandbox as its user would (resume, pause,
 /// restart, new metadata, busy again) without counting an API call. Answers its `ListedSandbox`.
 pub(crate) async fn change_sandbox(
@@ -270,22 +283,8 @@ pub(crate) async fn change_sandbox(
     body: Bytes,
 ) -> Reply {
     let req: ChangeRequest = parse_body(&body, true)?;
-    let profile = match req.profile.as_deref() {
-        None => None,
-        Some(p) => Some(Profile::parse(p).ok_or_else(|| {
-            ApiError::bad_request(format!("profile {p:?} must be busy, idle or disk-growing"))
-        })?),
-    };
-    let target = match req.state.as_deref() {
-        None => None,
-        Some("running") => Some(SandboxState::Running),
-        Some("paused") => Some(SandboxState::Paused),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "state {other:?} must be running or paused"
-            )));
-        }
-    };
+    let profile = req.profile.as_deref().map(parse_profile).transpose()?;
+    let target = req.state.as_deref().map(parse_state).transpose()?;
     let now = now_ms();
     let mut world = sim.world(now);
     world.live(&id)?;

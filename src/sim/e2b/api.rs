@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::model::{
-    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Profile, Sandbox,
-    SandboxState, Template, World, short_sandbox_id,
+    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Sandbox,
+    SandboxState, TeamPoint, Template, World, short_sandbox_id,
 };
-use super::series::{self, LogQuery, METRIC_GRID_SECS, Sample};
+use super::series::{self, LogQuery, METRIC_GRID_SECS, Ms, Profile, Sample};
 use super::wire::{
     ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
     rfc3339_nano, rfc3339_secs,
@@ -57,6 +57,70 @@ fn checked_timeout(timeout: Option<i64>) -> Result<i64, ApiError> {
         ));
     }
     Ok(timeout)
+}
+
+/// Applies a change that E2B answers with 204 No Content.
+fn apply(sim: &Sim, change: impl FnOnce(&mut World, Ms) -> Result<(), ApiError>) -> Reply {
+    let now = now_ms();
+    change(&mut sim.world(now), now)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Applies a change that E2B answers with the sandbox (`Sandbox` JSON); `change` picks the status.
+fn apply_and_show(
+    sim: &Sim,
+    id: &str,
+    change: impl FnOnce(&mut World, Ms) -> Result<StatusCode, ApiError>,
+) -> Reply {
+    let now = now_ms();
+    let mut world = sim.world(now);
+    let status = change(&mut world, now)?;
+    let s = world.live(id)?;
+    Ok((status, Json(sandbox_json(&world, s))).into_response())
+}
+
+/// Where a paged list resumes: the paging mode, the token the request carried, and the cursor it
+/// decodes to. Under sabotaged paging the token is not decoded and the list restarts from the top.
+struct Resume<'p, T> {
+    mode: PagingMode,
+    incoming: Option<&'p str>,
+    after: Option<T>,
+}
+
+impl<'p, T> Resume<'p, T> {
+    fn read(
+        sim: &Sim,
+        p: &'p Params,
+        decode: impl FnOnce(&str) -> Result<T, ApiError>,
+    ) -> Result<Self, ApiError> {
+        let mode = sim.paging();
+        let incoming = p.get("nextToken").filter(|t| !t.is_empty());
+        let after = match incoming {
+            Some(token) if mode == PagingMode::Normal => Some(decode(token)?),
+            _ => None,
+        };
+        Ok(Self {
+            mode,
+            incoming,
+            after,
+        })
+    }
+
+    /// The `X-Next-Token` header for the page after this one, if there is one to announce.
+    fn next_token_header(
+        &self,
+        sim: &Sim,
+        computed: Option<String>,
+    ) -> Option<(HeaderName, String)> {
+        sim.next_token(self.mode, self.incoming, computed)
+            .map(|t| (X_NEXT_TOKEN, t))
+    }
+}
+
+/// A two-valued enum parameter read as a flag: its first value is true, its second false, and an
+/// absent parameter is `default`; any other value is refused in the validator's words.
+fn flag(p: &Params, name: &str, [yes, no]: [&str; 2], default: bool) -> Result<bool, ApiError> {
+    Ok(p.one_of(name, &[yes, no])?.map_or(default, |v| v == yes))
 }
 
 // ---- rendering ----
@@ -277,22 +341,12 @@ pub(crate) async fn list(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -
                 "running" => running = true,
                 "paused" => paused = true,
                 other => {
-                    return Err(ApiError::bad_request(format!(
-                        "parameter \"state\" in query has an error: value {other:?} is not one of the allowed values [\"running\",\"paused\"]"
-                    )));
+                    return Err(ApiError::not_one_of("state", other, &["running", "paused"]));
                 }
             }
         }
     }
-    let ascending = match p.get("order").unwrap_or("desc") {
-        "asc" => true,
-        "desc" => false,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "parameter \"order\" in query has an error: value {other:?} is not one of the allowed values [\"asc\",\"desc\"]"
-            )));
-        }
-    };
+    let ascending = flag(&p, "order", ["asc", "desc"], false)?;
     let started_after = match p.get("startedAfter") {
         Some(v) => Some(parse_rfc3339_ms(v).ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -309,12 +363,7 @@ pub(crate) async fn list(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -
     if metadata.iter().any(|(k, _)| k.is_empty()) {
         return Err(ApiError::bad_request("Invalid metadata filter"));
     }
-    let mode = sim.paging();
-    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
-    let after = match incoming {
-        Some(token) if mode == PagingMode::Normal => Some(sandbox_cursor(token, ascending)?),
-        _ => None,
-    };
+    let mut resume = Resume::read(&sim, &p, |token| sandbox_cursor(token, ascending))?;
     let now = now_ms();
     let world = sim.world(now);
     // An unknown template matches nothing rather than failing.
@@ -331,17 +380,17 @@ pub(crate) async fn list(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -
         started_after,
         ascending,
         limit,
-        after,
+        after: resume.after.take(),
     });
     let body: Vec<Value> = page.items.iter().map(|s| listed_json(&world, s)).collect();
     let computed = page.next.map(|(ms, id)| {
         let suffix = if ascending { "__asc" } else { "" };
         encode_token(&format!("{}__{id}{suffix}", rfc3339_nano(ms)))
     });
-    let mut headers = Vec::new();
-    if let Some(token) = sim.next_token(mode, incoming, computed) {
-        headers.push((X_NEXT_TOKEN, token));
-    }
+    let mut headers: Vec<_> = resume
+        .next_token_header(&sim, computed)
+        .into_iter()
+        .collect();
     if let Some(total) = page.total_running {
         headers.push((X_TOTAL_RUNNING, total.to_string()));
     }
@@ -356,9 +405,7 @@ pub(crate) async fn get_sandbox(State(sim): State<Arc<Sim>>, Path(id): Path<Stri
 }
 
 pub(crate) async fn kill(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Reply {
-    let now = now_ms();
-    sim.world(now).kill(&id, now)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    apply(&sim, |world, now| world.kill(&id, now))
 }
 
 #[derive(Deserialize, Default)]
@@ -373,9 +420,7 @@ pub(crate) async fn pause(
     body: Bytes,
 ) -> Reply {
     let _: PauseBody = parse_body(&body, false)?;
-    let now = now_ms();
-    sim.world(now).pause(&id, now)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    apply(&sim, |world, now| world.pause(&id, now))
 }
 
 #[derive(Deserialize, Default)]
@@ -390,11 +435,10 @@ pub(crate) async fn resume(
 ) -> Reply {
     let req: TimeoutBody = parse_body(&body, false)?;
     let timeout = checked_timeout(req.timeout)?;
-    let now = now_ms();
-    let mut world = sim.world(now);
-    world.resume(&id, now, timeout)?;
-    let s = world.live(&id)?;
-    Ok((StatusCode::CREATED, Json(sandbox_json(&world, s))).into_response())
+    apply_and_show(&sim, &id, |world, now| {
+        world.resume(&id, now, timeout)?;
+        Ok(StatusCode::CREATED)
+    })
 }
 
 /// Parses a body whose `timeout` the spec requires.
@@ -412,16 +456,14 @@ pub(crate) async fn connect(
     body: Bytes,
 ) -> Reply {
     let timeout = required_timeout(&body)?;
-    let now = now_ms();
-    let mut world = sim.world(now);
-    let resumed = world.connect(&id, now, timeout)?;
-    let s = world.live(&id)?;
-    let status = if resumed {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(sandbox_json(&world, s))).into_response())
+    apply_and_show(&sim, &id, |world, now| {
+        let resumed = world.connect(&id, now, timeout)?;
+        Ok(if resumed {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        })
+    })
 }
 
 pub(crate) async fn set_timeout(
@@ -430,9 +472,7 @@ pub(crate) async fn set_timeout(
     body: Bytes,
 ) -> Reply {
     let timeout = required_timeout(&body)?;
-    let now = now_ms();
-    sim.world(now).set_timeout(&id, now, timeout)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    apply(&sim, |world, now| world.set_timeout(&id, now, timeout))
 }
 
 #[derive(Deserialize, Default)]
@@ -452,9 +492,7 @@ pub(crate) async fn refresh(
             "request body has an error: duration: number must be between 0 and 3600",
         ));
     }
-    let now = now_ms();
-    sim.world(now).refresh(&id, now, duration)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    apply(&sim, |world, now| world.refresh(&id, now, duration))
 }
 
 pub(crate) async fn logs(
@@ -465,20 +503,10 @@ pub(crate) async fn logs(
     let p = Params::parse(raw.as_deref());
     let cursor = p.int("cursor", 0, i64::MAX)?;
     let limit = p.int("limit", 0, 1000)?.unwrap_or(1000) as usize;
-    let forward = match p.get("direction").unwrap_or("backward") {
-        "forward" => true,
-        "backward" => false,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "parameter \"direction\" in query has an error: value {other:?} is not one of the allowed values [\"forward\",\"backward\"]"
-            )));
-        }
-    };
+    let forward = flag(&p, "direction", ["forward", "backward"], false)?;
     let min_level = match p.get("level") {
         Some(level) => series::log_level_rank(level).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "parameter \"level\" in query has an error: value {level:?} is not one of the allowed values [\"debug\",\"info\",\"warn\",\"error\"]"
-            ))
+            ApiError::not_one_of("level", level, &["debug", "info", "warn", "error"])
         })?,
         None => 0,
     };
@@ -628,12 +656,12 @@ fn check_team(world: &World, team: &str, path: &str) -> Result<(), ApiError> {
     ))
 }
 
-/// The team series for a query, with the default window of the last seven days.
-fn team_points(
-    world: &World,
-    p: &Params,
-    now: i64,
-) -> Result<(Vec<super::model::TeamPoint>, i64), ApiError> {
+/// The team series for a query (the caller's team only), with the default window of the last
+/// seven days, and the window's end.
+fn team_points(sim: &Sim, team: &str, p: &Params) -> Result<(Vec<TeamPoint>, i64), ApiError> {
+    let now = now_ms();
+    let world = sim.world(now);
+    check_team(&world, team, team)?;
     let (start, end) = time_range(p)?;
     let now_s = now.div_euclid(1000);
     let end = end.unwrap_or(now_s).min(now_s);
@@ -651,11 +679,7 @@ pub(crate) async fn team_metrics(
     RawQuery(raw): RawQuery,
 ) -> Reply {
     let p = Params::parse(raw.as_deref());
-    let now = now_ms();
-    let world = sim.world(now);
-    check_team(&world, &team, &team)?;
-    let (points, _) = team_points(&world, &p, now)?;
-    drop(world);
+    let (points, _) = team_points(&sim, &team, &p)?;
     let body: Vec<Value> = points
         .iter()
         .map(|pt| {
@@ -676,26 +700,17 @@ pub(crate) async fn team_metrics_max(
     RawQuery(raw): RawQuery,
 ) -> Reply {
     let p = Params::parse(raw.as_deref());
-    let concurrent = match p.get("metric") {
-        Some("concurrent_sandboxes") => true,
-        Some("sandbox_start_rate") => false,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "parameter \"metric\" in query has an error: value {other:?} is not one of the allowed values [\"concurrent_sandboxes\",\"sandbox_start_rate\"]"
-            )));
-        }
+    let metric = p.one_of("metric", &["concurrent_sandboxes", "sandbox_start_rate"])?;
+    let concurrent = match metric {
+        Some(metric) => metric == "concurrent_sandboxes",
         None => {
             return Err(ApiError::bad_request(
                 "parameter \"metric\" in query has an error: value is required but missing",
             ));
         }
     };
-    let now = now_ms();
-    let world = sim.world(now);
-    check_team(&world, &team, &team)?;
-    let (points, end) = team_points(&world, &p, now)?;
-    drop(world);
-    let value = |pt: &super::model::TeamPoint| {
+    let (points, end) = team_points(&sim, &team, &p)?;
+    let value = |pt: &TeamPoint| {
         if concurrent {
             pt.concurrent as f64
         } else {
@@ -770,15 +785,10 @@ fn template_page(
     render: impl Fn(&Template) -> Value,
 ) -> Reply {
     let limit = p.page_limit()?;
-    let mode = sim.paging();
-    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
-    let after = match incoming {
-        Some(token) if mode == PagingMode::Normal => Some(prefixed_cursor(token, prefix)?),
-        _ => None,
-    };
+    let resume = Resume::read(sim, p, |token| prefixed_cursor(token, prefix))?;
     let world = sim.world(now_ms());
     let mut items: Vec<&Template> = world
-        .templates_after(after.as_deref())
+        .templates_after(resume.after.as_deref())
         .filter(|t| keep(t))
         .take(limit + 1)
         .collect();
@@ -792,9 +802,8 @@ fn template_page(
     };
     let body: Vec<Value> = items.into_iter().map(render).collect();
     drop(world);
-    let headers = sim
-        .next_token(mode, incoming, computed)
-        .map(|t| (X_NEXT_TOKEN, t))
+    let headers = resume
+        .next_token_header(sim, computed)
         .into_iter()
         .collect();
     Ok(json_with(StatusCode::OK, Value::Array(body), headers))
@@ -842,15 +851,13 @@ pub(crate) async fn template(
 ) -> Reply {
     let p = Params::parse(raw.as_deref());
     let limit = p.page_limit()?;
-    let mode = sim.paging();
-    let incoming = p.get("nextToken").filter(|t| !t.is_empty());
     // Builds are listed newest first; the token carries how many were already served.
-    let offset = match incoming {
-        Some(token) if mode == PagingMode::Normal => prefixed_cursor(token, "build")?
+    let resume = Resume::read(&sim, &p, |token| {
+        prefixed_cursor(token, "build")?
             .parse::<usize>()
-            .map_err(|_| ApiError::invalid_token())?,
-        _ => 0,
-    };
+            .map_err(|_| ApiError::invalid_token())
+    })?;
+    let offset = resume.after.unwrap_or(0);
     let world = sim.world(now_ms());
     let t = world
         .resolve_template(&reference)
@@ -889,9 +896,8 @@ pub(crate) async fn template(
         "builds": builds,
     });
     drop(world);
-    let headers = sim
-        .next_token(mode, incoming, computed)
-        .map(|t| (X_NEXT_TOKEN, t))
+    let headers = resume
+        .next_token_header(&sim, computed)
         .into_iter()
         .collect();
     Ok(json_with(StatusCode::OK, body, headers))
@@ -901,6 +907,5 @@ pub(crate) async fn delete_template(
     State(sim): State<Arc<Sim>>,
     Path(reference): Path<String>,
 ) -> Reply {
-    sim.world(now_ms()).delete_template(&reference)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    apply(&sim, |world, _| world.delete_template(&reference))
 }

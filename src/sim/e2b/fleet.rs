@@ -6,8 +6,9 @@
 //! sandboxes paused for hours or for days. It must stay fast enough for 100,000 sandboxes.
 use std::collections::BTreeMap;
 
-use super::model::{Build, MAX_LIFETIME_MS, Ms, Profile, Sandbox, SandboxState, Template, World};
+use super::model::{Build, MAX_LIFETIME_MS, Sandbox, SandboxState, Template, World};
 use super::series::{Dice, fnv, mix, short_id, uuid_from};
+use super::series::{Ms, Profile};
 
 const MINUTE: Ms = 60_000;
 const HOUR: Ms = 60 * MINUTE;

@@ -39,8 +39,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use self::hooks::SimHooks;
-use self::model::{Ms, World};
-use self::series::{mix, unit};
+use self::model::World;
+use self::series::{Ms, mix, unit};
 use self::wire::{ApiError, encode_token};
 
 mod admin;

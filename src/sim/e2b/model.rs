@@ -4,14 +4,14 @@
 //! proportion to what it returns (list pages walk a `BTreeSet` keyed by `(startedAt, id)`), so a
 //! 100,000-sandbox fleet stays cheap per request. It knows nothing of HTTP beyond `ApiError`,
 //! and it never reads the clock: callers pass `now`.
+//!
+//! Layering within the simulator is one-way: `series` (numbers, `Ms`, `Profile`) imports no
+//! sibling, `wire` reads only `series`, and this module sits on both; the handlers sit on all three.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use super::series::{self, SeriesKey, mix, short_id, uuid_from};
+use super::series::{self, Ms, Profile, SeriesKey, mix, short_id, uuid_from};
 use super::wire::ApiError;
-
-/// Milliseconds since the Unix epoch.
-pub(crate) type Ms = i64;
 
 /// The longest a sandbox may run, counted from its (last) start: the Pro plan's 24 hours.
 pub(crate) const MAX_LIFETIME_MS: Ms = 24 * 3600 * 1000;
@@ -36,25 +36,6 @@ impl SandboxState {
             Self::Running => "running",
             Self::Paused => "paused",
             Self::Killed => "killed",
-        }
-    }
-}
-
-/// The shape of a sandbox's metrics and logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Profile {
-    Busy,
-    Idle,
-    DiskGrowing,
-}
-
-impl Profile {
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "busy" => Some(Self::Busy),
-            "idle" => Some(Self::Idle),
-            "disk-growing" => Some(Self::DiskGrowing),
-            _ => None,
         }
     }
 }

@@ -2,8 +2,30 @@
 //!
 //! Every value is a pure function of (seed, sandbox id, timestamp, profile), so two simulators
 //! started with the same seed serve the same series, whatever their start time. Nothing here
-//! reads the clock or touches state.
-use super::model::{Ms, Profile};
+//! reads the clock or touches state, and nothing here imports a sibling module: `Ms` and
+//! `Profile` live here so that `wire` and `model` can both build on this file.
+
+/// Milliseconds since the Unix epoch.
+pub(crate) type Ms = i64;
+
+/// The shape of a sandbox's metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Profile {
+    Busy,
+    Idle,
+    DiskGrowing,
+}
+
+impl Profile {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "busy" => Some(Self::Busy),
+            "idle" => Some(Self::Idle),
+            "disk-growing" => Some(Self::DiskGrowing),
+            _ => None,
+        }
+    }
+}
 
 /// Metric samples sit on a grid of this many seconds (E2B collects every 5 s).
 pub(crate) const METRIC_GRID_SECS: i64 = 5;

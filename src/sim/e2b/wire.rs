@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::DeserializeOwned;
 
-use super::model::Ms;
+use super::series::Ms;
 
 /// An E2B-shaped failure: `{"code": <status>, "message": "...", "error_code"?: "..."}`.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -54,6 +54,15 @@ impl ApiError {
 
     pub fn invalid_token() -> Self {
         Self::bad_request("Invalid next token")
+    }
+
+    /// The spec validator's wording for a query value outside its enum.
+    pub fn not_one_of(name: &str, value: &str, allowed: &[&str]) -> Self {
+        let allowed: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+        Self::bad_request(format!(
+            "parameter \"{name}\" in query has an error: value {value:?} is not one of the allowed values [{}]",
+            allowed.join(",")
+        ))
     }
 }
 
@@ -115,6 +124,16 @@ impl Params {
             )));
         }
         Ok(Some(value))
+    }
+
+    /// An optional parameter that must be one of `allowed`.
+    pub fn one_of(&self, name: &str, allowed: &[&str]) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            Some(value) if !allowed.contains(&value) => {
+                Err(ApiError::not_one_of(name, value, allowed))
+            }
+            value => Ok(value),
+        }
     }
 
     /// The shared `limit` parameter of every paged list: 1..=100, default 100.
