@@ -382,7 +382,7 @@ async fn follow_up(svc: &Services, case: Case) {
 /// Shows the decision on the card, then queues the work (in that order, so the worker's later
 /// card updates always land after this one).
 async fn after_decision(svc: &Services, case: Case) {
-    refresh_card(&svc.slack, &svc.templates, &case).await;
+    refresh_card(&svc.store, &svc.slack, &svc.templates, &case).await;
     if let CaseState::Decided {
         decision, attempt, ..
     } = &case.state
@@ -402,7 +402,7 @@ async fn after_decision(svc: &Services, case: Case) {
                 .apply_event(&case.id, Event::Fail { error }, Utc::now())
                 .await
             {
-                refresh_card(&svc.slack, &svc.templates, &failed).await;
+                refresh_card(&svc.store, &svc.slack, &svc.templates, &failed).await;
             }
         }
     }

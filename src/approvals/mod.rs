@@ -242,16 +242,21 @@ async fn post_card_holding_lease(
     // A case that changed while the card was being posted (a very fast decision) needs the
     // card to match it.
     if stored.state != current.state {
-        refresh_card(slack, templates, &stored).await;
+        refresh_card(store, slack, templates, &stored).await;
     }
     Ok(stored)
 }
 
 /// Rewrites the case's card (`chat.update`, retried on transient failures) to show its
 /// current state. Returns false (after logging what failed) when there is no card or the update
-/// failed for good; the Slack client then remembers the card as out of date and
-/// [`repair::repair_cards`] rewrites it from the store on a later pass.
-pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Case) -> bool {
+/// failed for good; the card is then recorded in the store as out of date and
+/// [`repair::repair_cards`] (on any replica) rewrites it from the store on a later pass.
+pub async fn refresh_card(
+    store: &Store,
+    slack: &SlackClient,
+    templates: &Templates,
+    case: &Case,
+) -> bool {
     let Some(card) = &case.card else {
         return false;
     };
@@ -262,11 +267,13 @@ pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Cas
             return false;
         }
     };
-    match slack
-        .update_tagged(case.id.as_str(), &card.channel, &card.ts, message)
-        .await
-    {
-        Ok(()) => true,
+    match slack.update_message(&card.channel, &card.ts, message).await {
+        Ok(()) => {
+            if let Err(e) = store.clear_stale_card(&case.id).await {
+                tracing::warn!(case = %case.id, error = %e, "could not clear an out-of-date card record");
+            }
+            true
+        }
         Err(e) => {
             tracing::error!(
                 case = %case.id,
@@ -275,6 +282,9 @@ pub async fn refresh_card(slack: &SlackClient, templates: &Templates, case: &Cas
                 error = %e,
                 "chat.update of the case card failed; a later repair pass rewrites it"
             );
+            if let Err(e) = store.mark_card_stale(&case.id).await {
+                tracing::error!(case = %case.id, error = %e, "could not record an out-of-date card either");
+            }
             false
         }
     }

@@ -1,28 +1,32 @@
 //! The repair pass: a case card whose last update failed for good (Slack down, a 500 after
 //! every retry) would otherwise go on showing an old state, such as live buttons on a case
-//! that is finished. The Slack client remembers those cards; this pass re-reads each case from
-//! the store (the source of truth) and rewrites its card. It must not change a case.
+//! that is finished. [`refresh_card`] records such a card in the store (so any replica repairs it,
+//! even after the one that failed stopped); this pass re-reads each case from the store (the
+//! source of truth) and rewrites its card. It must not change a case.
 use super::{Services, refresh_card};
 use crate::ids::CaseId;
 use crate::store::StoreError;
 
-/// Rewrites every card the Slack client remembers as out of date. Returns how many were
-/// repaired; the rest stay remembered for the next pass.
+/// Rewrites every card recorded as out of date. Returns how many were repaired; the rest stay
+/// recorded for the next pass.
 pub async fn repair_cards(svc: &Services) -> usize {
+    let stale = match svc.store.stale_cards().await {
+        Ok(stale) => stale,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the out-of-date cards; next pass tries again");
+            return 0;
+        }
+    };
     let mut repaired = 0;
-    for (tag, failures) in svc.slack.unsynced() {
-        let Ok(id) = CaseId::parse(tag.as_str()) else {
-            svc.slack.forget_unsynced(&tag);
-            continue;
-        };
+    for (id, failures) in stale {
         if failures >= REPAIR_MAX_FAILURES {
             // Slack keeps refusing this card (it was deleted, or the app left the channel): stop
             // asking. The case itself is recorded, and `/sandbox history` shows it.
             tracing::error!(case = %id, failures, "giving up on repairing a case card");
-            svc.slack.forget_unsynced(&tag);
+            forget(svc, &id).await;
             continue;
         }
-        if repair_one(svc, &id, &tag).await {
+        if repair_one(svc, &id).await {
             tracing::info!(case = %id, "repaired an out-of-date case card");
             repaired += 1;
         }
@@ -30,16 +34,22 @@ pub async fn repair_cards(svc: &Services) -> usize {
     repaired
 }
 
+async fn forget(svc: &Services, id: &CaseId) {
+    if let Err(e) = svc.store.clear_stale_card(id).await {
+        tracing::warn!(case = %id, error = %e, "could not clear an out-of-date card record");
+    }
+}
+
 /// Rewrites one card from the store. The case may change while its card is being written (a
 /// worker finishing a step); reading it again afterwards makes sure the last write shows the
 /// latest version, not the one read before.
-async fn repair_one(svc: &Services, id: &CaseId, tag: &str) -> bool {
+async fn repair_one(svc: &Services, id: &CaseId) -> bool {
     let mut version = None;
     for _ in 0..REPAIR_MAX_ROUNDS {
         let case = match svc.store.get_case(id).await {
             Ok(case) => case,
             Err(StoreError::NotFound(_)) => {
-                svc.slack.forget_unsynced(tag);
+                forget(svc, id).await;
                 return false;
             }
             // Redis is away: try again next pass.
@@ -51,7 +61,7 @@ async fn repair_one(svc: &Services, id: &CaseId, tag: &str) -> bool {
         if version == Some(case.version) {
             return true;
         }
-        if !refresh_card(&svc.slack, &svc.templates, &case).await {
+        if !refresh_card(&svc.store, &svc.slack, &svc.templates, &case).await {
             return false;
         }
         version = Some(case.version);

@@ -29,8 +29,6 @@ pub const RATE_LIMIT_MAX_WAIT_SECS: u64 = 30;
 pub const UPDATE_MAX_RETRIES: u32 = 3;
 /// First wait before an update is sent again; it doubles with every retry.
 const UPDATE_BACKOFF_BASE: Duration = Duration::from_millis(200);
-/// Most messages remembered as out of date at once (a bound, not an expected size).
-const UNSYNCED_MAX: usize = 1000;
 /// Timeout of one response_url POST.
 const RESPOND_TIMEOUT_SECS: u64 = 10;
 /// The only public host `response_url`s may point at.
@@ -137,9 +135,6 @@ pub struct SlackClient {
     /// Recently listed user groups. `usergroups.users.list` is a Tier 2 method (about 20 calls
     /// a minute), so a burst of clicks by approver-group members must not each ask Slack.
     groups: Arc<std::sync::Mutex<GroupCache>>,
-    /// Tagged updates that finally failed, by tag: the message is out of date until a later
-    /// update with the same tag succeeds. The caller decides what a tag means.
-    unsynced: Arc<std::sync::Mutex<HashMap<String, u32>>>,
 }
 
 /// Group id -> when it was listed, and its members.
@@ -188,7 +183,6 @@ impl SlackClient {
             bot_token: settings.bot_token.clone(),
             api_origin,
             groups: Arc::default(),
-            unsynced: Arc::default(),
         })
     }
 
@@ -296,43 +290,6 @@ impl SlackClient {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// [`update_message`](Self::update_message), remembering under `tag` whether the message
-    /// is now up to date: a final failure keeps the tag in [`unsynced`](Self::unsynced) until a
-    /// later update with the same tag succeeds.
-    pub async fn update_tagged(
-        &self,
-        tag: &str,
-        channel: &SlackChannelId,
-        ts: &str,
-        message: Message,
-    ) -> Result<(), SlackError> {
-        let result = self.update_message(channel, ts, message).await;
-        let mut unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
-        match &result {
-            Ok(()) => {
-                unsynced.remove(tag);
-            }
-            Err(_) if unsynced.len() < UNSYNCED_MAX || unsynced.contains_key(tag) => {
-                *unsynced.entry(tag.to_owned()).or_default() += 1;
-            }
-            Err(_) => tracing::warn!(tag, "too many out-of-date messages to remember another"),
-        }
-        result
-    }
-
-    /// The tags of messages whose latest tagged update failed, with how many updates in a row
-    /// failed.
-    pub fn unsynced(&self) -> Vec<(String, u32)> {
-        let unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
-        unsynced.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-
-    /// Stops remembering `tag` (its message no longer needs an update).
-    pub fn forget_unsynced(&self, tag: &str) {
-        let mut unsynced = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
-        unsynced.remove(tag);
     }
 
     /// `chat.postEphemeral`: visible to `user` only.

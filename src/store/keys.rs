@@ -159,6 +159,11 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
+    /// Case cards whose last update failed: case id -> failed repairs in a row (a hash).
+    pub fn stale_cards(&self) -> String {
+        format!("{}:cards:stale", self.prefix)
+    }
+
     /// Where the digest of the scheduled sweep for `slot` (RFC 3339) was posted.
     pub fn sweep_digest(&self, slot: &str) -> String {
         format!("{}:sweep:digest:{}", self.prefix, slot)

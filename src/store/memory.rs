@@ -42,6 +42,7 @@ struct State {
     left: HashMap<String, LeftMark>,
     last_sweep: Option<DateTime<Utc>>,
     sweep_digests: HashMap<DateTime<Utc>, String>,
+    stale_cards: HashMap<CaseId, u32>,
     queue: Queue,
     audit: Vec<AuditEvent>,
 }
@@ -250,6 +251,27 @@ impl MemoryStore {
         posted: &str,
     ) -> Result<(), StoreError> {
         self.lock().sweep_digests.insert(slot, posted.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn mark_card_stale(&self, case: &CaseId) -> Result<u32, StoreError> {
+        let mut inner = self.lock();
+        let failures = inner.stale_cards.entry(case.clone()).or_default();
+        *failures += 1;
+        Ok(*failures)
+    }
+
+    pub(crate) async fn stale_cards(&self) -> Result<Vec<(CaseId, u32)>, StoreError> {
+        Ok(self
+            .lock()
+            .stale_cards
+            .iter()
+            .map(|(id, n)| (id.clone(), *n))
+            .collect())
+    }
+
+    pub(crate) async fn clear_stale_card(&self, case: &CaseId) -> Result<(), StoreError> {
+        self.lock().stale_cards.remove(case);
         Ok(())
     }
 

@@ -541,6 +541,23 @@ impl Store {
         delegate!(self.record_sweep_digest(slot, posted))
     }
 
+    /// Records that `case`'s card could not be brought up to date (its update failed for good),
+    /// so any replica's repair pass rewrites it, even after this one stops. Returns how many
+    /// times in a row it was recorded.
+    pub async fn mark_card_stale(&self, case: &CaseId) -> Result<u32, StoreError> {
+        delegate!(self.mark_card_stale(case))
+    }
+
+    /// The cards recorded by [`Store::mark_card_stale`], with their count of failures in a row.
+    pub async fn stale_cards(&self) -> Result<Vec<(CaseId, u32)>, StoreError> {
+        delegate!(self.stale_cards())
+    }
+
+    /// `case`'s card is up to date again.
+    pub async fn clear_stale_card(&self, case: &CaseId) -> Result<(), StoreError> {
+        delegate!(self.clear_stale_card(case))
+    }
+
     /// What [`Store::record_sweep_digest`] recorded for `slot`, if anything.
     pub async fn sweep_digest(&self, slot: DateTime<Utc>) -> Result<Option<String>, StoreError> {
         delegate!(self.sweep_digest(slot))

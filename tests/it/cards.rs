@@ -398,18 +398,21 @@ async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repai
     .await;
 
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    let remembered = |app: &TestApp| {
+    // The out-of-date card is recorded in the store, so any replica (not only this one) repairs it.
+    async fn remembered(app: &TestApp, case: &sandbox_steward::ids::CaseId) -> bool {
         app.state
-            .slack
-            .unsynced()
+            .store
+            .stale_cards()
+            .await
+            .unwrap()
             .into_iter()
-            .any(|(tag, _)| tag == case.id.as_str())
-    };
-    while !remembered(&app) {
+            .any(|(id, _)| &id == case)
+    }
+    while !remembered(&app, &case.id).await {
         assert!(tokio::time::Instant::now() < deadline, "never remembered");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    while remembered(&app) {
+    while remembered(&app, &case.id).await {
         assert!(tokio::time::Instant::now() < deadline, "never given up");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -87,7 +87,26 @@ suite!(
     a_leave_decision_outlives_its_case_for_sweeps,
     the_sweep_marker_never_moves_backwards,
     history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
+    out_of_date_cards_are_counted_until_cleared,
 );
+
+/// Out-of-date card records live in the store, so any replica's repair pass sees them.
+async fn out_of_date_cards_are_counted_until_cleared(store: Store) {
+    let a = CaseId::parse(format!("case_{}", uuid::Uuid::new_v4().simple())).unwrap();
+    let b = CaseId::parse(format!("case_{}", uuid::Uuid::new_v4().simple())).unwrap();
+    assert_eq!(store.mark_card_stale(&a).await.unwrap(), 1);
+    assert_eq!(store.mark_card_stale(&a).await.unwrap(), 2);
+    assert_eq!(store.mark_card_stale(&b).await.unwrap(), 1);
+    let mut stale = store.stale_cards().await.unwrap();
+    stale.sort();
+    let mut expected = vec![(a.clone(), 2), (b.clone(), 1)];
+    expected.sort();
+    assert_eq!(stale, expected);
+    store.clear_stale_card(&a).await.unwrap();
+    assert_eq!(store.stale_cards().await.unwrap(), vec![(b.clone(), 1)]);
+    store.clear_stale_card(&b).await.unwrap();
+    assert!(store.stale_cards().await.unwrap().is_empty());
+}
 
 fn t(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(secs, 0).unwrap()

@@ -21,7 +21,7 @@ pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>
             &format!("no decision by {}: no action was taken", case.decide_by),
         )
         .await;
-        refresh_card(&svc.slack, &svc.templates, case).await;
+        refresh_card(&svc.store, &svc.slack, &svc.templates, case).await;
     }
     Ok(expired)
 }

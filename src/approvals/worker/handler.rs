@@ -405,7 +405,7 @@ pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobEr
             other => ("stop", other.name().to_owned()),
         };
         audit(&svc.store, &after, worker_actor(), action, &outcome).await;
-        refresh_card(&svc.slack, &svc.templates, &after).await;
+        refresh_card(&svc.store, &svc.slack, &svc.templates, &after).await;
     }
     result.map(|_| ())
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use redis::Script;
 
 use super::{DELETE_IF_EQUAL, RedisStore, ms};
+use crate::ids::CaseId;
 use crate::store::{SWEEP_DIGEST_TTL, StoreError};
 
 /// Sets the sweep marker unless it already holds a later time (RFC 3339 in UTC with a fixed
@@ -75,6 +76,35 @@ impl RedisStore {
                 .arg(posted)
                 .arg("PX")
                 .arg(ms(SWEEP_DIGEST_TTL)),
+        )
+        .await
+    }
+
+    pub(crate) async fn mark_card_stale(&self, case: &CaseId) -> Result<u32, StoreError> {
+        self.query(
+            redis::cmd("HINCRBY")
+                .arg(self.keys().stale_cards())
+                .arg(case.as_str())
+                .arg(1),
+        )
+        .await
+    }
+
+    pub(crate) async fn stale_cards(&self) -> Result<Vec<(CaseId, u32)>, StoreError> {
+        let all: Vec<(String, u32)> = self
+            .query(redis::cmd("HGETALL").arg(self.keys().stale_cards()))
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter_map(|(id, n)| CaseId::parse(&id).ok().map(|id| (id, n)))
+            .collect())
+    }
+
+    pub(crate) async fn clear_stale_card(&self, case: &CaseId) -> Result<(), StoreError> {
+        self.query(
+            redis::cmd("HDEL")
+                .arg(self.keys().stale_cards())
+                .arg(case.as_str()),
         )
         .await
     }
