@@ -138,7 +138,9 @@ async fn authorize(
         )
         .await;
         tracing::info!(case = %case.id, %user, option = option.as_str(), "refused a decision");
-        return Err(format!("You are not an approver for {option}: {sentence}"));
+        // The refusal is already a whole sentence for this person; a prefix would say it twice
+        // (and call a blocked requester "not an approver" when they are one).
+        return Err(sentence);
     }
     Ok(())
 }

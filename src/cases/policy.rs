@@ -150,13 +150,13 @@ impl ApproverRule {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error(
-        "Nobody is allowed to choose \"{option}\" yet: add approvers under [approvals.approvers] in steward.toml."
+        "Nobody is allowed to choose “{option}” yet: add approvers under [approvals.approvers] in steward.toml."
     )]
     NoApprovers { option: DecisionOption },
-    #[error("You are not one of the approvers for \"{option}\".")]
+    #[error("You are not an approver for “{option}”, so nothing was changed.")]
     NotAnApprover { option: DecisionOption },
     #[error(
-        "You asked for this case, so someone else has to approve \"{option}\" (two-person rule)."
+        "You are an approver, but you asked for this case, so someone else has to choose “{option}” (two-person rule). Nothing was changed."
     )]
     OwnRequest { option: DecisionOption },
     #[error(

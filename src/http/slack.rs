@@ -2,7 +2,8 @@
 //! middleware that verifies every one of them before anything is parsed.
 //!
 //! Handlers acknowledge within Slack's 3 s: quick answers go inline, anything that touches E2B
-//! answers "Working on it…" and finishes in a spawned task that posts to the `response_url`.
+//! answers "Working on it…" and finishes in a spawned task whose answer, posted to the
+//! `response_url`, replaces that acknowledgement.
 //! Nothing here may run before [`verify_request`] has accepted the raw body.
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -162,6 +163,15 @@ fn unusable_reply_address(state: &AppState, response_url: &str) -> Option<Respon
     })))
 }
 
+/// A command's result: ephemeral like the acknowledgement, and replacing it, so the person is
+/// left with the answer rather than a stale "Working on it…" above it.
+fn replacing_the_ack(message: Message) -> ResponsePayload {
+    ResponsePayload {
+        replace_original: Some(true),
+        ..ResponsePayload::ephemeral(message)
+    }
+}
+
 /// Runs `work` as follow-up work (tracked, so shutdown waits for it, and holding one of the bounded
 /// follow-up places with `held`) and delivers its message through `response_url`. When every place
 /// is taken, nothing runs and the answer is the "Steward is busy" sentence.
@@ -226,7 +236,7 @@ fn defer_case_command(state: &AppState, cmd: SandboxCommand, form: &CommandForm)
     match reply_later(
         state,
         url,
-        ResponsePayload::ephemeral,
+        replacing_the_ack,
         "a case command result",
         (),
         work,
@@ -296,7 +306,7 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
     if let Err(busy) = reply_later(
         state,
         url,
-        ResponsePayload::ephemeral,
+        replacing_the_ack,
         "a sweep result",
         sweeping,
         work,
@@ -357,14 +367,7 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
         }
     };
     let url = form.response_url.clone();
-    match reply_later(
-        state,
-        url,
-        ResponsePayload::ephemeral,
-        "a command result",
-        (),
-        work,
-    ) {
+    match reply_later(state, url, replacing_the_ack, "a command result", (), work) {
         Ok(()) => inline(working),
         Err(busy) => refuse(state, busy),
     }

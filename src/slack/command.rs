@@ -314,10 +314,68 @@ fn parse_words(words: &[String]) -> Parsed {
             };
             SandboxCommand::Sweep { dry_run }
         }
-        other => return Err(format!("I don't know the subcommand `{other}`.")),
+        other => return Err(unknown_subcommand(other)),
     };
     args.finish()?;
     Ok(cmd)
+}
+
+/// Every subcommand, in the order `help` shows them (aliases such as `ls` are left out).
+pub const SUBCOMMANDS: [&str; 18] = [
+    "list",
+    "get",
+    "logs",
+    "metrics",
+    "team",
+    "snapshots",
+    "templates",
+    "template",
+    "history",
+    "pause",
+    "resume",
+    "timeout",
+    "refresh",
+    "snapshot",
+    "kill",
+    "delete-template",
+    "sweep",
+    "help",
+];
+
+/// Longest edit distance at which a typo still gets a "did you mean".
+const SUGGEST_MAX_DISTANCE: usize = 2;
+
+/// The sentence for a verb we do not know: the nearest subcommand when one is close, and the
+/// list of all of them, so the person can retype without opening help.
+fn unknown_subcommand(verb: &str) -> String {
+    let all = SUBCOMMANDS.map(|s| format!("`{s}`")).join(", ");
+    let nearest = SUBCOMMANDS
+        .iter()
+        .map(|s| (edit_distance(verb, s), *s))
+        .min_by_key(|(d, _)| *d)
+        .filter(|(d, s)| *d <= SUGGEST_MAX_DISTANCE.min(s.len() / 2));
+    match nearest {
+        Some((_, s)) => {
+            format!("I don't know the subcommand `{verb}`. Did you mean `{s}`? Subcommands: {all}.")
+        }
+        None => format!("I don't know the subcommand `{verb}`. Subcommands: {all}."),
+    }
+}
+
+/// Levenshtein distance in characters (inputs are single words, so the quadratic table is tiny).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
 }
 
 fn parse_list(args: &mut Args<'_>) -> Parsed {
@@ -493,6 +551,33 @@ mod tests {
             SandboxCommand::Invalid { problem } => problem,
             other => panic!("{text:?} parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_unknown_subcommand_suggests_the_nearest_and_lists_them_all() {
+        let typo = invalid("lsit");
+        assert!(
+            typo.starts_with("I don't know the subcommand `lsit`. Did you mean `list`?"),
+            "{typo}"
+        );
+        assert!(
+            typo.ends_with("`delete-template`, `sweep`, `help`."),
+            "{typo}"
+        );
+        assert!(invalid("snapshts").contains("Did you mean `snapshots`?"));
+        assert!(invalid("Paus i1").contains("Did you mean `pause`?"));
+        // Nothing is close to `destroy`: no guess, only the list.
+        let far = invalid("destroy");
+        assert!(!far.contains("Did you mean"), "{far}");
+        assert!(far.contains("Subcommands: `list`, `get`"), "{far}");
+        // Every listed subcommand parses as itself, not as unknown.
+        for verb in SUBCOMMANDS {
+            if let SandboxCommand::Invalid { problem } = SandboxCommand::parse(verb) {
+                assert!(!problem.contains("don't know"), "{verb}: {problem}");
+            }
+        }
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "get"), 3);
     }
 
     #[test]

@@ -380,10 +380,11 @@ async fn a_non_approvers_click_changes_nothing_and_is_audited() {
     let case = open_kill_case(&app, "victim3").await;
     let reply = hook();
     click(&app, &case, "case_snapshot_then_kill", "U0003", &reply).await;
-    let answer = visible_text(&app.wait_for_hook(&reply).await);
-    assert!(
-        answer.contains("not an approver for Snapshot, then kill"),
-        "{answer}"
+    let answer = app.wait_for_hook(&reply).await;
+    // One sentence, said once (no "not an approver for …: You are not one of the approvers …").
+    assert_eq!(
+        answer.text.as_deref(),
+        Some("You are not an approver for “Snapshot, then kill”, so nothing was changed.")
     );
     assert_eq!(
         app.slack.hook_posts(&reply)[0].response_type.as_deref(),
@@ -424,7 +425,12 @@ async fn the_two_person_rule_stops_the_requester_but_not_a_group_member() {
     let reply = hook();
     click(&app, &case, "case_snapshot_then_kill", "U0001", &reply).await;
     let answer = visible_text(&app.wait_for_hook(&reply).await);
-    assert!(answer.contains("two-person rule"), "{answer}");
+    // An approver blocked by the two-person rule is told that, not that they are no approver.
+    assert!(
+        answer.contains("You are an approver, but you asked for this case"),
+        "{answer}"
+    );
+    assert!(!answer.contains("not an approver"), "{answer}");
     assert_eq!(state_of(&app, &case).await, CaseState::Pending);
 
     click(&app, &case, "case_snapshot_then_kill", "U0042", &hook()).await;

@@ -88,6 +88,23 @@ async fn list_answers_working_on_it_then_posts_a_table_with_resources() {
 }
 
 #[tokio::test]
+async fn every_deferred_result_replaces_its_acknowledgement_instead_of_adding_a_second_message() {
+    let app = app_with_known_sandboxes(0).await;
+    // A command answered through `execute`, a case command and a sweep: three ways of deferring.
+    let listed = app.run_deferred("list").await;
+    assert_eq!(listed.replace_original, Some(true));
+    assert_eq!(listed.response_type.as_deref(), Some("ephemeral"));
+    for text in ["history sbxrun1", "sweep --dry-run"] {
+        let hook = format!("h{}", uuid::Uuid::new_v4().simple());
+        assert_eq!(app.post_command_to(text, &hook).await.status(), 200);
+        let post = app.wait_for_hook(&hook).await;
+        assert_eq!(post.replace_original, Some(true), "{text}");
+        assert_eq!(post.response_type.as_deref(), Some("ephemeral"), "{text}");
+        assert_eq!(app.slack.hook_posts(&hook).len(), 1, "{text}");
+    }
+}
+
+#[tokio::test]
 async fn list_filters_by_state_and_metadata() {
     let app = app_with_known_sandboxes(3).await;
     let paused = visible_text(&app.run_deferred("list paused").await);

@@ -99,28 +99,34 @@ async fn help_is_answered_inline_and_lists_every_subcommand() {
         let answer: Value = resp.json().await.unwrap();
         assert_eq!(answer["response_type"], "ephemeral");
         let shown = visible_json_text(&answer);
-        for sub in [
-            "list",
-            "get",
-            "logs",
-            "metrics",
-            "team",
-            "pause",
-            "resume",
-            "timeout",
-            "refresh",
-            "snapshot",
-            "snapshots",
-            "templates",
-            "template",
-            "kill",
-            "delete-template",
-        ] {
+        for sub in sandbox_steward::slack::command::SUBCOMMANDS
+            .into_iter()
+            .filter(|s| *s != "help")
+        {
             assert!(
                 shown.contains(&format!("/sandbox {sub}")),
                 "help lacks {sub}"
             );
         }
+        // Each subcommand sits under the heading that says what it does: history only reads,
+        // and a sweep is neither a read nor an approval.
+        let section = |heading: &str| -> String {
+            answer["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|b| b["text"]["text"].as_str())
+                .find(|t| t.starts_with(heading))
+                .unwrap_or_else(|| panic!("no {heading} section"))
+                .to_owned()
+        };
+        assert!(section("*Look*").contains("/sandbox history"));
+        let approval = section("*Needs approval*");
+        assert!(
+            !approval.contains("history") && !approval.contains("sweep"),
+            "{approval}"
+        );
+        assert!(section("*Find idle sandboxes*").contains("/sandbox sweep --dry-run"));
     }
     // Help needs neither Slack's API nor E2B.
     assert!(app.slack.messages().is_empty());
@@ -149,6 +155,18 @@ async fn unknown_input_gets_an_explanation_that_points_to_help() {
         .await
         .unwrap();
     assert!(visible_json_text(&answer).contains("not a duration"));
+}
+
+#[tokio::test]
+async fn a_mistyped_subcommand_is_answered_with_the_nearest_one_and_the_list() {
+    let app = spawn_app().await;
+    let answer: Value = app.post_command("lsit running").await.json().await.unwrap();
+    let section = answer["blocks"][0]["text"]["text"].as_str().unwrap();
+    insta::assert_snapshot!(section, @r"
+    :thinking_face: I don't know the subcommand `lsit`. Did you mean `list`? Subcommands: `list`, `get`, `logs`, `metrics`, `team`, `snapshots`, `templates`, `template`, `history`, `pause`, `resume`, `timeout`, `refresh`, `snapshot`, `kill`, `delete-template`, `sweep`, `help`.
+    Try `/sandbox help` to see every subcommand with examples.
+    ");
+    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
 }
 
 #[tokio::test]
