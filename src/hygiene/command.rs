@@ -29,10 +29,16 @@ pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>)
     match sweep_now(&Scheduler::new(ctx), now).await {
         Ok(report) => {
             let posted = report.posted.clone().unwrap_or_default();
+            let idle = report.counts.idle + report.counts.already_open;
+            let whereabouts = if posted.digest_ts.is_empty() {
+                "nothing new, so no digest was posted (`when_nothing_new` in [hygiene])".to_owned()
+            } else {
+                format!("the digest is in <#{}>", posted.channel)
+            };
             templates.render_or_plain(&DoneParams {
                 headline: format!(
-                    "Sweep done: {} idle of {} sandboxes; the digest is in <#{}>.",
-                    report.counts.idle, report.fleet.total, posted.channel
+                    "Sweep done: {idle} idle of {} sandboxes; {whereabouts}.",
+                    report.fleet.total
                 ),
                 details: Some(format!(
                     "{} opened, {} already open, {} held for review, {} left for the next sweep.",

@@ -13,6 +13,7 @@
 //! kill_share_guard = 0.25
 //! decide_within = "2d"
 //! max_cases_per_sweep = 200
+//! when_nothing_new = "one_line"  # or "nothing"
 //!
 //! [hygiene.owners]
 //! alice = "U0ALICE"
@@ -66,6 +67,8 @@ pub struct HygieneConfig {
     pub decide_within: Option<Duration>,
     /// Most cases one sweep opens (the most expensive idle sandboxes first).
     pub max_cases_per_sweep: usize,
+    /// What a live sweep that finds nothing new to raise posts.
+    pub when_nothing_new: WhenNothingNew,
     /// Owner names found in metadata, mapped to the Slack users to mention.
     pub owners: BTreeMap<String, SlackUserId>,
     /// The idle policy: thresholds, per-template overrides, prices.
@@ -81,6 +84,7 @@ impl Default for HygieneConfig {
             kill_share_guard: DEFAULT_KILL_SHARE_GUARD,
             decide_within: None,
             max_cases_per_sweep: DEFAULT_MAX_CASES_PER_SWEEP,
+            when_nothing_new: WhenNothingNew::default(),
             owners: BTreeMap::new(),
             idle: IdlePolicy::default(),
         }
@@ -128,6 +132,18 @@ impl HygieneConfig {
     pub fn next_slot(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.schedule.next_after(now, self.timezone)
     }
+}
+
+/// What a live sweep posts when it has no case to open, nothing held for review and nothing
+/// it could not read: the channel needs no full digest then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenNothingNew {
+    /// A one-line digest: the fleet and idle counts.
+    #[default]
+    OneLine,
+    /// No message at all.
+    Nothing,
 }
 
 /// Slack user ids are `U` or `W` followed by upper-case letters and digits.

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::context::SweepMode;
-use super::policy::{RunState, bytes, human};
+use super::policy::{RunState, bytes};
 use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
 use crate::slack::render::{CapacityParams, MessageParams};
@@ -13,9 +13,57 @@ use crate::slack::render::{CapacityParams, MessageParams};
 /// Idle sandboxes listed by name in a digest.
 pub const DIGEST_TOP: usize = 10;
 
-/// US dollars, to the cent.
+/// US dollars, to the cent. Never `$-0.00` (an empty `f64` sum is `-0.0`).
 pub fn dollars(amount: f64) -> String {
+    let amount = if amount.abs() < 0.005 { 0.0 } else { amount };
     format!("${amount:.2}")
+}
+
+/// Whether an amount shows as `$0.00`.
+fn is_free(amount: f64) -> bool {
+    amount.abs() < 0.005
+}
+
+/// The disk a paused sandbox holds: what it last reported, else its allocation.
+pub fn held_disk(s: &IdleSandbox) -> u64 {
+    s.evidence.disk_used.unwrap_or(s.disk_size_mb * 1024 * 1024)
+}
+
+/// What keeping one idle sandbox costs, in words: `$1.60 a day` for a running one, `holds
+/// 4.0 GiB of disk` for a paused one (its cost is often zero, which says nothing).
+pub fn worth(s: &IdleSandbox) -> String {
+    let cost = s.evidence.cost_per_day_usd;
+    match s.state {
+        RunState::Running => format!("{} a day", dollars(cost)),
+        RunState::Paused if is_free(cost) => format!("holds {} of disk", bytes(held_disk(s))),
+        RunState::Paused => format!(
+            "holds {} of disk, {} a day",
+            bytes(held_disk(s)),
+            dollars(cost)
+        ),
+    }
+}
+
+/// What a group of idle sandboxes costs, in words: `about $3.20 a day`, `4.0 GiB of paused
+/// disk`, or both.
+pub fn group_worth<'a>(sandboxes: impl IntoIterator<Item = &'a IdleSandbox>) -> String {
+    let (mut cost, mut disk, mut paused) = (0.0, 0u64, 0usize);
+    for s in sandboxes {
+        cost += s.evidence.cost_per_day_usd;
+        if s.state == RunState::Paused {
+            disk += held_disk(s);
+            paused += 1;
+        }
+    }
+    match (is_free(cost), paused) {
+        (_, 0) => format!("about {} a day", dollars(cost)),
+        (true, _) => format!("{} of paused disk", bytes(disk)),
+        (false, _) => format!(
+            "about {} a day and {} of paused disk",
+            dollars(cost),
+            bytes(disk)
+        ),
+    }
 }
 
 fn percent(share: f64) -> String {
@@ -43,7 +91,8 @@ pub struct TopParams {
     pub template: String,
     pub owner: String,
     pub recommendation: &'static str,
-    pub cost: String,
+    /// `$1.60 a day`, or `holds 4.0 GiB of disk` for a paused sandbox.
+    pub worth: String,
 }
 
 /// `sweep_digest.json.j2`.
@@ -51,11 +100,19 @@ pub struct TopParams {
 pub struct DigestParams {
     pub dry_run: bool,
     pub at: String,
+    /// The message's `text` (notifications and screen readers).
+    pub headline: String,
+    /// Set when a live sweep found nothing new: the digest is this one line.
+    pub quiet: Option<String>,
     pub fleet_total: usize,
     pub running: usize,
     pub paused: usize,
+    /// Every idle sandbox: new ones and those whose case is already open.
     pub idle: usize,
-    pub idle_cost: String,
+    /// Idle sandboxes without a case yet.
+    pub idle_new: usize,
+    /// What the new idle sandboxes cost (`about $1.60 a day`, paused disk).
+    pub idle_worth: String,
     pub pause: usize,
     pub snapshot_then_kill: usize,
     pub kill: usize,
@@ -83,7 +140,8 @@ pub struct OwnerParams {
     pub owner: String,
     pub slack_user: Option<String>,
     pub count: usize,
-    pub cost: String,
+    /// What the group costs: `about $3.20 a day`, `4.0 GiB of paused disk`, or both.
+    pub worth: String,
 }
 
 impl MessageParams for OwnerParams {
@@ -135,7 +193,7 @@ pub fn digest_params(
                 template: s.template.clone(),
                 owner: s.owner.clone().unwrap_or_else(|| "no owner".into()),
                 recommendation: s.recommendation.label(),
-                cost: dollars(s.evidence.cost_per_day_usd),
+                worth: worth(s),
             })
             .collect()
     } else {
@@ -154,14 +212,26 @@ pub fn digest_params(
         (SweepMode::Live, None) => "Opening cases in this thread…".to_owned(),
         (SweepMode::Live, Some(p)) => outcome_line(p),
     };
+    let idle = c.idle + c.already_open;
+    let idle_words = idle_words(report);
+    let headline = format!("Fleet hygiene: {idle_words}");
+    let quiet = (report.mode == SweepMode::Live && nothing_new(report)).then(|| {
+        format!(
+            "*Fleet hygiene* · {}: nothing new. {idle_words}.",
+            when(report.at)
+        )
+    });
     DigestParams {
         dry_run: report.mode == SweepMode::DryRun,
         at: when(report.at),
+        headline,
+        quiet,
         fleet_total: report.fleet.total,
         running: report.fleet.running,
         paused: report.fleet.paused,
-        idle: c.idle,
-        idle_cost: dollars(report.idle_cost_per_day_usd),
+        idle,
+        idle_new: c.idle,
+        idle_worth: group_worth(&report.idle),
         pause: c.by_recommendation.pause,
         snapshot_then_kill: c.by_recommendation.snapshot_then_kill,
         kill: c.by_recommendation.kill,
@@ -179,12 +249,43 @@ pub fn digest_params(
     }
 }
 
+/// `12 idle of 40 sandboxes, 10 already have a case`: the idle count includes the sandboxes
+/// whose case is still open, so the number matches what people see in the fleet.
+fn idle_words(report: &SweepReport) -> String {
+    let c = &report.counts;
+    let idle = c.idle + c.already_open;
+    let mut text = format!(
+        "{idle} idle of {} sandbox{}",
+        report.fleet.total,
+        if report.fleet.total == 1 { "" } else { "es" }
+    );
+    if c.already_open > 0 {
+        text.push_str(&format!(
+            ", {} already {} a case",
+            c.already_open,
+            if c.already_open == 1 { "has" } else { "have" }
+        ));
+    }
+    text
+}
+
+/// Whether a live sweep has nothing to tell beyond counts: no idle sandbox without a case, no
+/// kill held for review, nothing it could not read.
+pub fn nothing_new(report: &SweepReport) -> bool {
+    let c = &report.counts;
+    report.idle.is_empty()
+        && !report.guard.tripped
+        && report.problems.is_empty()
+        && c.unreadable + c.vanished == 0
+}
+
 fn outcome_line(p: &Posted) -> String {
-    let mut parts = vec![format!(
-        "Opened {} case{} in this thread",
-        p.opened.len(),
-        if p.opened.len() == 1 { "" } else { "s" }
-    )];
+    let n = p.opened.len();
+    let mut parts = vec![match n {
+        0 => "Opened 0 cases".to_owned(),
+        1 => "Opened 1 case in this thread".to_owned(),
+        n => format!("Opened {n} cases in this thread"),
+    }];
     if p.already_open > 0 {
         parts.push(format!("{} already open", p.already_open));
     }
@@ -203,17 +304,17 @@ fn outcome_line(p: &Posted) -> String {
     format!("{}.", parts.join(" · "))
 }
 
-/// The reason on a sweep case's card ("The hygiene sweep asks: …"): the evidence the
-/// recommendation rests on, in one paragraph.
-pub fn case_reason(s: &IdleSandbox, now: chrono::DateTime<chrono::Utc>) -> String {
+/// The reason on a sweep case's card ("The hygiene sweep asks: …"): only what the card's
+/// fields do not show (state, template, resources, idle or paused since, the latest sample and
+/// the owner are fields), so each fact appears once.
+pub fn case_reason(s: &IdleSandbox, _now: chrono::DateTime<chrono::Utc>) -> String {
     let e = &s.evidence;
-    let mut parts = Vec::new();
     match s.state {
         RunState::Running => {
-            parts.push("is this idle sandbox still needed?".to_owned());
+            let mut parts = Vec::new();
             if let (Some(start), Some(end)) = (e.window_start, e.window_end) {
                 parts.push(format!(
-                    "Metrics from {} to {} ({} samples): CPU p95 {:.1} %, max {:.1} %",
+                    "from {} to {} ({} samples), CPU p95 {:.1} % and max {:.1} %",
                     when(start),
                     end.format("%H:%M UTC"),
                     e.samples,
@@ -221,57 +322,26 @@ pub fn case_reason(s: &IdleSandbox, now: chrono::DateTime<chrono::Utc>) -> Strin
                     e.cpu_max_pct.unwrap_or(0.0)
                 ));
             }
-            if let (Some(used), Some(total)) = (e.mem_used, e.mem_total) {
-                parts.push(format!("memory {} of {}", bytes(used), bytes(total)));
-            }
-            if let (Some(used), Some(total)) = (e.disk_used, e.disk_total) {
-                let growth = e.disk_growth.unwrap_or(0);
-                let change = if growth > 0 {
-                    format!("grew {}", bytes(growth as u64))
-                } else {
-                    "flat".to_owned()
-                };
-                parts.push(format!(
-                    "disk {} of {}, {change}",
-                    bytes(used),
-                    bytes(total)
-                ));
-            }
-            if let Some(since) = e.idle_since {
-                parts.push(format!(
-                    "idle since {} ({})",
-                    when(since),
-                    human(now - since)
-                ));
-            }
+            parts.push(match e.disk_growth.unwrap_or(0) {
+                growth if growth > 0 => format!("disk grew {}", bytes(growth as u64)),
+                _ => "disk flat".to_owned(),
+            });
+            format!(
+                "is this idle sandbox still needed? {}. It costs about {} a day as it is.",
+                capitalise(&parts.join("; ")),
+                dollars(e.cost_per_day_usd)
+            )
         }
-        RunState::Paused => {
-            parts.push("is this paused sandbox still needed?".to_owned());
-            if let Some(since) = e.paused_since {
-                parts.push(format!(
-                    "Paused since {} ({})",
-                    when(since),
-                    human(now - since)
-                ));
-            }
-            parts.push(format!(
-                "{} of disk allocated",
-                bytes(s.disk_size_mb * 1024 * 1024)
-            ));
-        }
+        RunState::Paused => format!("is this paused sandbox still needed? It {}.", worth(s)),
     }
-    parts.push(format!("template `{}`", s.template));
-    parts.push(match &s.owner {
-        Some(owner) => format!("owner {owner}"),
-        None => "no owner in its metadata".to_owned(),
-    });
-    parts.push(format!(
-        "costs about {} a day as it is",
-        dollars(e.cost_per_day_usd)
-    ));
-    // The first part is the question; the evidence follows as one sentence.
-    let (question, evidence) = parts.split_first().expect("parts has the question");
-    format!("{question} {}.", evidence.join("; "))
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +369,7 @@ pub(crate) mod tests {
             template_id: TemplateId::parse("rpython01").unwrap(),
             state: RunState::Running,
             started_at: now() - chrono::Duration::hours(6),
+            ends_at: Some(now() + chrono::Duration::hours(10)),
             cpu_count: 2,
             memory_mb: 1024,
             disk_size_mb: 5120,
@@ -428,32 +499,79 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_owner_heading_mentions_a_known_slack_user() {
+    fn the_owner_heading_mentions_a_known_slack_user_and_counts_paused_disk() {
+        let r = report(SweepMode::Live, false);
         let message = Templates::embedded()
             .render(&OwnerParams {
                 owner: "alice".into(),
                 slack_user: Some("U0ALICE01".into()),
-                count: 3,
-                cost: dollars(4.8),
+                count: 2,
+                worth: group_worth(&r.idle),
             })
             .unwrap();
         insta::assert_json_snapshot!("sweep_owner", message);
     }
 
     #[test]
-    fn a_case_reason_carries_the_window_cpu_memory_disk_owner_and_cost() {
-        let text = case_reason(&idle_running(), now());
-        for needle in [
-            "2026-03-04 08:00 UTC to 09:00 UTC (361 samples)",
-            "CPU p95 0.5 %",
-            "memory 200 MiB of 1.0 GiB",
-            "disk 1.0 GiB of 5.0 GiB, flat",
-            "idle since 2026-03-04 08:00 UTC (1h)",
-            "template `python`",
-            "owner alice",
-            "$1.60 a day",
-        ] {
-            assert!(text.contains(needle), "{needle:?} missing from {text:?}");
-        }
+    fn a_live_sweep_with_nothing_new_posts_one_line() {
+        let mut r = report(SweepMode::Live, false);
+        r.idle.clear();
+        r.counts.idle = 0;
+        r.counts.by_recommendation = RecommendationCounts::default();
+        r.idle_cost_per_day_usd = -0.0;
+        assert!(nothing_new(&r));
+        let message = Templates::embedded()
+            .render(&digest_params(&r, Some(&Posted::default()), false))
+            .unwrap();
+        insta::assert_json_snapshot!("sweep_digest_nothing_new", message);
+    }
+
+    #[test]
+    fn a_live_digest_that_opened_nothing_says_opened_0_cases() {
+        let r = report(SweepMode::Live, true);
+        let posted = Posted {
+            held_for_review: 1,
+            ..Posted::default()
+        };
+        let message = Templates::embedded()
+            .render(&digest_params(&r, Some(&posted), false))
+            .unwrap();
+        let text = message.into_content();
+        let json = serde_json::to_string(&text).unwrap();
+        assert!(
+            json.contains("Opened 0 cases · 1 kill recommendations held for review."),
+            "{json}"
+        );
+        assert!(!json.contains("Opening cases"), "{json}");
+    }
+
+    #[test]
+    fn no_amount_shows_as_minus_zero() {
+        assert_eq!(dollars(-0.0), "$0.00");
+        assert_eq!(dollars([].iter().sum::<f64>()), "$0.00");
+        assert_eq!(dollars(-0.001), "$0.00");
+        assert_eq!(dollars(1.6), "$1.60");
+    }
+
+    #[test]
+    fn a_running_case_reason_says_only_what_the_card_fields_do_not() {
+        assert_eq!(
+            case_reason(&idle_running(), now()),
+            "is this idle sandbox still needed? From 2026-03-04 08:00 UTC to 09:00 UTC (361 samples), \
+             CPU p95 0.5 % and max 0.6 %; disk flat. It costs about $1.60 a day as it is."
+        );
+    }
+
+    #[test]
+    fn a_paused_case_reason_says_what_it_holds_instead_of_a_zero_cost() {
+        let r = report(SweepMode::Live, false);
+        let paused = &r.idle[1];
+        assert_eq!(
+            case_reason(paused, now()),
+            "is this paused sandbox still needed? It holds 1.0 GiB of disk."
+        );
+        let mut priced = paused.clone();
+        priced.evidence.cost_per_day_usd = 0.12;
+        assert_eq!(worth(&priced), "holds 1.0 GiB of disk, $0.12 a day");
     }
 }

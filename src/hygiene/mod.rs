@@ -15,7 +15,7 @@ pub mod report;
 pub mod schedule;
 pub mod sweep;
 
-pub use config::{HygieneConfig, Schedule};
+pub use config::{HygieneConfig, Schedule, WhenNothingNew};
 pub use context::{SweepContext, SweepError, SweepMode};
 pub use report::SweepReport;
 pub use schedule::{

@@ -357,10 +357,9 @@ pub fn assess(
                 (
                     Recommendation::SnapshotThenKill,
                     format!(
-                        "Paused for {} (over {}) holding {} on disk: a snapshot keeps its state as a template, the kill frees it.",
+                        "Paused for {} (over {}): a snapshot keeps its state as a template, and the kill frees its disk.",
                         human(paused_for),
                         human(chrono_duration(t.paused_threshold)),
-                        bytes(disk)
                     ),
                 )
             };
@@ -416,10 +415,9 @@ pub fn assess(
                 (
                     Recommendation::Pause,
                     format!(
-                        "CPU under {} % for {} (p95 {:.1} %) and disk flat: pausing is reversible and keeps memory.",
+                        "CPU under {} % for {}: pausing is reversible and keeps memory.",
                         t.cpu_threshold_pct,
                         human(last.at - first.at),
-                        evidence.cpu_p95_pct.unwrap_or(0.0)
                     ),
                 )
             };

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::config::WhenNothingNew;
 use super::context::{SweepContext, SweepError};
-use super::digest::{self, OwnerParams, case_reason, digest_params, dollars};
+use super::digest::{self, OwnerParams, case_reason, digest_params, group_worth, nothing_new};
 use super::policy::{Recommendation, RunState};
 use super::report::{IdleSandbox, Posted, SweepReport};
 use crate::approvals::{self, ApprovalError, CardTarget};
@@ -81,9 +82,19 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
         options,
         opener: Opener::Sweep,
         reason: case_reason(s, now),
-        decide_by: now
-            + chrono::Duration::from_std(ctx.config.decide_within())
-                .unwrap_or(chrono::Duration::days(2)),
+        decide_by: decide_by(ctx, s, now),
+    }
+}
+
+/// A sweep case's deadline: `decide_within` from now, but never after the sandbox's own end (a
+/// decision after it would be about nothing). A sandbox at its very end still gets a minute.
+pub fn decide_by(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> DateTime<Utc> {
+    let within = now
+        + chrono::Duration::from_std(ctx.config.decide_within())
+            .unwrap_or(chrono::Duration::days(2));
+    match s.ends_at {
+        Some(end) => within.min(end).max(now + chrono::Duration::minutes(1)),
+        None => within,
     }
 }
 
@@ -115,6 +126,13 @@ pub(super) async fn post(
     slot: Option<DateTime<Utc>>,
 ) -> Result<Posted, SweepError> {
     let (raise, mut posted) = plan(report, ctx.config.max_cases_per_sweep);
+    if nothing_new(report) && ctx.config.when_nothing_new == WhenNothingNew::Nothing {
+        // Configured to stay silent: no digest, so `digest_ts` stays empty.
+        posted.channel = channel.to_string();
+        return Ok(posted);
+    }
+    // With no case to open, the first digest already says how it ended.
+    let settled = raise.is_empty();
     let earlier = match slot {
         Some(slot) => ctx.store.sweep_digest(slot).await?,
         None => None,
@@ -129,7 +147,7 @@ pub(super) async fn post(
         None => {
             let digest = ctx
                 .templates
-                .render(&digest_params(report, None, false))
+                .render(&digest_params(report, settled.then_some(&posted), false))
                 .map_err(|e| SweepError::Digest(e.to_string()))?;
             // Posting and recording run on their own task: a sweep stopped mid-post (its lease
             // lost) must not leave a posted digest unrecorded, or the takeover would post again.
@@ -177,7 +195,7 @@ pub(super) async fn post(
             owner,
             slack_user: sandboxes[0].owner_slack.as_ref().map(|u| u.to_string()),
             count: sandboxes.len(),
-            cost: dollars(sandboxes.iter().map(|s| s.evidence.cost_per_day_usd).sum()),
+            worth: group_worth(sandboxes.iter().copied()),
         };
         let heading = ctx.templates.render_or_plain(&heading);
         if let Err(e) = ctx
@@ -214,6 +232,9 @@ pub(super) async fn post(
                 }
             }
         }
+    }
+    if settled {
+        return Ok(posted);
     }
     // The digest's last line says what actually happened.
     let done = ctx

@@ -105,6 +105,8 @@ pub struct IdleSandbox {
     pub template_id: TemplateId,
     pub state: RunState,
     pub started_at: DateTime<Utc>,
+    /// When its own timeout ends a running sandbox (`None` for a paused one, which has no end).
+    pub ends_at: Option<DateTime<Utc>>,
     pub cpu_count: u32,
     pub memory_mb: u64,
     pub disk_size_mb: u64,
@@ -162,7 +164,8 @@ pub struct SweepReport {
     pub idle_cost_per_day_usd: f64,
     pub capacity: Capacity,
     pub guard: Guard,
-    /// Sorted by cost per day, most expensive first.
+    /// Most expensive per day first; at equal cost (paused sandboxes often cost nothing), the
+    /// most disk first.
     pub idle: Vec<IdleSandbox>,
     pub exempt: Vec<ExemptSandbox>,
     pub already_open: Vec<AlreadyOpen>,

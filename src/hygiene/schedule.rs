@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::config::HygieneConfig;
 use super::context::{SweepContext, SweepError, SweepMode};
 use super::report::SweepReport;
 use super::sweep::{sweep_once, sweep_pass};
@@ -203,6 +204,24 @@ pub async fn sweep_now(s: &Scheduler, now: DateTime<Utc>) -> Result<SweepReport,
     outcome?
 }
 
+/// The scheduler's start-up line: the schedule and the next sweep, which is always after `now`
+/// (not the latest slot, which may be hours in the past).
+pub fn started_line(config: &HygieneConfig, now: DateTime<Utc>) -> String {
+    let schedule = format!(
+        "sweep scheduler started: \"{}\" in {}",
+        config.schedule.as_str(),
+        config.timezone
+    );
+    match config.next_slot(now) {
+        Some(next) => format!(
+            "{schedule}; next sweep at {} (in {})",
+            crate::slack::format::when(next),
+            super::policy::human(next - now)
+        ),
+        None => format!("{schedule}; the schedule has no future time"),
+    }
+}
+
 /// Ticks every `every` until `shutdown` completes. A sweep in progress is dropped at shutdown;
 /// its lease then ends on its own and another replica redoes the slot.
 pub async fn run_scheduler(s: Scheduler, every: Duration, shutdown: impl Future<Output = ()>) {
@@ -229,7 +248,17 @@ pub async fn run_scheduler_observed(
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut quiet_until: Option<DateTime<Utc>> = None;
-    tracing::info!(schedule = s.sweep.config.schedule.as_str(), timezone = %s.sweep.config.timezone, "sweep scheduler started");
+    {
+        let config = &s.sweep.config;
+        let next = config.next_slot(Utc::now());
+        tracing::info!(
+            schedule = config.schedule.as_str(),
+            timezone = %config.timezone,
+            next = next.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            "{}",
+            started_line(config, Utc::now())
+        );
+    }
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -261,7 +290,13 @@ pub async fn run_scheduler_observed(
                 );
             }
             Ok(Tick::Started { slot }) => {
-                tracing::info!(%slot, "first start: sweeps begin at the next scheduled time");
+                let next = s.sweep.config.next_slot(now);
+                tracing::info!(
+                    recorded_slot = %slot,
+                    next = next.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                    "first start: the first sweep runs at {}",
+                    next.map_or_else(|| "no future time".to_owned(), crate::slack::format::when)
+                );
             }
             Ok(Tick::NotDue { .. } | Tick::HeldElsewhere { .. }) => {}
             Err(e) => tracing::warn!(error = %e, "the sweep scheduler cannot read its state"),
@@ -271,4 +306,30 @@ pub async fn run_scheduler_observed(
         }
     }
     tracing::info!("sweep scheduler stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn the_start_up_line_names_the_next_sweep_in_the_future() {
+        // 21:00 UTC: the latest 09:00 slot is 12 hours past; the line names tomorrow's.
+        let config = HygieneConfig::default();
+        let now = Utc.with_ymd_and_hms(2026, 3, 4, 21, 0, 0).unwrap();
+        assert_eq!(
+            started_line(&config, now),
+            "sweep scheduler started: \"0 9 * * *\" in UTC; next sweep at 2026-03-05 09:00 UTC (in 12h)"
+        );
+        let paris: HygieneConfig =
+            toml::from_str("schedule = \"30 8 * * 1-5\"\ntimezone = \"Europe/Paris\"").unwrap();
+        // Friday 2026-03-06 08:00 UTC is 09:00 in Paris: Monday 08:30 Paris is 07:30 UTC.
+        let friday = Utc.with_ymd_and_hms(2026, 3, 6, 8, 0, 0).unwrap();
+        assert_eq!(
+            started_line(&paris, friday),
+            "sweep scheduler started: \"30 8 * * 1-5\" in Europe/Paris; next sweep at 2026-03-09 07:30 UTC (in 2d 23h)"
+        );
+    }
 }

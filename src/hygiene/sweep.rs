@@ -126,11 +126,13 @@ impl Judged {
         now: DateTime<Utc>,
         capacity: Capacity,
     ) -> SweepReport {
-        // Most expensive first, then by id, so reports are stable.
+        // Most expensive first; at equal cost (paused sandboxes may cost nothing) the most disk
+        // first; then by id, so reports are stable.
         self.idle.sort_by(|a, b| {
             b.evidence
                 .cost_per_day_usd
                 .total_cmp(&a.evidence.cost_per_day_usd)
+                .then_with(|| b.disk_size_mb.cmp(&a.disk_size_mb))
                 .then_with(|| a.id.cmp(&b.id))
         });
         self.exempt.sort_by(|a, b| a.id.cmp(&b.id));
@@ -459,6 +461,7 @@ impl Judged {
                     template_id: listed.template_id.clone(),
                     state: seen.state,
                     started_at: seen.started_at,
+                    ends_at: (seen.state == RunState::Running).then_some(seen.end_at),
                     cpu_count: seen.cpu_count,
                     memory_mb: seen.memory_mb,
                     disk_size_mb: seen.disk_size_mb,

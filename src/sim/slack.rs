@@ -4,7 +4,8 @@
 //! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`) and `response_url`
 //! hooks with minimal valid bodies, records every call, keeps the current state of each posted
 //! message (so `chat.update` edits it), refuses what Slack would refuse for size
-//! (`invalid_blocks`, `msg_too_long`), and can be told to fail (`/_sim/faults`). All state
+//! (`invalid_blocks`, `msg_too_long`) and replies to a `thread_ts` that is not a message of the
+//! same channel (`thread_not_found`), and can be told to fail (`/_sim/faults`). All state
 //! lives in one [`SlackWorld`] value so a browser view can be added later.
 //!
 //! It must never be used by production code paths, and it checks no real credentials: a
@@ -408,6 +409,16 @@ async fn api(
                 world.calls.push(rec);
                 return api_error("channel_not_found");
             };
+            // Like Slack, a reply must name a message of the same channel: a `thread_ts` from
+            // another channel (or none at all) is `thread_not_found`.
+            if let Some(parent) = &rec.thread_ts
+                && !world
+                    .messages
+                    .contains_key(&(channel.clone(), parent.clone()))
+            {
+                world.calls.push(rec);
+                return api_error("thread_not_found");
+            }
             let ts = world.next_ts();
             rec.ts = Some(ts.clone());
             world

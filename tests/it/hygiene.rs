@@ -356,7 +356,7 @@ async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence()
     );
     assert_eq!(p.owner.as_deref(), Some("bob"));
     assert_eq!(p.owner_slack, None);
-    assert!(p.reason.contains("4.0 GiB"), "{}", p.reason);
+    assert!(p.reason.contains("Paused for 5d"), "{}", p.reason);
     // Team capacity comes from the simulator's team metrics.
     assert!(
         matches!(report.capacity, Capacity::Available { concurrent_now, .. } if concurrent_now >= 4),
@@ -541,8 +541,42 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
         assert_eq!(case.opener, sandbox_steward::cases::Opener::Sweep);
         let card = case.card.as_ref().expect("the card was recorded");
         assert_eq!(card.channel.as_str(), CHANNEL);
-        assert!(case.reason.contains("costs about $"), "{}", case.reason);
+        let says = if id == &alice_2 || id == &bob {
+            // A paused sandbox costs nothing by default: its card says what it holds.
+            "It holds 4.0 GiB of disk."
+        } else {
+            "costs about $"
+        };
+        assert!(case.reason.contains(says), "{}", case.reason);
+        assert!(!case.reason.contains("$0.00"), "{}", case.reason);
     }
+    // A sweep case is due in `decide_within` (2 days), but never after the sandbox's own end:
+    // a paused sandbox has no end, a running one ends in 10 h.
+    let paused_case = w.open_case_of(&bob).await.unwrap();
+    assert!(
+        (paused_case.decide_by - (report.at + days(2)))
+            .num_seconds()
+            .abs()
+            < 5,
+        "{}",
+        paused_case.decide_by
+    );
+    let pause_case = w.open_case_of(&alice_1).await.unwrap();
+    assert!(
+        (pause_case.decide_by - (report.at + hours(10)))
+            .num_seconds()
+            .abs()
+            < 60,
+        "{}",
+        pause_case.decide_by
+    );
+    let ending_case = w.open_case_of(&ending).await.unwrap();
+    assert!(
+        ending_case.decide_by <= report.at + chrono::Duration::minutes(6),
+        "a Leave case for a sandbox ending in 5 minutes is due by its end, not in a day: {}",
+        ending_case.decide_by
+    );
+    assert!(ending_case.decide_by > report.at);
     let card = w.open_case_of(&alice_1).await.unwrap();
     assert!(card.reason.contains("CPU p95"), "{}", card.reason);
     assert!(card.evidence.idle_since.is_some() && card.evidence.metrics.is_some());
@@ -608,7 +642,53 @@ async fn a_second_sweep_raises_nothing_again_and_moves_no_deadline() {
         .filter(|m| m.thread_ts.is_some())
         .count();
     assert_eq!(cards_before, cards_after, "no card is posted again");
-    assert_eq!(w.digests().len(), 2, "each sweep has its digest");
+    let digests = w.digests();
+    assert_eq!(digests.len(), 2, "each sweep has its digest");
+    // Nothing new: the second digest is one line that still counts the idle sandboxes.
+    let blocks = digests[1].blocks.clone().unwrap();
+    assert_eq!(blocks.as_array().unwrap().len(), 1, "{blocks:#}");
+    let line = blocks[0]["text"]["text"].as_str().unwrap();
+    assert!(
+        line.contains(": nothing new. 2 idle of 6 sandboxes, 2 already have a case."),
+        "{line}"
+    );
+    assert_eq!(
+        digests[1].text.as_deref(),
+        Some("Fleet hygiene: 2 idle of 6 sandboxes, 2 already have a case")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sweep_with_nothing_new_can_post_nothing() {
+    let mut config = config();
+    config.when_nothing_new = sandbox_steward::hygiene::WhenNothingNew::Nothing;
+    let w = world(config).await;
+    w.busy_running().await;
+    let report = w.sweep(SweepMode::Live).await;
+    let posted = report.posted.as_ref().unwrap();
+    assert!(posted.digest_ts.is_empty(), "{posted:?}");
+    assert!(w.slack.messages().is_empty(), "{:#?}", w.slack.messages());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_sandboxes_that_cost_nothing_are_ranked_by_the_disk_they_hold() {
+    let w = world(config()).await;
+    let small = w.paused(5, 2048, None).await;
+    let large = w.paused(5, 8192, None).await;
+    let running = w.idle_running(None).await;
+    let report = w.sweep(SweepMode::DryRun).await;
+    let order: Vec<&SandboxId> = report.idle.iter().map(|s| &s.id).collect();
+    assert_eq!(order, [&running, &large, &small], "{report:#?}");
+    let digest = sandbox_steward::hygiene::digest::digest_params(&report, None, true);
+    let listed: Vec<&str> = digest.top.iter().map(|t| t.worth.as_str()).collect();
+    assert_eq!(
+        listed[1..],
+        ["holds 8.0 GiB of disk", "holds 2.0 GiB of disk"]
+    );
+    assert!(
+        listed[0].ends_with(" a day") && !listed[0].contains("$0.00"),
+        "{listed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

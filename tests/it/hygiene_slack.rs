@@ -138,3 +138,63 @@ async fn a_starting_replica_runs_the_sweep_it_missed_once() {
     }
     assert_eq!(digests(&app.slack.messages()).len(), 1);
 }
+
+/// With `[channels] approvals` and `hygiene` apart, the digest, the owner headings and the case
+/// cards all go to the hygiene channel (Slack has no thread across channels), and the reply names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_separate_approvals_and_hygiene_channels_the_whole_sweep_stays_in_the_digest_channel()
+{
+    const APPROVALS: &str = "C0APPROVALS";
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\nhygiene = \"{CHANNEL}\"\n"
+        )),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let id = app.seed_sandbox(idle_body()).await["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let resp = app.post_command_to("sweep", "live").await;
+    assert_eq!(resp.status(), 200);
+    let answer = app.wait_for_hook("live").await;
+
+    let calls = app.slack.messages();
+    let posts: Vec<&Recorded> = calls
+        .iter()
+        .filter(|m| m.method == "chat.postMessage")
+        .collect();
+    let digest = digests(&calls);
+    assert_eq!(digest.len(), 1, "{calls:#?}");
+    let digest_ts = digest[0].ts.clone().unwrap();
+    // The owner heading and the card: both in the digest's thread, in its channel, and accepted
+    // (the simulator refuses a thread_ts of another channel with thread_not_found).
+    let replies: Vec<&&Recorded> = posts.iter().filter(|m| m.thread_ts.is_some()).collect();
+    assert_eq!(replies.len(), 2, "{posts:#?}");
+    for reply in &replies {
+        assert_eq!(reply.channel.as_deref(), Some(CHANNEL), "{reply:#?}");
+        assert_eq!(reply.thread_ts.as_deref(), Some(digest_ts.as_str()));
+        assert!(reply.ts.is_some(), "Slack accepted it: {reply:#?}");
+    }
+    assert!(
+        calls
+            .iter()
+            .all(|m| m.channel.as_deref() != Some(APPROVALS)),
+        "nothing of the sweep goes to the approvals channel: {calls:#?}"
+    );
+    let subject = Subject::Sandbox(SandboxId::parse(&id).unwrap());
+    let case = app
+        .state
+        .store
+        .case_for_subject(&subject)
+        .await
+        .unwrap()
+        .expect("the idle sandbox has a case");
+    assert_eq!(case.card.unwrap().channel.as_str(), CHANNEL);
+    let text = visible_text(&answer);
+    assert!(text.contains(CHANNEL), "{text}");
+    assert!(!text.contains(APPROVALS), "{text}");
+}

@@ -371,3 +371,36 @@ async fn the_fake_refuses_oversize_blocks_and_text_as_slack_does() {
         .count();
     assert_eq!(posted, 1, "only the message within the limits was kept");
 }
+
+#[tokio::test]
+async fn a_reply_to_a_thread_of_another_channel_is_thread_not_found() {
+    let (sim, client) = setup(Some("xoxb-1")).await;
+    let (_, parent) = client
+        .post_message(&channel(), done("digest"))
+        .await
+        .unwrap();
+    let elsewhere = SlackChannelId::parse("C0OTHER").unwrap();
+    let err = client
+        .post_message_in_thread(&elsewhere, Some(&parent), done("card"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::Api { ref code } if code == "thread_not_found"),
+        "{err}"
+    );
+    // A ts no message has is refused too; the parent's own channel takes the reply.
+    let err = client
+        .post_message_in_thread(&channel(), Some("1.000001"), done("card"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SlackError::Api { ref code } if code == "thread_not_found"),
+        "{err}"
+    );
+    let (ch, _) = client
+        .post_message_in_thread(&channel(), Some(&parent), done("card"))
+        .await
+        .unwrap();
+    assert_eq!(ch, channel());
+    assert_eq!(sim.snapshot().messages.len(), 2);
+}
