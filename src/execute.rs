@@ -653,7 +653,15 @@ async fn snapshots(ctx: &Context<'_>, sandbox: Option<&SandboxId>) -> Reply {
     let rows: Vec<Vec<String>> = listing
         .items
         .iter()
-        .map(|s| vec![s.snapshot_id.to_string(), s.names.join(", ")])
+        .map(|s| {
+            // An empty cell reads as a rendering fault; say there is no name.
+            let names = if s.names.is_empty() {
+                "(no name)".to_owned()
+            } else {
+                s.names.join(", ")
+            };
+            vec![s.snapshot_id.to_string(), names]
+        })
         .collect();
     Ok(ctx.templates.render_or_plain(&SnapshotsParams {
         sandbox: sandbox.map(ToString::to_string),

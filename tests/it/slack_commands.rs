@@ -498,6 +498,15 @@ async fn snapshot_then_snapshots_lists_it() {
     assert!(listed.contains("before-upgrade"), "{listed}");
     let all = visible_text(&app.run_deferred("snapshots").await);
     assert!(all.contains("before-upgrade"), "{all}");
+    // A snapshot taken without a name says so rather than leaving its cell blank.
+    app.run_deferred("snapshot sbxrun1").await;
+    let listed = app.run_deferred("snapshots sbxrun1").await;
+    assert_eq!(listed.text.as_deref(), Some("2 snapshots of sbxrun1"));
+    assert!(
+        visible_text(&listed).contains("(no name)"),
+        "{}",
+        visible_text(&listed)
+    );
 }
 
 #[tokio::test]
