@@ -13,7 +13,9 @@ use crate::e2b::{
 use crate::ids::{SandboxId, TemplateId};
 
 use crate::slack::command::{LevelFilter, ListArgs, ListState, LogsArgs, SandboxCommand};
-use crate::slack::format::{self, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when};
+use crate::slack::format::{
+    self, ByteUnit, SECTION_TEXT_MAX_CHARS, human_bytes, human_duration, when,
+};
 use crate::slack::payload::{LIST_NEXT_PAGE, ListCursor};
 use crate::slack::render::*;
 
@@ -203,6 +205,23 @@ pub async fn list_page(
             Default::default()
         })
     };
+    // Every size in the table is written in one unit, named once in the header.
+    let largest = listed
+        .items
+        .iter()
+        .flat_map(|s| {
+            let m = metrics.get(&s.sandbox_id);
+            [
+                m.map_or(0, |m| m.mem_total.max(0) as u64),
+                m.map_or(0, |m| m.disk_total.max(0) as u64),
+                u64::from(s.memory_mb) * MIB,
+                u64::from(s.disk_size_mb) * MIB,
+            ]
+        })
+        .max()
+        .unwrap_or(0);
+    let unit = ByteUnit::fitting(largest);
+    let size = |bytes: i64| unit.number(bytes.max(0) as u64);
     let rows: Vec<Vec<String>> = listed
         .items
         .iter()
@@ -218,22 +237,14 @@ pub async fn list_page(
             };
             let (cpu, mem, disk) = match m {
                 Some(m) => (
-                    format!("{:.0}%", m.cpu_used_pct),
-                    format!(
-                        "{}/{}",
-                        human_bytes(m.mem_used.max(0) as u64),
-                        human_bytes(m.mem_total.max(0) as u64)
-                    ),
-                    format!(
-                        "{}/{}",
-                        human_bytes(m.disk_used.max(0) as u64),
-                        human_bytes(m.disk_total.max(0) as u64)
-                    ),
+                    format::percent(m.cpu_used_pct.round()),
+                    format!("{} of {}", size(m.mem_used), size(m.mem_total)),
+                    format!("{} of {}", size(m.disk_used), size(m.disk_total)),
                 ),
                 None => (
                     "-".into(),
-                    human_bytes(u64::from(s.memory_mb) * MIB),
-                    human_bytes(u64::from(s.disk_size_mb) * MIB),
+                    size(i64::from(s.memory_mb) * MIB as i64),
+                    size(i64::from(s.disk_size_mb) * MIB as i64),
                 ),
             };
             vec![
@@ -251,9 +262,11 @@ pub async fn list_page(
     let table = if rows.is_empty() {
         Vec::new()
     } else {
+        let memory = format!("memory ({})", unit.name());
+        let disk = format!("disk ({})", unit.name());
         format::table(
             &[
-                "id", "template", "state", "age", "idle for", "cpu", "memory", "disk",
+                "id", "template", "state", "age", "idle for", "cpu", &memory, &disk,
             ],
             &rows,
             MAX_CELL_CHARS,
@@ -310,6 +323,18 @@ async fn get(ctx: &Context<'_>, id: &SandboxId) -> Reply {
     };
     let ends_in = (s.state == SandboxState::Running && s.end_at > ctx.now)
         .then(|| human_duration(since(s.end_at, ctx.now)));
+    // A paused sandbox's `endAt` is when its last run ended, its pause, so the card says
+    // "Paused … ago" rather than an end in the past. A pause time still ahead is not one E2B
+    // could have reported, so it is not shown as one.
+    let end_at = match s.state {
+        SandboxState::Paused if s.end_at <= ctx.now => format!(
+            "{} ({} ago)",
+            when(s.end_at),
+            human_duration(since(ctx.now, s.end_at))
+        ),
+        SandboxState::Paused => "not reported by E2B".to_owned(),
+        _ => when(s.end_at),
+    };
     Ok(ctx.templates.render_or_plain(&SandboxParams {
         id: s.sandbox_id.to_string(),
         state: s.state.to_string(),
@@ -320,7 +345,7 @@ async fn get(ctx: &Context<'_>, id: &SandboxId) -> Reply {
         disk: (s.disk_size_mb > 0).then(|| human_bytes(u64::from(s.disk_size_mb) * MIB)),
         started_at: when(s.started_at),
         age: human_duration(since(ctx.now, s.started_at)),
-        end_at: when(s.end_at),
+        end_at,
         ends_in,
         lifecycle,
         metadata: s
@@ -412,12 +437,14 @@ async fn metrics(ctx: &Context<'_>, id: &SandboxId, window: Duration) -> Reply {
     let disk = pick(&|p| p.disk_used as f64);
     let mem_total = points.iter().map(|p| p.mem_total).max().unwrap_or(0) as f64;
     let disk_total = points.iter().map(|p| p.disk_total).max().unwrap_or(0) as f64;
-    let bytes = |v: f64| human_bytes(v.max(0.0) as u64);
+    // One unit for both series and their totals, so the numbers compare at a glance.
+    let unit = ByteUnit::fitting(mem_total.max(disk_total) as u64);
+    let bytes = |v: f64| format!("{} {}", unit.number(v.max(0.0) as u64), unit.name());
     let series = if points.is_empty() {
         Vec::new()
     } else {
         vec![
-            series("CPU", &cpu, 100.0, |v| format!("{v:.0}%")),
+            series("CPU", &cpu, 100.0, |v| format::percent(v.round())),
             series(
                 &format!("Memory (of {})", bytes(mem_total)),
                 &mem,
@@ -465,10 +492,30 @@ async fn team(ctx: &Context<'_>, window: Duration) -> Reply {
         .iter()
         .map(|p| f64::from(p.concurrent_sandboxes))
         .collect();
-    let rates: Vec<f64> = points.iter().map(|p| p.sandbox_start_rate).collect();
-    let avg_rate = format::min_avg_max(&rates).map_or(0.0, |(_, avg, _)| avg);
-    // E2B reports start rates per second; people think in starts per minute.
-    let per_minute = |per_sec: f64| format!("{:.2} per minute", per_sec * 60.0);
+    // E2B averages each point over its step, and the step grows with the window (a day is
+    // sampled far more coarsely than an hour), so a peak rate means nothing without its step:
+    // a 1 h window can show a higher peak than the 24 h window around it. The reply names the
+    // step, and gives the window's total starts, which agree across windows.
+    let step_secs = match points.as_slice() {
+        [a, b, ..] => (b.timestamp_unix - a.timestamp_unix).max(1) as f64,
+        _ => window.as_secs().max(1) as f64,
+    };
+    let step = human_duration(Duration::from_secs(step_secs as u64));
+    let starts: f64 = points
+        .iter()
+        .map(|p| p.sandbox_start_rate * step_secs)
+        .sum();
+    let starts = starts.round() as u64;
+    // E2B reports start rates per second; people think in starts a minute, or an hour when
+    // that is under one (not "0.01 a minute").
+    let per_minute = |per_sec: f64| {
+        if per_sec * 60.0 >= 1.0 {
+            format!("{:.1} a minute", per_sec * 60.0)
+        } else {
+            format!("{:.1} an hour", per_sec * 3600.0)
+        }
+    };
+    let avg_per_sec = starts as f64 / window.as_secs().max(1) as f64;
     let peak_at = peak
         .timestamp
         .or_else(|| DateTime::from_timestamp(peak.timestamp_unix, 0))
@@ -481,8 +528,11 @@ async fn team(ctx: &Context<'_>, window: Duration) -> Reply {
                 .map_or(0, |p| p.concurrent_sandboxes.max(0) as u64),
             concurrent_peak: peak.value.max(0.0).round() as u64,
             peak_at,
-            start_rate: per_minute(avg_rate),
-            start_rate_peak: per_minute(peak_rate.value),
+            start_rate: format!("{starts} ({} on average)", per_minute(avg_per_sec)),
+            start_rate_peak: format!(
+                "{} in the busiest {step} (E2B's step for this window)",
+                per_minute(peak_rate.value)
+            ),
         },
         sparkline: (!concurrency.is_empty())
             .then(|| format::sparkline(&concurrency, 0.0, 1.0, SPARKLINE_WIDTH)),
@@ -603,7 +653,15 @@ async fn snapshots(ctx: &Context<'_>, sandbox: Option<&SandboxId>) -> Reply {
     let rows: Vec<Vec<String>> = listing
         .items
         .iter()
-        .map(|s| vec![s.snapshot_id.to_string(), s.names.join(", ")])
+        .map(|s| {
+            // An empty cell reads as a rendering fault; say there is no name.
+            let names = if s.names.is_empty() {
+                "(no name)".to_owned()
+            } else {
+                s.names.join(", ")
+            };
+            vec![s.snapshot_id.to_string(), names]
+        })
         .collect();
     Ok(ctx.templates.render_or_plain(&SnapshotsParams {
         sandbox: sandbox.map(ToString::to_string),
@@ -620,6 +678,14 @@ async fn templates(ctx: &Context<'_>) -> Reply {
     let subject = "The template list";
     let e2b = ctx.e2b().map_err(about(subject))?;
     let listing = e2b.list_templates().await.map_err(about(subject))?;
+    let unit = ByteUnit::fitting(
+        listing
+            .items
+            .iter()
+            .map(|t| u64::from(t.memory_mb) * MIB)
+            .max()
+            .unwrap_or(0),
+    );
     let rows: Vec<Vec<String>> = listing
         .items
         .iter()
@@ -633,7 +699,7 @@ async fn templates(ctx: &Context<'_>) -> Reply {
                 },
                 t.build_status.as_str().into(),
                 format!("{} vCPU", t.cpu_count),
-                human_bytes(u64::from(t.memory_mb) * MIB),
+                unit.number(u64::from(t.memory_mb) * MIB),
                 t.spawn_count.to_string(),
             ]
         })
@@ -643,8 +709,9 @@ async fn templates(ctx: &Context<'_>) -> Reply {
         table: if rows.is_empty() {
             vec![]
         } else {
+            let memory = format!("memory ({})", unit.name());
             format::table(
-                &["id", "aliases", "build", "cpu", "memory", "spawns"],
+                &["id", "aliases", "build", "cpu", &memory, "spawns"],
                 &rows,
                 MAX_CELL_CHARS,
             )
@@ -668,7 +735,13 @@ async fn template(ctx: &Context<'_>, id: &TemplateId) -> Reply {
             .map(|mb| human_bytes(u64::from(mb) * MIB)),
         build_status: latest.map_or_else(
             || "no builds".into(),
-            |b| format!("{} ({} builds)", b.status.as_str(), t.builds.len()),
+            |b| {
+                format!(
+                    "{} ({})",
+                    b.status.as_str(),
+                    format::count(t.builds.len() as u64, "build", "builds")
+                )
+            },
         ),
         created_at: when(t.created_at),
         spawn_count: t.spawn_count.max(0) as u64,

@@ -16,7 +16,7 @@ use crate::cases::Subject;
 use crate::e2b::{E2bError, SandboxState};
 use crate::execute::{self, Context, sentence};
 use crate::ids::SandboxId;
-use crate::slack::format::human_duration;
+use crate::slack::format::{human_duration, typed_duration};
 use crate::slack::render::{FailureParams, Message};
 use crate::store::{Actor, AuditEvent};
 
@@ -157,7 +157,7 @@ pub async fn change_lifetime(
                     "A timeout of {} would end `{id}` without a decision (the floor is {}). Resume it with `timeout={}` or more, or ask for a kill with `/sandbox kill {id}`.",
                     human_duration(t),
                     human_duration(floor),
-                    human_duration(floor),
+                    typed_duration(floor),
                 ));
             }
             let outcome = execute::resume(&ctx, &id, timeout).await;
@@ -191,7 +191,8 @@ pub async fn change_lifetime(
                     )
                     .await;
                     let reason = format!(
-                        "`/sandbox timeout {id} {human}`: a timeout under {} ends the sandbox, so Steward asks first.",
+                        "`/sandbox timeout {id} {}`: a timeout under {} ends the sandbox, so Steward asks first.",
+                        typed_duration(duration),
                         human_duration(floor)
                     );
                     let req = CaseRequest {

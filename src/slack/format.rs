@@ -1,5 +1,5 @@
-//! Small pure text helpers for Slack messages: mrkdwn escaping, sparklines, human durations
-//! and sizes, monospace tables cut to Slack's limits.
+//! Small pure text helpers for Slack messages: mrkdwn escaping, sparklines, human durations,
+//! counts, percentages and sizes (one unit per table), monospace tables cut to Slack's limits.
 //!
 //! Nothing here knows about templates or E2B types; it turns numbers and strings into text.
 use std::time::Duration;
@@ -88,31 +88,104 @@ pub fn when(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
-/// `1d 3h`, `2h 5m`, `4m 10s`, `12s`: the two largest units, good enough to read at a glance.
+/// `1 d 3 h`, `2 h 5 min`, `4 min 10 s`, `30 s`: the two largest units, spaced like every other
+/// quantity Steward writes, and without a trailing zero part (`2 h`, not `2 h 0 min`).
 pub fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
     let (days, hours, mins, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let pair = |big: u64, big_unit: &str, small: u64, small_unit: &str| {
+        if small == 0 {
+            format!("{big} {big_unit}")
+        } else {
+            format!("{big} {big_unit} {small} {small_unit}")
+        }
+    };
     match () {
-        _ if days > 0 => format!("{days}d {hours}h"),
-        _ if hours > 0 => format!("{hours}h {mins}m"),
-        _ if mins > 0 => format!("{mins}m {s}s"),
-        _ => format!("{s}s"),
+        _ if days > 0 => pair(days, "d", hours, "h"),
+        _ if hours > 0 => pair(hours, "h", mins, "min"),
+        _ if mins > 0 => pair(mins, "min", s, "s"),
+        _ => format!("{s} s"),
     }
 }
 
+/// A duration as someone would type it back into a command: `10m`, `1h30m`, `1s` (exact, no
+/// spaces, so `/sandbox timeout i1 1h30m` parses). For prose use [`human_duration`].
+pub fn typed_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        return "0s".to_owned();
+    }
+    let parts = [
+        (secs / 86400, "d"),
+        (secs / 3600 % 24, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+    ];
+    parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect()
+}
+
+/// `1 build`, `2 builds`, `0 builds`: a count with its noun, never `build(s)`. `plural` is the
+/// noun for any count but one (`count(3, "sandbox", "sandboxes")`).
+pub fn count(n: impl Into<u64>, singular: &str, plural: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
+/// A percentage as Steward writes it, with a space: `2 %`, `12.5 %` (one decimal below 10).
+pub fn percent(value: f64) -> String {
+    if value.abs() < 10.0 && value.fract().abs() >= 0.05 {
+        format!("{value:.1} %")
+    } else {
+        format!("{value:.0} %")
+    }
+}
+
+const BYTE_UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+
 /// Bytes as `512 MiB`, `1.5 GiB`.
 pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
+    let unit = ByteUnit::fitting(bytes);
+    format!("{} {}", unit.number(bytes), unit.name())
+}
+
+/// One binary unit for a whole table or list, so a column never mixes `512 MiB` with
+/// `1.5 GiB`: pick it with [`ByteUnit::fitting`] from the largest value, write the name once
+/// (in the header) and the cells with [`ByteUnit::number`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteUnit(usize);
+
+impl ByteUnit {
+    /// The largest unit in which `largest` is at least 1.
+    pub fn fitting(largest: u64) -> Self {
+        let mut value = largest as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit < BYTE_UNITS.len() - 1 {
+            value /= 1024.0;
+            unit += 1;
+        }
+        Self(unit)
     }
-    if unit == 0 || value >= 100.0 || value.fract() < 0.05 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
+
+    /// `MiB`, `GiB`, …
+    pub fn name(self) -> &'static str {
+        BYTE_UNITS[self.0]
+    }
+
+    /// `bytes` in this unit without the unit: `1.5`, `512`, `<0.1` for a non-zero amount too
+    /// small to show.
+    pub fn number(self, bytes: u64) -> String {
+        let value = bytes as f64 / 1024f64.powi(self.0 as i32);
+        if bytes > 0 && value < 0.05 {
+            "<0.1".to_owned()
+        } else if self.0 == 0 || value >= 100.0 || value.fract() < 0.05 || value.fract() >= 0.95 {
+            format!("{value:.0}")
+        } else {
+            format!("{value:.1}")
+        }
     }
 }
 
@@ -259,12 +332,46 @@ mod tests {
 
     #[test]
     fn durations_and_sizes_read_naturally() {
-        assert_eq!(human_duration(Duration::from_secs(12)), "12s");
-        assert_eq!(human_duration(Duration::from_secs(250)), "4m 10s");
-        assert_eq!(human_duration(Duration::from_secs(7500)), "2h 5m");
-        assert_eq!(human_duration(Duration::from_secs(97200)), "1d 3h");
+        assert_eq!(human_duration(Duration::from_secs(12)), "12 s");
+        assert_eq!(human_duration(Duration::from_secs(30)), "30 s");
+        assert_eq!(human_duration(Duration::from_secs(250)), "4 min 10 s");
+        assert_eq!(human_duration(Duration::from_secs(600)), "10 min");
+        assert_eq!(human_duration(Duration::from_secs(7500)), "2 h 5 min");
+        assert_eq!(human_duration(Duration::from_secs(7200)), "2 h");
+        assert_eq!(human_duration(Duration::from_secs(86400)), "1 d");
+        assert_eq!(human_duration(Duration::from_secs(97200)), "1 d 3 h");
         assert_eq!(human_bytes(512 * 1024 * 1024), "512 MiB");
         assert_eq!(human_bytes(1536 * 1024 * 1024), "1.5 GiB");
+        assert_eq!(human_bytes(1024 * 1024 * 1024), "1 GiB");
+        assert_eq!(typed_duration(Duration::from_secs(1)), "1s");
+        assert_eq!(typed_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(typed_duration(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(typed_duration(Duration::from_secs(90000)), "1d1h");
+        for secs in [1, 59, 600, 5400, 90000, 97261] {
+            let typed = typed_duration(Duration::from_secs(secs));
+            assert_eq!(
+                crate::duration::parse("t", &typed).unwrap(),
+                Duration::from_secs(secs)
+            );
+        }
+        assert_eq!(count(1u32, "build", "builds"), "1 build");
+        assert_eq!(count(0u32, "build", "builds"), "0 builds");
+        assert_eq!(count(3u32, "sandbox", "sandboxes"), "3 sandboxes");
+        assert_eq!(percent(2.0), "2 %");
+        assert_eq!(percent(1.54), "1.5 %");
+        assert_eq!(percent(87.4), "87 %");
+    }
+
+    #[test]
+    fn a_table_writes_every_size_in_one_unit() {
+        const MIB: u64 = 1024 * 1024;
+        let unit = ByteUnit::fitting(20 * 1024 * MIB);
+        assert_eq!(unit.name(), "GiB");
+        assert_eq!(unit.number(512 * MIB), "0.5");
+        assert_eq!(unit.number(20 * 1024 * MIB), "20");
+        assert_eq!(unit.number(3 * MIB), "<0.1");
+        assert_eq!(unit.number(0), "0");
+        assert_eq!(ByteUnit::fitting(900 * MIB).name(), "MiB");
     }
 
     #[test]

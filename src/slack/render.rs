@@ -615,9 +615,9 @@ mod tests {
             memory: "512 MiB".into(),
             disk: Some("1 GiB".into()),
             started_at: "2025-01-01 10:00 UTC".into(),
-            age: "2h 5m".into(),
+            age: "2 h 5 min".into(),
             end_at: "2025-01-01 13:00 UTC".into(),
-            ends_in: Some("55m 0s".into()),
+            ends_in: Some("55 min".into()),
             lifecycle: "pauses on timeout; auto-resume off".into(),
             metadata: vec![KeyValue {
                 key: "owner".into(),
@@ -646,14 +646,14 @@ mod tests {
             "sandbox_metrics",
             render(&SandboxMetricsParams {
                 id: "i1".into(),
-                window: "2h 0m".into(),
+                window: "2 h".into(),
                 points: 3,
                 series: vec![SeriesParams {
                     name: "CPU".into(),
                     sparkline: format::sparkline(&[1.0, 50.0, 99.0], 0.0, 100.0, 40),
-                    min: "1%".into(),
-                    avg: "50%".into(),
-                    max: "99%".into(),
+                    min: "1 %".into(),
+                    avg: "50 %".into(),
+                    max: "99 %".into(),
                 }],
             })
         );
@@ -661,12 +661,13 @@ mod tests {
             "team",
             render(&TeamParams {
                 capacity: CapacityParams {
-                    window: "1d 0h".into(),
+                    window: "1 d".into(),
                     concurrent_now: 3,
                     concurrent_peak: 9,
                     peak_at: Some("2025-01-01 12:00 UTC".into()),
-                    start_rate: "0.5 per minute".into(),
-                    start_rate_peak: "4.0 per minute".into(),
+                    start_rate: "720 (30.0 an hour on average)".into(),
+                    start_rate_peak:
+                        "4.0 a minute in the busiest 5 min (E2B's step for this window)".into(),
                 },
                 sparkline: Some("▁▃█▅".into()),
             })

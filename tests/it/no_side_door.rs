@@ -105,11 +105,11 @@ async fn a_timeout_at_or_above_the_floor_is_set_and_audited() {
     let reply = app.run_deferred("timeout long1 30m").await;
 
     let text = visible_text(&reply);
-    assert!(text.contains("will now end in 30m"), "{text}");
+    assert!(text.contains("will now end in 30 min"), "{text}");
     assert_eq!(calls(&app, "timeout").await, 1);
     let audit = audit_outcomes(&app, "long1").await;
     assert!(
-        audit.iter().any(|a| a.starts_with("timeout set to 30m")),
+        audit.iter().any(|a| a.starts_with("timeout set to 30 min")),
         "{audit:?}"
     );
 }
@@ -132,7 +132,10 @@ async fn a_short_refresh_stays_free_and_is_audited() {
     // People read it back in Slack.
     app.post_command_to("history fresh1", "history").await;
     let history = visible_text(&app.wait_for_hook("history").await);
-    assert!(history.contains("refresh: kept alive for 30s"), "{history}");
+    assert!(
+        history.contains("refresh: kept alive for 30 s"),
+        "{history}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -259,7 +259,7 @@ async fn metrics_show_sparklines_and_min_avg_max_over_the_window() {
     let shown = visible_text(&app.run_deferred("metrics sbxrun1 since=1h").await);
     for expected in [
         "Metrics of `sbxrun1`",
-        "last 1h 0m",
+        "last 1 h (",
         "CPU",
         "Memory",
         "Disk",
@@ -281,17 +281,168 @@ async fn team_shows_concurrency_now_and_at_peak_and_the_start_rate() {
     let shown = visible_text(&app.run_deferred("team since=6h").await);
     for expected in [
         "Team activity",
-        "last 6h 0m",
+        "last 6 h",
         "Running now",
         "Peak concurrency",
-        "Start rate",
-        "per minute",
+        "Sandboxes started",
+        "on average",
     ] {
         assert!(shown.contains(expected), "missing {expected} in {shown}");
     }
     let calls = app.e2b_calls().await;
     assert_eq!(calls.get("team-metrics"), Some(&1));
     assert_eq!(calls.get("team-metrics-max"), Some(&2));
+}
+
+/// The text of the field of a fields section that starts with `label`.
+fn field(post: &sandbox_steward::sim::slack::Recorded, label: &str) -> String {
+    let blocks = post.blocks.clone().unwrap_or_default();
+    blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["fields"].as_array())
+        .flatten()
+        .filter_map(|f| f["text"].as_str())
+        .find(|t| t.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label} field in {blocks}"))
+        .to_owned()
+}
+
+/// The number that starts a field's value (after its `*Label*\n`).
+fn leading_number(field: &str) -> f64 {
+    let value = field.split_once('\n').unwrap().1;
+    let number: String = value
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    number
+        .parse()
+        .unwrap_or_else(|_| panic!("no number in {field}"))
+}
+
+#[tokio::test]
+async fn team_numbers_agree_across_windows_and_each_peak_rate_names_its_step() {
+    let app = app_with_known_sandboxes(20).await;
+    let hour = app.run_deferred("team since=1h").await;
+    let day = app.run_deferred("team since=24h").await;
+    // Totals can only grow with the window; the peak rates differ because E2B averages them
+    // over a step that grows with the window, and each says which step it is.
+    let started = |post| leading_number(&field(post, "*Sandboxes started*"));
+    assert!(
+        started(&day) >= started(&hour),
+        "{} < {}",
+        started(&day),
+        started(&hour)
+    );
+    assert!(started(&day) > 0.0, "{}", visible_text(&day));
+    let hour_peak = field(&hour, "*Peak start rate*");
+    let day_peak = field(&day, "*Peak start rate*");
+    for peak in [&hour_peak, &day_peak] {
+        assert!(
+            peak.contains(" in the busiest ")
+                && (peak.contains(" a minute ") || peak.contains(" an hour ")),
+            "{peak}"
+        );
+        assert!(peak.ends_with("(E2B's step for this window)"), "{peak}");
+    }
+    assert_ne!(
+        hour_peak.split("busiest ").nth(1),
+        day_peak.split("busiest ").nth(1),
+        "a day is sampled more coarsely than an hour"
+    );
+    assert!(
+        leading_number(&field(&day, "*Peak concurrency*"))
+            >= leading_number(&field(&day, "*Running now*"))
+    );
+}
+
+#[tokio::test]
+async fn get_of_a_paused_sandbox_says_when_it_was_paused_instead_of_an_end_in_the_past() {
+    let app = app_with_known_sandboxes(0).await;
+    let paused_at = chrono::Utc::now() - chrono::Duration::hours(2);
+    app.seed_sandbox(
+        json!({"sandboxID": "sbxpause2", "templateID": "base", "state": "paused",
+                            "startedAt": (paused_at - chrono::Duration::hours(1)).to_rfc3339(),
+                            "endAt": paused_at.to_rfc3339()}),
+    )
+    .await;
+    let post = app.run_deferred("get sbxpause2").await;
+    assert_eq!(
+        field(&post, "*Paused*"),
+        format!(
+            "*Paused*\n{} UTC (2 h ago)",
+            paused_at.format("%Y-%m-%d %H:%M")
+        )
+    );
+    let shown = visible_text(&post);
+    assert!(
+        !shown.contains("*Ends*") && !shown.contains("*Ended*"),
+        "{shown}"
+    );
+    // A running sandbox still shows when it ends.
+    let running = app.run_deferred("get sbxrun1").await;
+    assert!(
+        field(&running, "*Ends*").contains("(in "),
+        "{}",
+        visible_text(&running)
+    );
+}
+
+#[tokio::test]
+async fn replies_write_units_as_people_do_and_one_size_unit_per_table() {
+    let app = app_with_known_sandboxes(3).await;
+    let listed = app.run_deferred("list").await;
+    let table: String = listed
+        .blocks
+        .clone()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"]["text"].as_str())
+        .filter(|t| t.starts_with("```"))
+        .collect();
+    let header = table
+        .trim_start_matches('`')
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    // The unit is named once, in the header, and no cell carries one of its own.
+    assert!(
+        header.contains("memory (GiB)") && header.contains("disk (GiB)"),
+        "{header}"
+    );
+    for unit in [" MiB", " GiB", "KiB"] {
+        assert!(
+            !table.lines().skip(1).any(|l| l.contains(unit)),
+            "{unit} in {table}"
+        );
+    }
+    assert!(table.contains(" %"), "cpu as `12 %`: {table}");
+    for post in [
+        listed,
+        app.run_deferred("get sbxrun1").await,
+        app.run_deferred("metrics sbxrun1 since=1h").await,
+        app.run_deferred("team since=1d").await,
+        app.run_deferred("templates").await,
+        app.run_deferred("template base").await,
+    ] {
+        let shown = visible_text(&post);
+        for cramped in ["(s)", "1h ", "0m", "0s)", "1d "] {
+            assert!(!shown.contains(cramped), "{cramped:?} in {shown}");
+        }
+        assert!(
+            !shown.contains("1 builds") && !shown.contains("1 times"),
+            "{shown}"
+        );
+    }
+    let template = visible_text(&app.run_deferred("template base").await);
+    assert!(
+        template.contains(" build)") || template.contains(" builds)"),
+        "{template}"
+    );
 }
 
 #[tokio::test]
@@ -310,7 +461,7 @@ async fn resume_brings_a_paused_sandbox_back_with_the_timeout_given() {
     let app = app_with_known_sandboxes(1).await;
     let shown = visible_text(&app.run_deferred("resume sbxpause1 timeout=10m").await);
     assert!(
-        shown.contains("Resumed `sbxpause1`.") && shown.contains("10m 0s"),
+        shown.contains("Resumed `sbxpause1`.") && shown.contains("run for 10 min unless"),
         "{shown}"
     );
     assert_eq!(sandbox_state(&app, "sbxpause1").await, "running");
@@ -321,12 +472,12 @@ async fn timeout_and_refresh_report_the_new_end() {
     let app = app_with_known_sandboxes(1).await;
     let shown = visible_text(&app.run_deferred("timeout sbxrun1 30m").await);
     assert!(
-        shown.contains("`sbxrun1` will now end in 30m 0s"),
+        shown.contains("`sbxrun1` will now end in 30 min (at "),
         "{shown}"
     );
     let shown = visible_text(&app.run_deferred("refresh sbxrun1 20m").await);
     assert!(
-        shown.contains("Refreshed `sbxrun1`") && shown.contains("20m 0s"),
+        shown.contains("Refreshed `sbxrun1`") && shown.contains("at least 20 min more"),
         "{shown}"
     );
     let calls = app.e2b_calls().await;
@@ -347,6 +498,15 @@ async fn snapshot_then_snapshots_lists_it() {
     assert!(listed.contains("before-upgrade"), "{listed}");
     let all = visible_text(&app.run_deferred("snapshots").await);
     assert!(all.contains("before-upgrade"), "{all}");
+    // A snapshot taken without a name says so rather than leaving its cell blank.
+    app.run_deferred("snapshot sbxrun1").await;
+    let listed = app.run_deferred("snapshots sbxrun1").await;
+    assert_eq!(listed.text.as_deref(), Some("2 snapshots of sbxrun1"));
+    assert!(
+        visible_text(&listed).contains("(no name)"),
+        "{}",
+        visible_text(&listed)
+    );
 }
 
 #[tokio::test]
