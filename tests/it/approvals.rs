@@ -800,7 +800,10 @@ async fn a_template_case_counts_its_users_and_deletes_only_after_a_fresh_check()
     let (_, reply) = command(&app, "delete-template oldtpl nobody needs it").await;
     let case = case_id_in(&visible_text(&reply));
     let blocks = card_blocks(&app, &case).await.to_string();
-    assert!(blocks.contains("used by 1 sandbox(es)"), "{blocks}");
+    assert!(
+        blocks.contains("used by 1 sandbox and 0 snapshots."),
+        "{blocks}"
+    );
 
     // The sandbox goes away after the card was posted: the decision is asked again.
     let e2b = app.state.e2b.as_ref().unwrap();
@@ -985,6 +988,13 @@ async fn history_and_audit_export_show_the_timeline() {
         let decide = text.find("decide:snapshot_then_kill: ok").unwrap();
         let kill = text.find("e2b:kill_sandbox: ok").unwrap();
         assert!(open < decide && decide < kill, "{text}");
+        // People are mentions Slack renders; the case id is said once, not on every line.
+        let blocks = reply.blocks.clone().unwrap().to_string();
+        assert!(
+            blocks.contains("<@U0002> decide:snapshot_then_kill: ok"),
+            "{blocks}"
+        );
+        assert_eq!(blocks.matches(case.as_str()).count(), 1, "{blocks}");
     }
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
