@@ -433,12 +433,20 @@ pub struct WorkingParams {
 }
 message!(WorkingParams, "working.json.j2");
 
-/// A command that failed, as one sentence.
+/// A command that failed, as one sentence (escaped whole: it may quote user input).
 #[derive(Debug, Serialize)]
 pub struct FailureParams {
     pub sentence: String,
 }
 message!(FailureParams, "failure.json.j2");
+
+/// The same message for a sentence that names people ("Already decided by <@U1>"): Steward's
+/// own mrkdwn, so its mentions render while the user text in it stays escaped.
+#[derive(Debug, Serialize)]
+pub struct MentionFailureParams {
+    pub sentence: Mrkdwn,
+}
+message!(MentionFailureParams, "failure.json.j2");
 
 /// A direct action that succeeded.
 #[derive(Debug, Serialize)]
@@ -848,6 +856,36 @@ mod tests {
             sentence: "x".into(),
         });
         assert!(fallback.text.contains("failure.json.j2"));
+    }
+
+    #[test]
+    fn trusted_mrkdwn_keeps_stewards_mentions_and_escapes_the_user_text_in_it() {
+        let user = SlackUserId::parse("U01BOB").unwrap();
+        let sentence = Mrkdwn::text("Already decided by ")
+            .and(Mrkdwn::user(&user))
+            .and(Mrkdwn::text(": <!channel> & co."))
+            .and(Mrkdwn::markup(" See "))
+            .and(Mrkdwn::channel("C0HYGIENE"));
+        let json = render(&MentionFailureParams { sentence });
+        assert_eq!(
+            json["blocks"][0]["text"]["text"],
+            ":warning: Already decided by <@U01BOB>: &lt;!channel&gt; &amp; co. See <#C0HYGIENE>"
+        );
+        // The same words as a String are user text: escaped whole.
+        let json = render(&FailureParams {
+            sentence: "Already decided by <@U01BOB>".to_owned(),
+        });
+        assert_eq!(
+            json["blocks"][0]["text"]["text"],
+            ":warning: Already decided by &lt;@U01BOB&gt;"
+        );
+        // Something that is not a channel id does not become a link.
+        assert_eq!(Mrkdwn::channel("C1> <!here").as_str(), "C1&gt; &lt;!here");
+        // For plain_text fields (modal errors) the mentions become readable ids.
+        let plain = Mrkdwn::text("by ")
+            .and(Mrkdwn::user(&user))
+            .and(Mrkdwn::text(" (a<b)"));
+        assert_eq!(plain.to_plain(), "by @U01BOB (a<b)");
     }
 
     #[test]

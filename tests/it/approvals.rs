@@ -846,6 +846,28 @@ async fn a_redelivered_click_is_acted_on_once() {
 }
 
 #[tokio::test]
+async fn a_click_on_a_decided_case_names_the_decider_as_a_mention_slack_renders() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "decided1", "base").await;
+    let case = open_kill_case(&app, "decided1").await;
+    click(&app, &case, "case_pause", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+
+    let late = hook();
+    click(&app, &case, "case_pause", "U0003", &late).await;
+    let reply = app.wait_for_hook(&late).await;
+    let blocks = reply.blocks.clone().unwrap();
+    assert_eq!(
+        blocks[0]["text"]["text"],
+        ":warning: Already decided by <@U0002>: Pause."
+    );
+    assert_eq!(
+        reply.text.as_deref(),
+        Some("Already decided by <@U0002>: Pause.")
+    );
+}
+
+#[tokio::test]
 async fn a_failed_kill_offers_retry_and_retry_finishes_it() {
     let app = spawn_app_with(TestAppOptions {
         stale_after: Duration::from_millis(300),
