@@ -11,7 +11,7 @@ use crate::slack::payload::{
     CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RETRY, CASE_UNTIL_ACTION,
     CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
-use crate::slack::render::{KeyValue, MessageParams};
+use crate::slack::render::{KeyValue, MessageParams, Mrkdwn};
 use crate::store::{Actor, AuditEvent};
 
 /// A confirm dialog on a button.
@@ -53,19 +53,19 @@ pub struct CaseCardParams {
     /// `Sandbox` or `Template`.
     pub subject_kind: &'static str,
     pub subject_id: String,
-    /// The question in the header, e.g. `kill it?`.
-    pub question: String,
-    pub opener_user: Option<String>,
-    pub opener_text: Option<String>,
+    /// The header: the question while pending (`Sandbox x: kill it?`), the end state after
+    /// (`Sandbox x killed after snapshot …`). Plain text.
+    pub headline: String,
+    /// Who asked: a mention, or the sweep.
+    pub opener: Mrkdwn,
     pub reason: String,
     pub evidence: Vec<KeyValue>,
     pub recommendation: String,
     pub recommendation_reason: String,
     pub notes: Vec<String>,
     pub status: CardStatus,
-    /// Plain words for the fallback text.
-    pub status_text: String,
-    pub actor: Option<String>,
+    /// A mention of whoever decided.
+    pub actor: Option<Mrkdwn>,
     pub option: Option<String>,
     pub decision_reason: Option<String>,
     pub error: Option<String>,
@@ -104,8 +104,11 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
     if let Some(state) = &e.state {
         push("State", state.clone());
     }
-    if let Some(t) = &e.template {
-        push("Template", format!("`{t}`"));
+    // People know a template by its alias; the id is only shown when there is none.
+    match (&e.template_alias, &e.template) {
+        (Some(alias), _) => push("Template", format!("`{alias}`")),
+        (None, Some(t)) => push("Template", format!("`{t}`")),
+        (None, None) => {}
     }
     let mut size = Vec::new();
     if let Some(cpu) = e.cpu_count {
@@ -146,18 +149,15 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
         push("Owner", owner.clone());
     }
     if let Some(usage) = &e.template_usage {
-        push(
-            "Used by",
-            format!(
-                "{} sandbox{} · {} snapshot{}",
-                usage.sandboxes.len(),
-                if usage.sandboxes.len() == 1 { "" } else { "es" },
-                usage.snapshots,
-                if usage.snapshots == 1 { "" } else { "s" }
-            ),
-        );
+        push("Used by", usage_words(usage).replace(" and ", " · "));
     }
-    let metadata: Vec<String> = e.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The owner's entry is already the `Owner` field; the rest of the metadata follows.
+    let metadata: Vec<String> = e
+        .metadata
+        .iter()
+        .filter(|(_, v)| e.owner.as_deref() != Some(v.trim()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     if !metadata.is_empty() {
         push(
             "Metadata",
@@ -174,12 +174,25 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
     out
 }
 
+/// `2 sandboxes and 1 snapshot`.
+fn usage_words(usage: &crate::cases::TemplateUsage) -> String {
+    let sandboxes = usage.sandboxes.len();
+    format!(
+        "{sandboxes} sandbox{} and {} snapshot{}",
+        if sandboxes == 1 { "" } else { "es" },
+        usage.snapshots,
+        if usage.snapshots == 1 { "" } else { "s" }
+    )
+}
+
 /// The button of one option on a pending card.
 fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
     let (kind, id) = subject_parts(&case.subject);
+    // The highlighted button is the one Steward recommends; the destructive ones stay red
+    // whatever is recommended, so a kill never looks like the safe choice.
     let style = match option {
-        DecisionOption::SnapshotThenKill => Some("primary"),
         DecisionOption::Kill | DecisionOption::DeleteTemplate => Some("danger"),
+        _ if option == case.recommendation.option => Some("primary"),
         _ => None,
     };
     let confirm = match option {
@@ -196,9 +209,8 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
             Some(ConfirmParams {
                 title: "Delete this template?".into(),
                 text: format!(
-                    "Template `{id}` is used by {} sandbox(es) and {} snapshot(s). Deleting it cannot be undone.",
-                    usage.sandboxes.len(),
-                    usage.snapshots
+                    "Template `{id}` is used by {}. Deleting it cannot be undone.",
+                    usage_words(&usage)
                 ),
                 confirm: "Delete it".into(),
                 deny: "Cancel".into(),
@@ -215,12 +227,90 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
     }
 }
 
-fn question(case: &Case) -> String {
+/// The options as buttons, the recommended one first and the rest in the case's order.
+fn option_buttons(case: &Case) -> Vec<ButtonParams> {
+    let recommended = case.recommendation.option;
+    let mut options: Vec<DecisionOption> = case.options.clone();
+    options.sort_by_key(|o| *o != recommended);
+    options.iter().map(|o| option_button(case, *o)).collect()
+}
+
+fn question(case: &Case) -> &'static str {
     match case.recommendation.option {
-        DecisionOption::SnapshotThenKill | DecisionOption::Kill => "kill it?".into(),
-        DecisionOption::Pause => "pause it?".into(),
-        DecisionOption::DeleteTemplate => "delete it?".into(),
-        DecisionOption::Leave | DecisionOption::Keep => "what now?".into(),
+        DecisionOption::SnapshotThenKill | DecisionOption::Kill => "kill it?",
+        DecisionOption::Pause => "pause it?",
+        DecisionOption::DeleteTemplate => "delete it?",
+        DecisionOption::Leave | DecisionOption::Keep => "what now?",
+    }
+}
+
+/// Slack refuses a header longer than this.
+const HEADER_MAX_CHARS: usize = 150;
+
+/// The header: what is asked while the case is open, what became of the subject once it is not.
+fn headline(case: &Case, snapshot: Option<&str>) -> String {
+    let (kind, id) = subject_parts(&case.subject);
+    let subject = format!("{kind} {id}");
+    let text = match &case.state {
+        CaseState::Pending => format!("{subject}: {}", question(case)),
+        CaseState::Decided { decision, .. } | CaseState::Executing { decision, .. } => {
+            format!("{subject}: {} under way", decision.option)
+        }
+        CaseState::Done {
+            decision, steps, ..
+        } => {
+            let happened = |o: StepOutcome| steps.iter().any(|r| r.outcome == o);
+            if happened(StepOutcome::AlreadyGone) {
+                format!("{subject} was already gone")
+            } else if happened(StepOutcome::AlreadyPaused) {
+                format!("{subject} was already paused")
+            } else {
+                match (decision.option, snapshot) {
+                    (DecisionOption::SnapshotThenKill, Some(snap)) => {
+                        format!("{subject} killed after snapshot {snap}")
+                    }
+                    (DecisionOption::SnapshotThenKill | DecisionOption::Kill, _) => {
+                        format!("{subject} killed")
+                    }
+                    (DecisionOption::Pause, _) => format!("{subject} paused"),
+                    (DecisionOption::DeleteTemplate, _) => format!("{subject} deleted"),
+                    (DecisionOption::Leave, _) => format!("{subject} left as it is"),
+                    (DecisionOption::Keep, _) => format!("{subject} kept"),
+                }
+            }
+        }
+        CaseState::Failed { decision, .. } => format!("{subject}: {} failed", decision.option),
+        CaseState::Expired { .. } => format!("{subject}: no decision, nothing done"),
+        CaseState::Left { option, .. } => match option {
+            DecisionOption::Keep => format!("{subject} kept"),
+            _ => format!("{subject} left as it is"),
+        },
+    };
+    format::cut(&text, HEADER_MAX_CHARS)
+}
+
+/// What the `State` field says once the case is no longer open: the end state when Steward
+/// changed it, else the state it had when people were asked (it may have changed since).
+fn state_after(case: &Case, asked: &str) -> Option<String> {
+    match &case.state {
+        CaseState::Pending => None,
+        CaseState::Done {
+            decision, steps, ..
+        } => {
+            let end = steps.iter().rev().find_map(|r| match r.outcome {
+                StepOutcome::Killed => Some("killed"),
+                StepOutcome::Paused | StepOutcome::AlreadyPaused => Some("paused"),
+                StepOutcome::TemplateDeleted => Some("deleted"),
+                StepOutcome::AlreadyGone => Some("gone"),
+                _ => None,
+            });
+            Some(match end {
+                Some(end) => end.to_owned(),
+                None if decision.option.is_leave() => format!("{asked} (left as it was)"),
+                None => format!("{asked} when asked"),
+            })
+        }
+        _ => Some(format!("{asked} when asked")),
     }
 }
 
@@ -261,13 +351,11 @@ pub fn card_params(case: &Case) -> CaseCardParams {
     let mut params = uncut_card_params(case);
     let cut = |t: &str| format::cut(t, CARD_TEXT_MAX_CHARS);
     params.reason = format::cut(&params.reason, CARD_REASON_MAX_CHARS);
-    params.opener_text = params.opener_text.as_deref().map(cut);
     params.recommendation_reason = cut(&params.recommendation_reason);
     let skip = params.notes.len().saturating_sub(CARD_MAX_NOTES);
     params.notes = params.notes[skip..].iter().map(|n| cut(n)).collect();
     params.decision_reason = params.decision_reason.as_deref().map(cut);
     params.error = params.error.as_deref().map(cut);
-    params.status_text = cut(&params.status_text);
     params.results = params.results.iter().map(|r| cut(r)).collect();
     for field in &mut params.evidence {
         field.value = format::cut(&field.value, 400);
@@ -277,24 +365,22 @@ pub fn card_params(case: &Case) -> CaseCardParams {
 
 fn uncut_card_params(case: &Case) -> CaseCardParams {
     let (subject_kind, subject_id) = subject_parts(&case.subject);
-    let (opener_user, opener_text) = match &case.opener {
-        Opener::Person { user } => (Some(user.to_string()), None),
-        Opener::Sweep => (None, Some("The hygiene sweep".to_owned())),
+    let opener = match &case.opener {
+        Opener::Person { user } => Mrkdwn::user(user),
+        Opener::Sweep => Mrkdwn::text("The hygiene sweep"),
     };
     let mut params = CaseCardParams {
         case_id: case.id.to_string(),
         subject_kind,
         subject_id,
-        question: question(case),
-        opener_user,
-        opener_text,
+        headline: String::new(),
+        opener,
         reason: case.reason.clone(),
         evidence: evidence_fields(case),
         recommendation: case.recommendation.option.to_string(),
         recommendation_reason: case.recommendation.reason.clone(),
         notes: case.notes.iter().map(|n| n.text.clone()).collect(),
         status: CardStatus::Pending,
-        status_text: String::new(),
         actor: None,
         option: None,
         decision_reason: None,
@@ -308,22 +394,16 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         block_id: format!("case:{}:{}", case.id, case.version),
     };
     if let Some(d) = case.state.decision() {
-        params.actor = Some(d.by.to_string());
+        params.actor = Some(Mrkdwn::user(&d.by));
         params.option = Some(d.option.to_string());
         params.decision_reason = d.reason.clone();
     }
     match &case.state {
         CaseState::Pending => {
-            params.status_text = format!("waiting for a decision by {}", params.decide_by);
-            params.buttons = case
-                .options
-                .iter()
-                .map(|o| option_button(case, *o))
-                .collect();
+            params.buttons = option_buttons(case);
         }
         CaseState::Decided { steps, .. } | CaseState::Executing { steps, .. } => {
             params.status = CardStatus::Running;
-            params.status_text = "the decision is being carried out".into();
             (params.results, params.snapshot_id) = result_lines(steps);
         }
         CaseState::Done { steps, at, .. } => {
@@ -333,17 +413,11 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             } else {
                 CardStatus::Done
             };
-            params.status_text = if gone {
-                "already gone; nothing was done".into()
-            } else {
-                "done".into()
-            };
             params.at = Some(when(*at));
             (params.results, params.snapshot_id) = result_lines(steps);
         }
         CaseState::Failed { steps, error, .. } => {
             params.status = CardStatus::Failed;
-            params.status_text = format!("failed: {error}");
             params.error = Some(error.clone());
             (params.results, params.snapshot_id) = result_lines(steps);
             params.buttons = vec![ButtonParams {
@@ -356,8 +430,6 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         }
         CaseState::Expired { .. } => {
             params.status = CardStatus::Expired;
-            params.status_text =
-                format!("no decision by {}: no action was taken", params.decide_by);
         }
         CaseState::Left {
             option,
@@ -367,13 +439,23 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             at,
         } => {
             params.status = CardStatus::Left;
-            params.status_text = format!("{option} chosen by {by}");
-            params.actor = Some(by.to_string());
+            params.actor = Some(Mrkdwn::user(by));
             params.option = Some(option.to_string());
             params.decision_reason = reason.clone();
             params.until = until.map(when);
             params.at = Some(when(*at));
         }
+    }
+    params.headline = headline(case, params.snapshot_id.as_deref());
+    if let Some(field) = params.evidence.iter_mut().find(|f| f.key == "State")
+        && let Some(after) = state_after(case, &field.value)
+    {
+        field.value = after;
+    }
+    if case.state != CaseState::Pending
+        && let Some(field) = params.evidence.iter_mut().find(|f| f.key == "Used by")
+    {
+        field.value.push_str(" when asked");
     }
     params
 }
@@ -465,7 +547,11 @@ pub struct HistoryParams {
     pub about: String,
     pub count: usize,
     pub shown: usize,
-    pub chunks: Vec<String>,
+    /// The case (or cases) the events belong to, said once instead of on every line; `None`
+    /// when the heading already names the case.
+    pub cases: Option<Mrkdwn>,
+    /// The timeline, lines grouped so each group fits one section.
+    pub chunks: Vec<Mrkdwn>,
 }
 
 impl MessageParams for HistoryParams {
@@ -474,38 +560,89 @@ impl MessageParams for HistoryParams {
 
 /// Most timeline lines shown in Slack; the export has them all.
 pub const HISTORY_MAX_LINES: usize = 60;
-/// Longest timeline line shown in Slack.
-const HISTORY_LINE_MAX_CHARS: usize = 500;
+/// Most characters of one event's outcome shown in Slack (it may quote a long reason).
+const HISTORY_OUTCOME_MAX_CHARS: usize = 400;
 
-/// The timeline of `events` (oldest first), the latest [`HISTORY_MAX_LINES`] shown.
-pub fn history_params(about: String, events: &[AuditEvent]) -> HistoryParams {
+/// The timeline of `events` (oldest first), the latest [`HISTORY_MAX_LINES`] shown. People are
+/// mentions; the case id is said once, in `cases`, unless `about_case` says the heading has it.
+pub fn history_params(about: String, events: &[AuditEvent], about_case: bool) -> HistoryParams {
     let start = events.len().saturating_sub(HISTORY_MAX_LINES);
-    let lines: Vec<String> = events[start..]
+    let shown = &events[start..];
+    let mut cases: Vec<&crate::ids::CaseId> = Vec::new();
+    for case in shown.iter().filter_map(|e| e.case.as_ref()) {
+        if !cases.contains(&case) {
+            cases.push(case);
+        }
+    }
+    // With several cases, each line says which by its number in the context line.
+    let number = |e: &AuditEvent| -> Option<usize> {
+        let case = e.case.as_ref()?;
+        (cases.len() > 1).then(|| cases.iter().position(|c| *c == case).map(|i| i + 1))?
+    };
+    let lines: Vec<Mrkdwn> = shown
         .iter()
         .map(|e| {
             let who = match &e.actor {
-                Actor::Person { user } => user.to_string(),
-                Actor::Steward { part } => format!("steward/{part}"),
+                Actor::Person { user } => Mrkdwn::user(user),
+                Actor::Steward { part } => Mrkdwn::text(&format!("Steward ({part})")),
             };
-            let case = e.case.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
-            // One line stays well inside a section, however long the reason it records.
-            format::cut(
-                &format::defuse_code_fence(&format!(
-                    "{} {who}{case} {}: {}",
-                    e.time.format("%Y-%m-%d %H:%M:%S"),
+            let mut line = Mrkdwn::markup("`")
+                .and(e.time.format("%Y-%m-%d %H:%M:%S").to_string())
+                .and(Mrkdwn::markup("` "))
+                .and(who)
+                .and(format!(
+                    " {}: {}",
                     e.action,
-                    e.outcome
-                )),
-                HISTORY_LINE_MAX_CHARS,
-            )
+                    format::cut(&e.outcome, HISTORY_OUTCOME_MAX_CHARS)
+                ));
+            if let Some(n) = number(e) {
+                line = line.and(format!(" (case {n})"));
+            }
+            line
         })
         .collect();
+    let cases = match cases.as_slice() {
+        [] => None,
+        [_] if about_case => None,
+        [one] => Some(Mrkdwn::text(&format!("Case `{one}`"))),
+        many => Some(Mrkdwn::text(
+            &many
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("Case {}: `{c}`", i + 1))
+                .collect::<Vec<_>>()
+                .join(" · "),
+        )),
+    };
     HistoryParams {
         about,
         count: events.len(),
         shown: lines.len(),
-        chunks: format::chunk_lines(&lines, format::SECTION_TEXT_MAX_CHARS - 6),
+        cases,
+        chunks: chunk_mrkdwn(lines, format::SECTION_TEXT_MAX_CHARS - 100),
     }
+}
+
+/// Joins `lines` with newlines into groups of at most `max_chars` each (a line is never split:
+/// each one is far shorter than a section).
+fn chunk_mrkdwn(lines: Vec<Mrkdwn>, max_chars: usize) -> Vec<Mrkdwn> {
+    let mut chunks = Vec::new();
+    let mut current: Option<(Mrkdwn, usize)> = None;
+    for line in lines {
+        let len = line.as_str().chars().count();
+        current = match current.take() {
+            Some((chunk, used)) if used + 1 + len <= max_chars => {
+                Some((chunk.and(Mrkdwn::markup("\n")).and(line), used + 1 + len))
+            }
+            Some((chunk, _)) => {
+                chunks.push(chunk);
+                Some((line, len))
+            }
+            None => Some((line, len)),
+        };
+    }
+    chunks.extend(current.map(|(chunk, _)| chunk));
+    chunks
 }
 
 #[cfg(test)]
@@ -530,11 +667,13 @@ mod tests {
     fn sandbox_case() -> Case {
         let mut metadata = BTreeMap::new();
         metadata.insert("owner".to_owned(), "ana <ana@example.com>".to_owned());
+        metadata.insert("team".to_owned(), "data".to_owned());
         let mut case = CaseDraft {
             subject: Subject::Sandbox(SandboxId::parse("sbx1").unwrap()),
             evidence: Evidence {
                 state: Some("running".into()),
-                template: Some(TemplateId::parse("base").unwrap()),
+                template: Some(TemplateId::parse("rki5dems9wqfm4r03t7g").unwrap()),
+                template_alias: Some("base".into()),
                 cpu_count: Some(2),
                 memory_mb: Some(512),
                 disk_mb: Some(1024),
@@ -639,7 +778,93 @@ mod tests {
                 .unwrap()
                 .contains("sbx1")
         );
+        // The template shows as its alias, the name people know, not its id.
+        let text = json.to_string();
+        assert!(text.contains("*Template*\\n`base`"), "{text}");
+        assert!(!text.contains("rki5dems9wqfm4r03t7g"), "{text}");
         insta::assert_json_snapshot!("case_card_pending", json);
+    }
+
+    /// The buttons of a rendered card: (action_id, style).
+    fn buttons(json: &serde_json::Value) -> Vec<(String, Option<String>)> {
+        let actions = json["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["type"] == "actions")
+            .expect("an actions block");
+        actions["elements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["action_id"].as_str().unwrap().to_owned(),
+                    b["style"].as_str().map(str::to_owned),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_highlighted_button_is_the_recommended_one_and_comes_first() {
+        let styled = |id: &str, style: Option<&str>| (id.to_owned(), style.map(str::to_owned));
+        for (recommended, expected) in [
+            (
+                DecisionOption::Pause,
+                vec![
+                    styled("case_pause", Some("primary")),
+                    styled("case_snapshot_then_kill", None),
+                    styled("case_kill", Some("danger")),
+                    styled("case_leave", None),
+                ],
+            ),
+            (
+                DecisionOption::Leave,
+                vec![
+                    styled("case_leave", Some("primary")),
+                    styled("case_snapshot_then_kill", None),
+                    styled("case_kill", Some("danger")),
+                    styled("case_pause", None),
+                ],
+            ),
+            (
+                DecisionOption::SnapshotThenKill,
+                vec![
+                    styled("case_snapshot_then_kill", Some("primary")),
+                    styled("case_kill", Some("danger")),
+                    styled("case_pause", None),
+                    styled("case_leave", None),
+                ],
+            ),
+        ] {
+            let mut case = sandbox_case();
+            case.recommendation.option = recommended;
+            let json = render(&case);
+            assert_eq!(buttons(&json), expected, "{recommended:?}");
+            // Kill keeps its confirm dialog whatever is recommended.
+            let kill = json["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["type"] == "actions")
+                .unwrap()["elements"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["action_id"] == "case_kill")
+                .unwrap()
+                .clone();
+            assert_eq!(kill["confirm"]["style"], "danger");
+            let recommends = format!("Steward recommends *{recommended}*");
+            assert!(json.to_string().contains(&recommends), "{json}");
+        }
+        let mut pause = sandbox_case();
+        pause.recommendation = Recommendation {
+            option: DecisionOption::Pause,
+            reason: "idle for 2 h; a paused sandbox keeps its state and costs nothing".into(),
+        };
+        insta::assert_json_snapshot!("case_card_recommends_pause", render(&pause));
     }
 
     #[test]
@@ -661,7 +886,7 @@ mod tests {
         let json = render(&case);
         let text = json.to_string();
         assert!(
-            text.contains("used by 2 sandbox(es) and 3 snapshot(s)"),
+            text.contains("used by 2 sandboxes and 3 snapshots."),
             "{text}"
         );
         insta::assert_json_snapshot!("case_card_template", json);
@@ -753,6 +978,135 @@ mod tests {
         }
     }
 
+    fn step(step: crate::cases::Step, outcome: StepOutcome) -> StepRecord {
+        StepRecord {
+            step,
+            outcome,
+            at: t(62),
+        }
+    }
+
+    /// The header and the `State` field of a rendered card.
+    fn header_and_state(json: &serde_json::Value) -> (String, Option<String>) {
+        let header = json["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let state = json["blocks"][2]["fields"]
+            .as_array()
+            .and_then(|fields| {
+                fields
+                    .iter()
+                    .filter_map(|f| f["text"].as_str())
+                    .find_map(|f| f.strip_prefix("*State*\n"))
+            })
+            .map(str::to_owned);
+        (header, state)
+    }
+
+    #[test]
+    fn a_finished_card_says_what_became_of_the_subject() {
+        use crate::cases::Step;
+        let snap = TemplateId::parse("team/snap:1").unwrap();
+        let done = |option, steps| CaseState::Done {
+            decision: decision(option),
+            steps,
+            at: t(63),
+        };
+        let cases = [
+            (
+                done(
+                    DecisionOption::SnapshotThenKill,
+                    vec![
+                        step(
+                            Step::Snapshot,
+                            StepOutcome::SnapshotCreated {
+                                snapshot_id: snap.clone(),
+                            },
+                        ),
+                        step(Step::Kill, StepOutcome::Killed),
+                    ],
+                ),
+                "Sandbox sbx1 killed after snapshot team/snap:1",
+                "killed",
+            ),
+            (
+                done(
+                    DecisionOption::Kill,
+                    vec![step(Step::Kill, StepOutcome::Killed)],
+                ),
+                "Sandbox sbx1 killed",
+                "killed",
+            ),
+            (
+                done(
+                    DecisionOption::Pause,
+                    vec![step(Step::Pause, StepOutcome::Paused)],
+                ),
+                "Sandbox sbx1 paused",
+                "paused",
+            ),
+            (
+                CaseState::Left {
+                    option: DecisionOption::Leave,
+                    by: user("U3"),
+                    reason: None,
+                    until: None,
+                    at: t(61),
+                },
+                "Sandbox sbx1 left as it is",
+                "running when asked",
+            ),
+            (
+                CaseState::Failed {
+                    decision: decision(DecisionOption::Pause),
+                    attempt: 1,
+                    steps: vec![],
+                    error: "E2B had a server error (500): boom".into(),
+                    at: t(61),
+                },
+                "Sandbox sbx1: Pause failed",
+                "running when asked",
+            ),
+            (
+                CaseState::Expired { at: t(86_400) },
+                "Sandbox sbx1: no decision, nothing done",
+                "running when asked",
+            ),
+        ];
+        for (state, header, state_field) in cases {
+            let mut case = sandbox_case();
+            case.state = state;
+            let json = render(&case);
+            assert_eq!(
+                header_and_state(&json),
+                (header.to_owned(), Some(state_field.to_owned()))
+            );
+            let text = json.to_string();
+            assert!(!text.contains("kill it?"), "{text}");
+        }
+
+        let mut template = sandbox_case();
+        template.subject = Subject::Template(TemplateId::parse("old-tpl").unwrap());
+        template.options = template.subject.default_options();
+        template.recommendation = Recommendation {
+            option: DecisionOption::DeleteTemplate,
+            reason: "no sandbox or snapshot uses it".into(),
+        };
+        template.evidence = Evidence {
+            template_usage: Some(TemplateUsage::default()),
+            ..Evidence::default()
+        };
+        template.state = done(
+            DecisionOption::DeleteTemplate,
+            vec![step(Step::DeleteTemplate, StepOutcome::TemplateDeleted)],
+        );
+        let json = render(&template);
+        assert_eq!(header_and_state(&json).0, "Template old-tpl deleted");
+        assert!(json.to_string().contains("Template deleted."), "{json}");
+        insta::assert_json_snapshot!("case_card_template_deleted", json);
+    }
+
     #[test]
     fn a_refreshed_card_shows_the_note_and_asks_again() {
         let mut case = sandbox_case();
@@ -806,14 +1160,34 @@ mod tests {
             },
         ];
         let message = Templates::embedded()
-            .render(&history_params("sandbox `sbx1`".into(), &events))
+            .render(&history_params("sandbox `sbx1`".into(), &events, false))
             .unwrap();
         let json = serde_json::to_value(&message).unwrap();
         let text = json.to_string();
         assert!(text.find("open").unwrap() < text.find("e2b:kill_sandbox").unwrap());
+        // The person is a mention Slack renders, the case id is said once, in the context line.
+        assert_eq!(
+            json["blocks"][1]["elements"][0]["text"],
+            "Case `case_fixed`"
+        );
+        assert_eq!(
+            json["blocks"][2]["text"]["text"],
+            "`2025-12-29 09:20:00` <@U1> open: ok\n`2025-12-29 09:21:00` Steward (worker) e2b:kill_sandbox: ok"
+        );
         insta::assert_json_snapshot!("case_history", json);
+        // Asked about the case itself, the heading names it and no context line repeats it.
+        let about_case = Templates::embedded()
+            .render(&history_params("case `case_fixed`".into(), &events, true))
+            .unwrap();
+        let about_case = serde_json::to_value(&about_case).unwrap();
+        assert_eq!(about_case["blocks"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            about_case.to_string().matches("case_fixed").count(),
+            2,
+            "{about_case}"
+        );
         let empty = Templates::embedded()
-            .render(&history_params("case `x`".into(), &[]))
+            .render(&history_params("case `x`".into(), &[], true))
             .unwrap();
         assert!(serde_json::to_string(&empty).unwrap().contains("no record"));
     }

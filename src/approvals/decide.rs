@@ -11,6 +11,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::{Services, audit, refresh_card};
 use crate::cases::{Case, CaseState, DecisionOption, Event, may_decide};
 use crate::ids::{CaseId, SlackUserGroupId, SlackUserId};
+use crate::slack::render::Mrkdwn;
 use crate::store::Job;
 use crate::store::{Actor, StoreError, Updated};
 
@@ -24,6 +25,8 @@ pub enum Reply {
     Nothing,
     /// A sentence only they see.
     Ephemeral(String),
+    /// A sentence only they see that names people: Steward's own mrkdwn, so mentions render.
+    Mentioning(Mrkdwn),
     /// Open the reason modal for this case and option.
     AskReason {
         case: Box<Case>,
@@ -66,22 +69,23 @@ fn store_sentence(e: StoreError) -> String {
     })
 }
 
-/// Says why a case no longer takes `option` from this person.
-pub fn already_sentence(case: &Case) -> String {
+/// Says why a case no longer takes `option` from this person, naming who decided.
+pub fn already_sentence(case: &Case) -> Mrkdwn {
+    let decided = |by: &SlackUserId, option: DecisionOption| {
+        Mrkdwn::text("Already decided by ")
+            .and(Mrkdwn::user(by))
+            .and(format!(": {option}."))
+    };
     match &case.state {
-        CaseState::Pending => "This case is waiting for a decision.".to_owned(),
+        CaseState::Pending => Mrkdwn::text("This case is waiting for a decision."),
         CaseState::Decided { decision, .. }
         | CaseState::Executing { decision, .. }
         | CaseState::Done { decision, .. }
-        | CaseState::Failed { decision, .. } => format!(
-            "Already decided by <@{}>: {}.",
-            decision.by, decision.option
+        | CaseState::Failed { decision, .. } => decided(&decision.by, decision.option),
+        CaseState::Left { option, by, .. } => decided(by, *option),
+        CaseState::Expired { .. } => Mrkdwn::text(
+            "This case expired without a decision; nothing was done. Open a new one if needed.",
         ),
-        CaseState::Left { option, by, .. } => format!("Already decided by <@{by}>: {option}."),
-        CaseState::Expired { .. } => {
-            "This case expired without a decision; nothing was done. Open a new one if needed."
-                .to_owned()
-        }
     }
 }
 
@@ -231,7 +235,7 @@ pub async fn option_clicked(
         return Reply::Ephemeral(sentence);
     }
     if case.state != CaseState::Pending {
-        return Reply::Ephemeral(already_sentence(&case));
+        return Reply::Mentioning(already_sentence(&case));
     }
     if !case.options.contains(&option) {
         return Reply::Ephemeral(format!("{option} is not an option of this case."));
@@ -248,7 +252,7 @@ pub async fn option_clicked(
     }
     match decide(svc, case_id, user, option, None, None).await {
         Ok(()) => Reply::Nothing,
-        Err(sentence) => Reply::Ephemeral(sentence),
+        Err(sentence) => Reply::Mentioning(sentence),
     }
 }
 
@@ -308,20 +312,15 @@ pub async fn reason_submitted(
         Err(e) => return error(CASE_REASON_BLOCK, store_sentence(e)),
     };
     if case.state != CaseState::Pending {
-        return error(CASE_REASON_BLOCK, plain(&already_sentence(&case)));
+        return error(CASE_REASON_BLOCK, already_sentence(&case).to_plain());
     }
     if let Err(sentence) = authorize(svc, &case, user, option).await {
         return error(CASE_REASON_BLOCK, sentence);
     }
     match decide(svc, case_id, user, option, Some(reason.to_owned()), until).await {
         Ok(()) => SubmissionReply::Close,
-        Err(sentence) => error(CASE_REASON_BLOCK, plain(&sentence)),
+        Err(sentence) => error(CASE_REASON_BLOCK, sentence.to_plain()),
     }
-}
-
-/// Modal errors are plain text: `<@U1>` would show as is, so name the user id alone.
-fn plain(sentence: &str) -> String {
-    sentence.replace("<@", "@").replace('>', "")
 }
 
 /// Records the decision; on success rewrites the card and queues the work. The loser of a race
@@ -333,7 +332,7 @@ async fn decide(
     option: DecisionOption,
     reason: Option<String>,
     until: Option<DateTime<Utc>>,
-) -> Result<(), String> {
+) -> Result<(), Mrkdwn> {
     let event = Event::Decide {
         option,
         by: user.clone(),
@@ -353,11 +352,13 @@ async fn decide(
             )
             .await;
             return Err(match current.state {
-                CaseState::Pending => format!("That decision could not be recorded: {error}."),
+                CaseState::Pending => {
+                    format!("That decision could not be recorded: {error}.").into()
+                }
                 _ => already_sentence(&current),
             });
         }
-        Err(e) => return Err(store_sentence(e)),
+        Err(e) => return Err(store_sentence(e).into()),
     };
     audit(&svc.store, &case, person(user), &action, "ok").await;
     follow_up(svc, case).await;

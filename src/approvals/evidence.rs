@@ -17,6 +17,7 @@ pub fn from_detail(detail: &SandboxDetail, metric: Option<&SandboxMetric>) -> Ev
     Evidence {
         state: Some(detail.state.as_str().to_owned()),
         template: Some(detail.template_id.clone()),
+        template_alias: detail.alias.clone(),
         cpu_count: Some(detail.cpu_count),
         memory_mb: Some(u64::from(detail.memory_mb)),
         disk_mb: Some(u64::from(detail.disk_size_mb)),

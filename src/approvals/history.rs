@@ -67,7 +67,8 @@ pub async fn history_message(store: &Store, templates: &Templates, text: &str) -
     };
     match slice {
         Ok(AuditSlice { events, total }) => {
-            let mut params = history_params(about, &events);
+            let about_case = matches!(target, HistoryTarget::Case(_));
+            let mut params = history_params(about, &events, about_case);
             // Only the latest events were read; the count says how many there are.
             params.count = total.max(events.len());
             templates.render_or_plain(&params)

@@ -166,6 +166,10 @@ pub struct Evidence {
     /// `running`, `paused`, ... as E2B reports it.
     pub state: Option<String>,
     pub template: Option<TemplateId>,
+    /// The template's alias (`base`), which people know better than its id. Cases stored
+    /// before it was recorded read it as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_alias: Option<String>,
     pub cpu_count: Option<u32>,
     pub memory_mb: Option<u64>,
     pub disk_mb: Option<u64>,

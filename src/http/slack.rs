@@ -26,7 +26,9 @@ use crate::slack::command::SandboxCommand;
 use crate::slack::format;
 use crate::slack::limits::Refused;
 use crate::slack::payload::{self, Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
-use crate::slack::render::{FailureParams, HelpParams, Message, ProblemParams, WorkingParams};
+use crate::slack::render::{
+    FailureParams, HelpParams, MentionFailureParams, Message, Mrkdwn, ProblemParams, WorkingParams,
+};
 use crate::slack::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// Largest body accepted on a Slack route. Slack's own payloads are far smaller.
@@ -425,7 +427,7 @@ fn case_click(
             let interaction = interaction.clone();
             state.tasks.spawn(async move {
                 let _permit = permit;
-                tell(&svc, &interaction, Refused::Busy.to_string()).await;
+                tell(&svc, &interaction, Refused::Busy.to_string().into()).await;
             });
         }
         return;
@@ -459,7 +461,8 @@ fn case_click(
 async fn deliver(svc: &Services, interaction: &Interaction, reply: Reply) {
     let sentence = match reply {
         Reply::Nothing => return,
-        Reply::Ephemeral(sentence) => sentence,
+        Reply::Ephemeral(sentence) => Mrkdwn::text(&sentence),
+        Reply::Mentioning(sentence) => sentence,
         Reply::AskReason { case, option } => {
             let Some(trigger) = interaction.trigger_id.as_deref() else {
                 return tell(
@@ -487,6 +490,7 @@ async fn deliver(svc: &Services, interaction: &Interaction, reply: Reply) {
                     format!(
                         "Steward could not open the form that asks for a reason ({e}); click again."
                     )
+                    .into()
                 }
             }
         }
@@ -496,8 +500,10 @@ async fn deliver(svc: &Services, interaction: &Interaction, reply: Reply) {
 
 /// An ephemeral sentence for the clicker: through the response_url when there is one, else
 /// `chat.postEphemeral` in the card's channel.
-async fn tell(svc: &Services, interaction: &Interaction, sentence: String) {
-    let message = svc.templates.render_or_plain(&FailureParams { sentence });
+async fn tell(svc: &Services, interaction: &Interaction, sentence: Mrkdwn) {
+    let message = svc
+        .templates
+        .render_or_plain(&MentionFailureParams { sentence });
     let result = match (&interaction.response_url, &interaction.channel) {
         (Some(url), _) => {
             let payload = ResponsePayload {

@@ -64,6 +64,7 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
                 .to_owned(),
             ),
             template: Some(s.template_id.clone()),
+            template_alias: (s.template != s.template_id.to_string()).then(|| s.template.clone()),
             cpu_count: Some(s.cpu_count),
             memory_mb: Some(s.memory_mb),
             disk_mb: Some(s.disk_size_mb),

@@ -4,7 +4,9 @@
 //! template with minijinja and parses the output into slack-morphism's Block Kit types, so a
 //! broken template fails loudly instead of reaching Slack. Every interpolated string is
 //! mrkdwn-escaped (`&`, `<`, `>`) and JSON-escaped by default; `|safe` skips only the mrkdwn
-//! escaping (for ids in plain_text fields and opaque button values).
+//! escaping (for ids in plain_text fields and opaque button values). Text that must reach
+//! Slack as markup (Steward's own mentions next to escaped user text) is a [`Mrkdwn`] value,
+//! which templates print as is.
 //!
 //! The templates are embedded in the binary; `STEWARD_TEMPLATES` names a directory whose files
 //! override embedded ones by file name. This module must not call Slack or E2B.
@@ -16,6 +18,93 @@ use serde::{Deserialize, Serialize};
 use slack_morphism::prelude::{SlackBlock, SlackMessageContent, SlackView};
 
 use super::format::{self, MESSAGE_MAX_BLOCKS, SECTION_TEXT_MAX_CHARS};
+use crate::ids::SlackUserId;
+
+/// Mrkdwn that Steward vouches for: its own mentions and markup, with every piece of user text
+/// escaped on the way in. Templates print it without escaping it again, so `<@U1>` reaches
+/// Slack as a mention while a user's `<!channel>` arrives as `&lt;!channel&gt;`.
+///
+/// The only ways in are [`Mrkdwn::text`] (escapes), [`Mrkdwn::user`] and [`Mrkdwn::channel`]
+/// (mentions of ids Steward parsed) and [`Mrkdwn::markup`] (a `'static` literal in Steward's
+/// source), so no user text can become markup by accident.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mrkdwn(String);
+
+impl Mrkdwn {
+    /// User (or any untrusted) text, escaped.
+    pub fn text(text: &str) -> Self {
+        Self(format::escape_mrkdwn(text))
+    }
+
+    /// A mention of a Slack user: `<@U…>`.
+    pub fn user(user: &SlackUserId) -> Self {
+        Self(format!("<@{user}>"))
+    }
+
+    /// A link to a channel: `<#C…>`. Refuses anything but a channel id's characters.
+    pub fn channel(channel: &str) -> Self {
+        if !channel.is_empty() && channel.chars().all(|c| c.is_ascii_alphanumeric()) {
+            Self(format!("<#{channel}>"))
+        } else {
+            Self::text(channel)
+        }
+    }
+
+    /// Markup written in Steward's source, e.g. `*` or `:white_check_mark: `.
+    pub fn markup(markup: &'static str) -> Self {
+        Self(markup.to_owned())
+    }
+
+    /// This followed by `more`.
+    pub fn and(mut self, more: impl Into<Mrkdwn>) -> Self {
+        self.0.push_str(&more.into().0);
+        self
+    }
+
+    /// The mrkdwn as Slack receives it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The same words for a plain_text field (a modal's error), where markup would show as is:
+    /// mentions become `@U…`, escapes turn back into characters.
+    pub fn to_plain(&self) -> String {
+        self.0
+            .replace("<@", "@")
+            .replace("<#", "#")
+            .replace('>', "")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    }
+}
+
+impl std::fmt::Display for Mrkdwn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Plain text is user text until proven otherwise: it is escaped.
+impl From<&str> for Mrkdwn {
+    fn from(text: &str) -> Self {
+        Self::text(text)
+    }
+}
+
+impl From<String> for Mrkdwn {
+    fn from(text: String) -> Self {
+        Self::text(&text)
+    }
+}
+
+impl Serialize for Mrkdwn {
+    /// Templates receive it as a safe string (printed unescaped); anything else (logs, JSON)
+    /// sees the plain mrkdwn string.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Value::from_safe_string(self.0.clone()).serialize(serializer)
+    }
+}
 
 /// The templates compiled into the binary: file name and source.
 pub const EMBEDDED: &[(&str, &str)] = &[
@@ -344,12 +433,20 @@ pub struct WorkingParams {
 }
 message!(WorkingParams, "working.json.j2");
 
-/// A command that failed, as one sentence.
+/// A command that failed, as one sentence (escaped whole: it may quote user input).
 #[derive(Debug, Serialize)]
 pub struct FailureParams {
     pub sentence: String,
 }
 message!(FailureParams, "failure.json.j2");
+
+/// The same message for a sentence that names people ("Already decided by <@U1>"): Steward's
+/// own mrkdwn, so its mentions render while the user text in it stays escaped.
+#[derive(Debug, Serialize)]
+pub struct MentionFailureParams {
+    pub sentence: Mrkdwn,
+}
+message!(MentionFailureParams, "failure.json.j2");
 
 /// A direct action that succeeded.
 #[derive(Debug, Serialize)]
@@ -760,6 +857,36 @@ mod tests {
             sentence: "x".into(),
         });
         assert!(fallback.text.contains("failure.json.j2"));
+    }
+
+    #[test]
+    fn trusted_mrkdwn_keeps_stewards_mentions_and_escapes_the_user_text_in_it() {
+        let user = SlackUserId::parse("U01BOB").unwrap();
+        let sentence = Mrkdwn::text("Already decided by ")
+            .and(Mrkdwn::user(&user))
+            .and(Mrkdwn::text(": <!channel> & co."))
+            .and(Mrkdwn::markup(" See "))
+            .and(Mrkdwn::channel("C0HYGIENE"));
+        let json = render(&MentionFailureParams { sentence });
+        assert_eq!(
+            json["blocks"][0]["text"]["text"],
+            ":warning: Already decided by <@U01BOB>: &lt;!channel&gt; &amp; co. See <#C0HYGIENE>"
+        );
+        // The same words as a String are user text: escaped whole.
+        let json = render(&FailureParams {
+            sentence: "Already decided by <@U01BOB>".to_owned(),
+        });
+        assert_eq!(
+            json["blocks"][0]["text"]["text"],
+            ":warning: Already decided by &lt;@U01BOB&gt;"
+        );
+        // Something that is not a channel id does not become a link.
+        assert_eq!(Mrkdwn::channel("C1> <!here").as_str(), "C1&gt; &lt;!here");
+        // For plain_text fields (modal errors) the mentions become readable ids.
+        let plain = Mrkdwn::text("by ")
+            .and(Mrkdwn::user(&user))
+            .and(Mrkdwn::text(" (a<b)"));
+        assert_eq!(plain.to_plain(), "by @U01BOB (a<b)");
     }
 
     #[test]

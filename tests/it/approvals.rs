@@ -806,7 +806,10 @@ async fn a_template_case_counts_its_users_and_deletes_only_after_a_fresh_check()
     let (_, reply) = command(&app, "delete-template oldtpl nobody needs it").await;
     let case = case_id_in(&visible_text(&reply));
     let blocks = card_blocks(&app, &case).await.to_string();
-    assert!(blocks.contains("used by 1 sandbox(es)"), "{blocks}");
+    assert!(
+        blocks.contains("used by 1 sandbox and 0 snapshots."),
+        "{blocks}"
+    );
 
     // The sandbox goes away after the card was posted: the decision is asked again.
     let e2b = app.state.e2b.as_ref().unwrap();
@@ -846,6 +849,28 @@ async fn a_redelivered_click_is_acted_on_once() {
         .count();
     assert_eq!(decided, 1);
     assert_eq!(calls(&app, "pause").await, 1);
+}
+
+#[tokio::test]
+async fn a_click_on_a_decided_case_names_the_decider_as_a_mention_slack_renders() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "decided1", "base").await;
+    let case = open_kill_case(&app, "decided1").await;
+    click(&app, &case, "case_pause", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+
+    let late = hook();
+    click(&app, &case, "case_pause", "U0003", &late).await;
+    let reply = app.wait_for_hook(&late).await;
+    let blocks = reply.blocks.clone().unwrap();
+    assert_eq!(
+        blocks[0]["text"]["text"],
+        ":warning: Already decided by <@U0002>: Pause."
+    );
+    assert_eq!(
+        reply.text.as_deref(),
+        Some("Already decided by <@U0002>: Pause.")
+    );
 }
 
 #[tokio::test]
@@ -991,6 +1016,13 @@ async fn history_and_audit_export_show_the_timeline() {
         let decide = text.find("decide:snapshot_then_kill: ok").unwrap();
         let kill = text.find("e2b:kill_sandbox: ok").unwrap();
         assert!(open < decide && decide < kill, "{text}");
+        // People are mentions Slack renders; the case id is said once, not on every line.
+        let blocks = reply.blocks.clone().unwrap().to_string();
+        assert!(
+            blocks.contains("<@U0002> decide:snapshot_then_kill: ok"),
+            "{blocks}"
+        );
+        assert_eq!(blocks.matches(case.as_str()).count(), 1, "{blocks}");
     }
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))

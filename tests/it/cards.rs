@@ -431,3 +431,177 @@ async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repai
         "the decision itself ran"
     );
 }
+
+/// The buttons of a posted card as (action_id, style), in their order.
+fn buttons_of(message: &Recorded) -> Vec<(String, Option<String>)> {
+    let blocks = message.blocks.clone().unwrap_or_default();
+    let Some(actions) = blocks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["type"] == "actions")
+    else {
+        return Vec::new();
+    };
+    actions["elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["action_id"].as_str().unwrap().to_owned(),
+                b["style"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_highlighted_first_button_is_the_option_steward_recommends() {
+    use sandbox_steward::approvals::{CardTarget, open_case};
+    use sandbox_steward::cases::{CaseDraft, DecisionOption, Evidence, Opener, Recommendation};
+    use sandbox_steward::ids::SlackChannelId;
+    let app = spawn_app_with(options()).await;
+    let styled = |id: &str, style: Option<&str>| (id.to_owned(), style.map(str::to_owned));
+    for (sandbox, recommended, expected) in [
+        (
+            "rpause1",
+            DecisionOption::Pause,
+            vec![
+                styled("case_pause", Some("primary")),
+                styled("case_snapshot_then_kill", None),
+                styled("case_kill", Some("danger")),
+                styled("case_leave", None),
+            ],
+        ),
+        (
+            "rleave1",
+            DecisionOption::Leave,
+            vec![
+                styled("case_leave", Some("primary")),
+                styled("case_snapshot_then_kill", None),
+                styled("case_kill", Some("danger")),
+                styled("case_pause", None),
+            ],
+        ),
+        (
+            "rsnap1",
+            DecisionOption::SnapshotThenKill,
+            vec![
+                styled("case_snapshot_then_kill", Some("primary")),
+                styled("case_kill", Some("danger")),
+                styled("case_pause", None),
+                styled("case_leave", None),
+            ],
+        ),
+    ] {
+        let draft = CaseDraft {
+            subject: Subject::Sandbox(SandboxId::parse(sandbox).unwrap()),
+            evidence: Evidence {
+                state: Some("running".into()),
+                ..Evidence::default()
+            },
+            recommendation: Recommendation {
+                option: recommended,
+                reason: "idle for 3 h".into(),
+            },
+            options: None,
+            opener: Opener::Sweep,
+            reason: "idle".into(),
+            decide_by: chrono::Utc::now() + chrono::Duration::hours(4),
+        };
+        let target = CardTarget {
+            channel: SlackChannelId::parse(APPROVALS).unwrap(),
+            thread_ts: None,
+        };
+        open_case(
+            &app.state.store,
+            &app.state.slack,
+            &app.state.templates,
+            draft,
+            target,
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+        let case = case_of(&app, sandbox).await.unwrap();
+        let card = case.card.clone().expect("the card was posted");
+        let message = app.slack.message(APPROVALS, &card.ts).unwrap();
+        assert_eq!(buttons_of(&message), expected, "{recommended:?}");
+        let blocks = message.blocks.clone().unwrap().to_string();
+        assert!(
+            blocks.contains(&format!("Steward recommends *{recommended}*")),
+            "{blocks}"
+        );
+        // Kill keeps its confirm dialog whatever is recommended.
+        assert!(blocks.contains("Kill without a snapshot?"), "{blocks}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_card_says_the_sandbox_was_killed_after_its_snapshot() {
+    use sandbox_steward::cases::{CaseState, DecisionOption};
+    let app = spawn_app_with(options()).await;
+    app.seed_sandbox(json!({"sandboxID": "endsnap1", "templateID": "python", "state": "running"}))
+        .await;
+    let e2b = app.state.e2b.as_ref().unwrap();
+    let detail = e2b
+        .get_sandbox(&SandboxId::parse("endsnap1").unwrap())
+        .await
+        .unwrap();
+    let alias = detail
+        .alias
+        .clone()
+        .expect("the simulator names python by alias");
+    command(&app, "kill endsnap1 done with it").await;
+    let case = case_of(&app, "endsnap1").await.unwrap();
+
+    // While pending, the card shows the template by its alias and its opener as a mention.
+    let pending = card_text(&app, &case);
+    assert!(
+        pending.contains(&format!("*Template*\n`{alias}`")),
+        "{pending}"
+    );
+    assert!(!pending.contains(detail.template_id.as_str()), "{pending}");
+
+    click(&app, &case, DecisionOption::SnapshotThenKill, "U0002").await;
+    wait_for_final_card(&app, &case).await;
+
+    let done = app.state.store.get_case(&case.id).await.unwrap();
+    let CaseState::Done { steps, .. } = &done.state else {
+        panic!("{:?}", done.state);
+    };
+    let snapshot = steps
+        .iter()
+        .find_map(|r| match &r.outcome {
+            sandbox_steward::cases::StepOutcome::SnapshotCreated { snapshot_id } => {
+                Some(snapshot_id.to_string())
+            }
+            _ => None,
+        })
+        .expect("a snapshot was taken");
+    let card = case.card.clone().unwrap();
+    let message = app.slack.message(APPROVALS, &card.ts).unwrap();
+    let blocks = message.blocks.clone().unwrap();
+    assert_eq!(
+        blocks[0]["text"]["text"],
+        format!("Sandbox endsnap1 killed after snapshot {snapshot}")
+    );
+    let fields: Vec<&str> = blocks[2]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert!(fields.contains(&"*State*\nkilled"), "{fields:?}");
+    assert!(!blocks.to_string().contains("kill it?"), "{blocks}");
+    // The decider is a mention Slack renders, not escaped text.
+    assert!(
+        blocks
+            .to_string()
+            .contains(":white_check_mark: <@U0002> chose"),
+        "{blocks}"
+    );
+    // The case id is said once, in the small context line at the bottom.
+    assert_eq!(blocks.to_string().matches(case.id.as_str()).count(), 1);
+}
