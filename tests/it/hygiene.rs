@@ -527,6 +527,43 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     );
     assert!(bob_heading < position(bob.as_str()));
     assert!(position("No owner in metadata") < position(nobody.as_str()));
+    // Each card says each fact once: the sweep's sentence carries only what its fields do not.
+    let card_of = |id: &SandboxId| {
+        thread
+            .iter()
+            .find(|m| m.text.as_deref().is_some_and(|t| t.contains(id.as_str())))
+            .and_then(|m| m.blocks.clone())
+            .unwrap_or_else(|| panic!("no card for {id}"))
+    };
+    let running_card = card_of(&alice_1);
+    let asks = running_card[1]["text"]["text"].as_str().unwrap();
+    assert!(
+        asks.contains("CPU p95") && asks.contains("samples"),
+        "{asks}"
+    );
+    for twice in ["alice", "python", "memory", "idle since", "Idle since"] {
+        assert!(
+            !asks.contains(twice),
+            "{twice:?} is a field already: {asks}"
+        );
+    }
+    let fields = running_card[2]["fields"].to_string();
+    assert!(
+        fields.contains("*Owner*") && fields.contains("*Idle since*"),
+        "{fields}"
+    );
+    let paused_card = card_of(&alice_2);
+    assert!(
+        paused_card[1]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("asks: is this paused sandbox still needed? It holds 4.0 GiB of disk."),
+        "{paused_card:#}"
+    );
+    assert!(
+        !paused_card.to_string().contains("$0.00"),
+        "{paused_card:#}"
+    );
     // Each raised sandbox now has a pending case from the sweep with its evidence.
     for (id, option) in [
         (&alice_1, DecisionOption::Pause),
