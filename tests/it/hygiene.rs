@@ -767,6 +767,36 @@ async fn the_blast_radius_guard_holds_kill_cases_for_review() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_with_nothing_to_open_says_opened_0_cases_from_the_start() {
+    let w = world(config()).await;
+    // Every idle sandbox is a kill held by the guard: nothing is opened.
+    let held = w.paused(5, 4096, None).await;
+    w.busy_running().await;
+
+    let report = w.sweep(SweepMode::Live).await;
+
+    assert!(report.guard.tripped, "{:?}", report.guard);
+    let posted = report.posted.as_ref().unwrap();
+    assert!(posted.opened.is_empty(), "{posted:?}");
+    let calls = w.slack.messages();
+    assert_eq!(calls.len(), 1, "one digest, no update, no card: {calls:#?}");
+    let digest = text_of(&calls[0]);
+    assert!(
+        digest.contains("Opened 0 cases · 1 kill recommendation held for review."),
+        "{digest}"
+    );
+    assert!(!digest.contains("Opening cases"), "{digest}");
+    assert!(digest.contains(held.as_str()), "{digest}");
+    // One fleet count: the digest does not repeat a "Running now" from team metrics.
+    assert!(
+        digest.contains("2 sandboxes: 1 running · 1 paused"),
+        "{digest}"
+    );
+    assert!(!digest.contains("Running now"), "{digest}");
+    assert!(!digest.contains("$-"), "{digest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_team_id_the_capacity_view_says_it_is_unavailable() {
     let w = world_with(config(), false).await;
     w.idle_running(None).await;
