@@ -43,6 +43,15 @@ pub enum SimCommand {
     /// An HTTP server on 127.0.0.1 that behaves like E2B's control-plane API.
     E2b(crate::sim::e2b::SimOptions),
     /// An HTTP server on 127.0.0.1 that records what Steward posts to Slack.
+    ///
+    /// Point Steward at it with `SLACK_API_URL=http://<listen>/api`. It answers the Web API methods
+    /// Steward calls and records every call in memory only (nothing is written to disk; it is gone
+    /// when the simulator stops): read them with `GET /_sim/messages` (every call, in order) and
+    /// `GET /_sim/messages/<channel>/<ts>` (a message as it reads now, after `chat.update`).
+    /// Posts to `http://<listen>/hooks/<name>` stand in for response URLs and are recorded too.
+    /// Seed users and user groups with `--users`, `--group` or `--seed`, or later with
+    /// `POST /_sim/usergroups`, so approver groups can be tried without Slack; program failures
+    /// with `POST /_sim/faults`.
     Slack(crate::sim::slack::SlackSimOptions),
 }
 

@@ -291,8 +291,9 @@ fn outcome_line(p: &Posted) -> String {
     }
     if p.held_for_review > 0 {
         parts.push(format!(
-            "{} kill recommendations held for review",
-            p.held_for_review
+            "{} kill recommendation{} held for review",
+            p.held_for_review,
+            if p.held_for_review == 1 { "" } else { "s" }
         ));
     }
     if p.deferred > 0 {
@@ -539,7 +540,7 @@ pub(crate) mod tests {
         let text = message.into_content();
         let json = serde_json::to_string(&text).unwrap();
         assert!(
-            json.contains("Opened 0 cases · 1 kill recommendations held for review."),
+            json.contains("Opened 0 cases · 1 kill recommendation held for review."),
             "{json}"
         );
         assert!(!json.contains("Opening cases"), "{json}");

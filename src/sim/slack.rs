@@ -1,7 +1,8 @@
 //! A fake Slack Web API on 127.0.0.1, served by `steward sim slack` and started by tests.
 //!
 //! It answers the Web API methods Steward calls (`chat.postMessage`, `chat.update`,
-//! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`) and `response_url`
+//! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`, and `users.info` /
+//! `users.list` for seeded users) and `response_url`
 //! hooks with minimal valid bodies, records every call, keeps the current state of each posted
 //! message (so `chat.update` edits it), refuses what Slack would refuse for size
 //! (`invalid_blocks`, `msg_too_long`) and replies to a `thread_ts` that is not a message of the
@@ -32,13 +33,102 @@ pub struct SlackSimOptions {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:3001")]
     pub listen: SocketAddr,
+    /// Users to seed, comma-separated, each an id with an optional name: `U0ALICE01=alice,U0BOB0001`.
+    /// `users.info` and `users.list` answer with them.
+    #[arg(long, value_name = "ID[=NAME],...", value_delimiter = ',', value_parser = parse_user)]
+    pub users: Vec<SeedUser>,
+    /// A user group to seed, with its members: `S0SRE=U1,U2` (repeat for more groups). Its members
+    /// are seeded as users too; `usergroups.users.list` answers with them.
+    #[arg(long = "group", value_name = "ID=USER,...", value_parser = parse_group)]
+    pub groups: Vec<UserGroup>,
+    /// A JSON file of users and groups to seed:
+    /// `{"users": {"U0ALICE01": "alice"}, "groups": {"S0SRE": ["U0ALICE01"]}}`.
+    #[arg(long, value_name = "FILE")]
+    pub seed: Option<std::path::PathBuf>,
 }
 
 impl Default for SlackSimOptions {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            users: Vec::new(),
+            groups: Vec::new(),
+            seed: None,
         }
+    }
+}
+
+/// A user to seed: its id and, optionally, its name.
+pub type SeedUser = (String, Option<String>);
+
+/// `U0ALICE01=alice` or `U0ALICE01`.
+fn parse_user(text: &str) -> Result<SeedUser, String> {
+    let (id, name) = match text.split_once('=') {
+        Some((id, name)) => (id.trim(), Some(name.trim().to_owned())),
+        None => (text.trim(), None),
+    };
+    if !id.starts_with(['U', 'W']) || id.len() < 2 {
+        return Err(format!("{id:?} is not a Slack user id (U… or W…)"));
+    }
+    Ok((id.to_owned(), name.filter(|n| !n.is_empty())))
+}
+
+/// `S0SRE=U1,U2`.
+fn parse_group(text: &str) -> Result<UserGroup, String> {
+    let (id, members) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not ID=USER,USER (e.g. S0SRE=U1,U2)"))?;
+    let id = id.trim();
+    if !id.starts_with('S') || id.len() < 2 {
+        return Err(format!("{id:?} is not a Slack user group id (S…)"));
+    }
+    let users = members
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| parse_user(u).map(|(id, _)| id))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(UserGroup {
+        id: id.to_owned(),
+        users,
+    })
+}
+
+/// The `--seed` file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SeedFile {
+    /// User id to name (empty for none).
+    pub users: BTreeMap<String, String>,
+    /// Group id to member ids.
+    pub groups: BTreeMap<String, Vec<String>>,
+}
+
+impl SlackSimOptions {
+    /// Every user and group the options seed, the `--seed` file's first.
+    pub fn seeds(&self) -> anyhow::Result<(Vec<SeedUser>, Vec<UserGroup>)> {
+        let (mut users, mut groups) = (Vec::new(), Vec::new());
+        if let Some(path) = &self.seed {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the seed file {}: {e}.", path.display())
+            })?;
+            let file: SeedFile = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("the seed file {} is not valid: {e}.", path.display())
+            })?;
+            for (id, name) in file.users {
+                let (id, _) =
+                    parse_user(&id).map_err(|e| anyhow::anyhow!("{}: {e}.", path.display()))?;
+                users.push((id, Some(name).filter(|n| !n.is_empty())));
+            }
+            for (id, members) in file.groups {
+                let group = parse_group(&format!("{id}={}", members.join(",")))
+                    .map_err(|e| anyhow::anyhow!("{}: {e}.", path.display()))?;
+                groups.push(group);
+            }
+        }
+        users.extend(self.users.iter().cloned());
+        groups.extend(self.groups.iter().cloned());
+        Ok((users, groups))
     }
 }
 
@@ -85,7 +175,7 @@ fn default_fault_count() -> u32 {
     1
 }
 
-/// A user group seeded by tests.
+/// A user group seeded by tests or by `--group`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserGroup {
     pub id: String,
@@ -101,6 +191,8 @@ pub struct SlackWorld {
     pub messages: BTreeMap<(String, String), Recorded>,
     pub faults: Vec<Fault>,
     pub usergroups: HashMap<String, Vec<String>>,
+    /// Seeded users: id to name (`None` when seeded without one).
+    pub users: BTreeMap<String, Option<String>>,
     /// Messages posted so far, used to make increasing ts values.
     ts_counter: u64,
     ts_base_secs: u64,
@@ -149,11 +241,14 @@ pub struct SlackSim {
 }
 
 impl SlackSim {
-    /// Binds `opts.listen` and serves in the background.
+    /// Binds `opts.listen` and serves in the background, seeded with `opts.users` and
+    /// `opts.groups` (not the `--seed` file: [`run_cli`] reads it).
     pub async fn start(opts: SlackSimOptions) -> std::io::Result<SlackSim> {
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
-        let world: Shared = Arc::new(Mutex::new(SlackWorld::new()));
+        let mut seeded = SlackWorld::new();
+        seed(&mut seeded, &opts.users, &opts.groups);
+        let world: Shared = Arc::new(Mutex::new(seeded));
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(world.clone());
         tokio::spawn(async move {
@@ -225,6 +320,13 @@ impl SlackSim {
         self.world().faults.push(fault);
     }
 
+    /// Seeds a user (`users.info`, `users.list`).
+    pub fn add_user(&self, id: &str, name: Option<&str>) {
+        self.world()
+            .users
+            .insert(id.to_owned(), name.map(str::to_owned));
+    }
+
     pub fn add_usergroup(&self, id: &str, users: &[&str]) {
         self.world()
             .usergroups
@@ -243,6 +345,27 @@ impl Drop for SlackSim {
             let _ = stop.send(());
         }
     }
+}
+
+/// Adds users and groups to `world`; a group's members become users too.
+fn seed(world: &mut SlackWorld, users: &[SeedUser], groups: &[UserGroup]) {
+    for (id, name) in users {
+        world.users.insert(id.clone(), name.clone());
+    }
+    for group in groups {
+        for member in &group.users {
+            world.users.entry(member.clone()).or_insert(None);
+        }
+        world
+            .usergroups
+            .insert(group.id.clone(), group.users.clone());
+    }
+}
+
+fn user_json(id: &str, name: &Option<String>) -> Value {
+    let name = name.clone().unwrap_or_else(|| id.to_lowercase());
+    json!({"id": id, "team_id": "T0SIM", "name": name, "real_name": name,
+           "profile": {"display_name": name, "real_name": name}})
 }
 
 fn lock(world: &Shared) -> MutexGuard<'_, SlackWorld> {
@@ -468,6 +591,24 @@ async fn api(
                 }
             }
         }
+        "users.info" => {
+            let id = str_field(&value, "user").unwrap_or_default();
+            match world.users.get(&id) {
+                Some(name) => json!({"ok": true, "user": user_json(&id, name)}),
+                None => {
+                    world.calls.push(rec);
+                    return api_error("user_not_found");
+                }
+            }
+        }
+        "users.list" => {
+            let members: Vec<Value> = world
+                .users
+                .iter()
+                .map(|(id, name)| user_json(id, name))
+                .collect();
+            json!({"ok": true, "members": members, "response_metadata": {"next_cursor": ""}})
+        }
         "auth.test" => json!({"ok": true, "url": "https://sim.slack.com/", "team": "Simulated",
                               "user": "steward", "team_id": "T0SIM", "user_id": "U0STEWARD",
                               "bot_id": "B0STEWARD"}),
@@ -539,14 +680,40 @@ async fn add_fault(State(world): State<Shared>, Json(fault): Json<Fault>) -> Res
 }
 
 async fn add_usergroup(State(world): State<Shared>, Json(group): Json<UserGroup>) -> StatusCode {
-    lock(&world).usergroups.insert(group.id, group.users);
+    seed(&mut lock(&world), &[], &[group]);
     StatusCode::NO_CONTENT
 }
 
 /// `steward sim slack`: serve until Ctrl-C.
 pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
-    let sim = SlackSim::start(opts).await?;
+    let (users, groups) = opts.seeds()?;
+    let sim = SlackSim::start(SlackSimOptions {
+        users,
+        groups,
+        ..opts
+    })
+    .await?;
     println!("Fake Slack listening on {}", sim.base_url());
+    {
+        let world = sim.world();
+        if !world.users.is_empty() || !world.usergroups.is_empty() {
+            let mut groups: Vec<String> = world
+                .usergroups
+                .iter()
+                .map(|(id, users)| format!("{id}={}", users.join(",")))
+                .collect();
+            groups.sort();
+            println!(
+                "  seeded {} user{} and {} group{}{}{}",
+                world.users.len(),
+                if world.users.len() == 1 { "" } else { "s" },
+                groups.len(),
+                if groups.len() == 1 { "" } else { "s" },
+                if groups.is_empty() { "" } else { ": " },
+                groups.join(" ")
+            );
+        }
+    }
     println!("  SLACK_API_URL={}", sim.api_url());
     println!("  response URLs: {}", sim.response_url("<name>"));
     println!("  recorded calls: GET {}/_sim/messages", sim.base_url());

@@ -527,6 +527,43 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     );
     assert!(bob_heading < position(bob.as_str()));
     assert!(position("No owner in metadata") < position(nobody.as_str()));
+    // Each card says each fact once: the sweep's sentence carries only what its fields do not.
+    let card_of = |id: &SandboxId| {
+        thread
+            .iter()
+            .find(|m| m.text.as_deref().is_some_and(|t| t.contains(id.as_str())))
+            .and_then(|m| m.blocks.clone())
+            .unwrap_or_else(|| panic!("no card for {id}"))
+    };
+    let running_card = card_of(&alice_1);
+    let asks = running_card[1]["text"]["text"].as_str().unwrap();
+    assert!(
+        asks.contains("CPU p95") && asks.contains("samples"),
+        "{asks}"
+    );
+    for twice in ["alice", "python", "memory", "idle since", "Idle since"] {
+        assert!(
+            !asks.contains(twice),
+            "{twice:?} is a field already: {asks}"
+        );
+    }
+    let fields = running_card[2]["fields"].to_string();
+    assert!(
+        fields.contains("*Owner*") && fields.contains("*Idle since*"),
+        "{fields}"
+    );
+    let paused_card = card_of(&alice_2);
+    assert!(
+        paused_card[1]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("asks: is this paused sandbox still needed? It holds 4.0 GiB of disk."),
+        "{paused_card:#}"
+    );
+    assert!(
+        !paused_card.to_string().contains("$0.00"),
+        "{paused_card:#}"
+    );
     // Each raised sandbox now has a pending case from the sweep with its evidence.
     for (id, option) in [
         (&alice_1, DecisionOption::Pause),
@@ -727,6 +764,36 @@ async fn the_blast_radius_guard_holds_kill_cases_for_review() {
     for id in &kills {
         assert!(digest.contains(id.as_str()), "{id} not listed in {digest}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_with_nothing_to_open_says_opened_0_cases_from_the_start() {
+    let w = world(config()).await;
+    // Every idle sandbox is a kill held by the guard: nothing is opened.
+    let held = w.paused(5, 4096, None).await;
+    w.busy_running().await;
+
+    let report = w.sweep(SweepMode::Live).await;
+
+    assert!(report.guard.tripped, "{:?}", report.guard);
+    let posted = report.posted.as_ref().unwrap();
+    assert!(posted.opened.is_empty(), "{posted:?}");
+    let calls = w.slack.messages();
+    assert_eq!(calls.len(), 1, "one digest, no update, no card: {calls:#?}");
+    let digest = text_of(&calls[0]);
+    assert!(
+        digest.contains("Opened 0 cases · 1 kill recommendation held for review."),
+        "{digest}"
+    );
+    assert!(!digest.contains("Opening cases"), "{digest}");
+    assert!(digest.contains(held.as_str()), "{digest}");
+    // One fleet count: the digest does not repeat a "Running now" from team metrics.
+    assert!(
+        digest.contains("2 sandboxes: 1 running · 1 paused"),
+        "{digest}"
+    );
+    assert!(!digest.contains("Running now"), "{digest}");
+    assert!(!digest.contains("$-"), "{digest}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

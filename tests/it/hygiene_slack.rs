@@ -198,3 +198,24 @@ async fn with_separate_approvals_and_hygiene_channels_the_whole_sweep_stays_in_t
     assert!(text.contains(CHANNEL), "{text}");
     assert!(!text.contains(APPROVALS), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sweep_with_nothing_new_and_when_nothing_new_nothing_posts_nothing_and_says_so() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(format!("{}when_nothing_new = \"nothing\"\n", policy())),
+        ..TestAppOptions::default()
+    })
+    .await;
+
+    let resp = app.post_command_to("sweep", "quiet").await;
+    assert_eq!(resp.status(), 200);
+    let answer = app.wait_for_hook("quiet").await;
+
+    let text = visible_text(&answer);
+    assert!(
+        text.contains("Sweep done: 0 idle of 0 sandboxes; nothing new, so no digest was posted"),
+        "{text}"
+    );
+    assert!(digests(&app.slack.messages()).is_empty());
+}

@@ -404,3 +404,124 @@ async fn a_reply_to_a_thread_of_another_channel_is_thread_not_found() {
     assert_eq!(ch, channel());
     assert_eq!(sim.snapshot().messages.len(), 2);
 }
+
+#[tokio::test]
+async fn seeded_users_and_groups_answer_users_info_and_usergroup_lookups() {
+    let sim = SlackSim::start(SlackSimOptions {
+        users: vec![("U0ALICE01".into(), Some("alice".into()))],
+        groups: vec![sandbox_steward::sim::slack::UserGroup {
+            id: "S0SRE".into(),
+            users: vec!["U0ALICE01".into(), "U0BOB0001".into()],
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap();
+    let client = SlackClient::new(&SlackSettings {
+        api_url: sim.api_url(),
+        bot_token: Some(SecretString::from("xoxb-1".to_owned())),
+        signing_secret: None,
+        templates_dir: None,
+    })
+    .unwrap();
+    let members = client.usergroup_members("S0SRE").await.unwrap();
+    assert_eq!(
+        members,
+        vec![
+            SlackUserId::parse("U0ALICE01").unwrap(),
+            SlackUserId::parse("U0BOB0001").unwrap()
+        ]
+    );
+    let info = |user: &'static str| {
+        let url = format!("{}/users.info", sim.api_url());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth("xoxb-1")
+                .form(&[("user", user)])
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let alice = info("U0ALICE01").await;
+    assert_eq!(alice["user"]["name"], "alice", "{alice}");
+    // A group's members are users too, named after their id when seeded without a name.
+    let bob = info("U0BOB0001").await;
+    assert_eq!(bob["ok"], true, "{bob}");
+    assert_eq!(info("U0NOBODY1").await["error"], "user_not_found");
+}
+
+#[tokio::test]
+async fn steward_sim_slack_seeds_users_and_groups_from_flags_and_a_file() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(
+        &seed,
+        r#"{"users": {"U0CAROL01": "carol"}, "groups": {"S0DBA": ["U0CAROL01"]}}"#,
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["sim", "slack", "--listen", "127.0.0.1:0"])
+        .args([
+            "--users",
+            "U0ALICE01=alice",
+            "--group",
+            "S0SRE=U0ALICE01,U0BOB0001",
+        ])
+        .arg("--seed")
+        .arg(&seed)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let done = line.contains("recorded calls");
+        said.push(line);
+        if done {
+            break;
+        }
+    }
+    let base = said[0]
+        .strip_prefix("Fake Slack listening on ")
+        .unwrap_or_else(|| panic!("{said:#?}"))
+        .to_owned();
+    assert!(
+        said.iter().any(|l| l.trim()
+            == "seeded 3 users and 2 groups: S0DBA=U0CAROL01 S0SRE=U0ALICE01,U0BOB0001"),
+        "{said:#?}"
+    );
+    let list: Value = reqwest::Client::new()
+        .post(format!("{base}/api/usergroups.users.list"))
+        .bearer_auth("xoxb-1")
+        .form(&[("usergroup", "S0DBA")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["users"], json!(["U0CAROL01"]), "{list}");
+    child.kill().await.unwrap();
+
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["sim", "slack", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "records every call in memory only",
+        "GET /_sim/messages",
+        "--users <ID[=NAME],...>",
+        "--group <ID=USER,...>",
+        "--seed <FILE>",
+    ] {
+        assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
+    }
+}
