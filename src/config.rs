@@ -42,23 +42,18 @@ pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 60;
 /// Default number of connections served at once (`STEWARD_MAX_CONNECTIONS`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
-/// Why configuration could not be loaded.
+/// Why configuration could not be loaded. Each variant displays as one sentence naming the
+/// setting (and the file), with no source chain behind it, so `{:#}` never says it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{name} is not valid: {reason}")]
     Invalid { name: String, reason: String },
-    #[error("could not read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not valid TOML for steward.toml: {source}")]
-    Toml {
-        path: PathBuf,
-        #[source]
-        source: Box<toml::de::Error>,
-    },
+    #[error("Could not read the policy file {}: {reason}.", path.display())]
+    Read { path: PathBuf, reason: String },
+    /// The file is TOML but not a policy Steward knows, or not TOML at all; `detail` says which
+    /// line and key, and what is allowed there.
+    #[error("{}: {detail}", path.display())]
+    Toml { path: PathBuf, detail: String },
 }
 
 /// Where environment values come from. Production uses the process environment; tests pass a map.
@@ -218,16 +213,23 @@ impl Policy {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
                 return Ok(Self::default());
             }
-            Err(source) => {
+            Err(e) => {
+                let reason = match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        "it does not exist (STEWARD_CONFIG names it)".to_owned()
+                    }
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                    _ => e.to_string(),
+                };
                 return Err(ConfigError::Read {
                     path: path.to_owned(),
-                    source,
+                    reason,
                 });
             }
         };
-        Self::parse(&text).map_err(|source| ConfigError::Toml {
+        Self::parse(&text).map_err(|e| ConfigError::Toml {
             path: path.to_owned(),
-            source: Box::new(source),
+            detail: describe_toml_error(&text, &e),
         })
     }
 
@@ -301,6 +303,67 @@ impl Settings {
                 .unwrap_or_else(|| DEFAULT_REPLICA_NAME.to_owned()),
             policy,
         })
+    }
+}
+
+/// One sentence for a `steward.toml` that could not be read as a policy: the line, the key (with its
+/// table) and what is wrong or allowed. Valid TOML with a key Steward does not know is called an
+/// unknown setting, never "not valid TOML".
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().trim_end_matches('.');
+    let Some(start) = e.span().map(|s| s.start.min(text.len())) else {
+        return format!("{message}.");
+    };
+    let line_no = text[..start].matches('\n').count() + 1;
+    if text.parse::<toml::Table>().is_err() {
+        return format!("line {line_no} is not valid TOML: {message}.");
+    }
+    let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+    // The table the line belongs to: the nearest `[header]` at or above it.
+    let lines: Vec<&str> = text.lines().take(line_no).collect();
+    let table = lines
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    let on_header = line.starts_with('[');
+    let key = line.split('=').next().unwrap_or("").trim();
+    let place = match &table {
+        _ if on_header => line.to_owned(),
+        Some(t) => format!("`{key}` in [{t}]"),
+        None => format!("`{key}`"),
+    };
+    // serde's "unknown field `x`, expected one of `a`, `b`" becomes a sentence naming what is allowed.
+    if let Some(rest) = message.strip_prefix("unknown field ") {
+        let (field, allowed) = match rest.split_once(", expected ") {
+            Some((field, allowed)) => (field, allowed.trim_start_matches("one of ")),
+            None => (rest, ""),
+        };
+        let where_ = match (&table, on_header) {
+            (Some(t), false) => format!("[{t}]"),
+            _ => match text.lines().nth(line_no - 1).map(str::trim) {
+                Some(h) if h.starts_with('[') => parent_table(h),
+                _ => "the top level".to_owned(),
+            },
+        };
+        return if allowed.is_empty() {
+            format!("line {line_no}: {field} is not a setting of {where_}.")
+        } else {
+            format!(
+                "line {line_no}: {field} is not a setting of {where_}; the settings there are {allowed}."
+            )
+        };
+    }
+    format!("line {line_no}, {place}: {message}.")
+}
+
+/// The table a `[a.b.c]` header's last key sits in (`[a.b]`), for "not a setting of …".
+fn parent_table(header: &str) -> String {
+    let inner = header.trim_matches(|c| c == '[' || c == ']').trim();
+    match inner.rsplit_once('.') {
+        Some((parent, _)) => format!("[{parent}]"),
+        None => "the top level".to_owned(),
     }
 }
 
@@ -409,6 +472,39 @@ mod tests {
         .unwrap();
         assert!(!policy.approvals.two_person_rule);
         assert!(Policy::parse("[approvals]\ntwo_person = false\n").is_err());
+    }
+
+    /// The error `Policy::load` gives for `text`, as the person reading it sees it.
+    fn load_error(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steward.toml");
+        std::fs::write(&path, text).unwrap();
+        let err = Policy::load(&path, true).unwrap_err();
+        format!("{err:#}").replace(&dir.path().display().to_string(), "DIR")
+    }
+
+    #[test]
+    fn policy_errors_are_one_sentence_naming_the_file_the_key_and_what_is_allowed() {
+        insta::assert_snapshot!(
+            [
+                load_error("[chanels]\napprovals = \"C1\"\n"),
+                load_error("[hygiene.idle]\nfoo = 1\n"),
+                load_error("[approvals]\ndecide_within = 5\n"),
+                load_error("[approvals]\ndecide_within = \n"),
+            ]
+            .join("\n"),
+            @r"
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`.
+        DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
+        DIR/steward.toml: line 2, `decide_within` in [approvals]: invalid type: integer `5`, expected a string.
+        DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.
+        "
+        );
+        let missing = Policy::load(Path::new("/nonexistent/steward.toml"), true).unwrap_err();
+        assert_eq!(
+            format!("{missing:#}"),
+            "Could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
+        );
     }
 
     #[test]

@@ -6,11 +6,14 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = sandbox_steward::cli::Cli::parse();
-    sandbox_steward::telemetry::init("info");
+    sandbox_steward::telemetry::init_as("info", cli.log_format);
     match sandbox_steward::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!(
+                "error: {}",
+                sandbox_steward::cli::sentence(&format!("{e:#}"))
+            );
             ExitCode::from(2)
         }
     }

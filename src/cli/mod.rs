@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod audit;
+mod check;
 pub mod e2b;
 pub mod sweep;
 mod table;
@@ -17,6 +18,16 @@ mod table;
     about = "A human in the loop for an E2B sandbox fleet"
 )]
 pub struct Cli {
+    /// How logs are written to stderr: plain text, or one JSON object a line for log shippers.
+    /// `RUST_LOG` filters them (default `info`); colour only on a terminal without `NO_COLOR`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "STEWARD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -32,7 +43,7 @@ pub enum Command {
     E2b(e2b::E2bArgs),
     /// Run one hygiene sweep now: a dry run (opens nothing, posts nothing) unless `--live`.
     Sweep(sweep::SweepArgs),
-    /// Say which settings are missing or invalid.
+    /// Say which settings are missing, invalid or risky, and whether E2B and Slack answer.
     Check,
     /// Read the audit log of approval cases.
     Audit(audit::AuditArgs),
@@ -63,35 +74,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
         Command::E2b(args) => e2b::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
-        Command::Check => check(),
+        Command::Check => check::run().await,
         Command::Audit(args) => audit::run(args).await,
     }
 }
 
-fn check() -> anyhow::Result<ExitCode> {
-    let settings = crate::config::Settings::load(&crate::config::ProcessEnv)?;
-    let mut missing = Vec::new();
-    if settings.e2b.api_key.is_none() {
-        missing.push("E2B_API_KEY is not set: Steward cannot call E2B.");
+/// `text` as a sentence for the terminal: it ends with a period (or `?`/`!`) exactly once.
+pub fn sentence(text: &str) -> String {
+    let text = text.trim_end();
+    if text.ends_with(['.', '?', '!']) {
+        text.to_owned()
+    } else {
+        format!("{text}.")
     }
-    if settings.e2b.team_id.is_none() {
-        missing.push("E2B_PROJECT_ID (or E2B_TEAM_ID) is not set: team metrics are unavailable.");
-    }
-    if settings.slack.bot_token.is_none() {
-        missing.push("SLACK_BOT_TOKEN is not set: Steward cannot post to Slack.");
-    }
-    if settings.slack.signing_secret.is_none() {
-        missing.push("SLACK_SIGNING_SECRET is not set: every Slack request will be refused.");
-    }
-    if missing.is_empty() {
-        println!(
-            "Configuration is complete (listening on {}).",
-            settings.listen
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    for line in &missing {
-        println!("{line}");
-    }
-    Ok(ExitCode::from(1))
 }

@@ -29,7 +29,7 @@ impl E2bClient {
     }
 
     /// `GET /v2/sandboxes`, every page, under the page cap.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, q), fields(state = q.state.as_query()))]
     pub async fn list_sandboxes(&self, q: &ListQuery) -> Result<Listing<ListedSandbox>, E2bError> {
         let cap = q.max_pages.unwrap_or(self.max_pages);
         self.collect_pages(Op::List, cap, |token| async move {
@@ -39,7 +39,7 @@ impl E2bClient {
     }
 
     /// One page of `GET /v2/sandboxes`, starting at `next_token`.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, q), fields(state = q.state.as_query()))]
     pub async fn list_sandboxes_page(
         &self,
         q: &ListQuery,
@@ -165,7 +165,7 @@ impl E2bClient {
     }
 
     /// `GET /v2/sandboxes/{id}/logs`.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, q))]
     pub async fn sandbox_logs(
         &self,
         id: &SandboxId,

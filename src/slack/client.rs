@@ -369,6 +369,18 @@ impl SlackClient {
             .collect()
     }
 
+    /// `auth.test`: whether the token works; answers the workspace's name. `steward check` calls it.
+    #[tracing::instrument(skip(self))]
+    pub async fn auth_test(&self) -> Result<String, SlackError> {
+        let api = &self.api;
+        let answer = self
+            .with_retry("auth.test", |token| async move {
+                api.open_session(&token).auth_test().await
+            })
+            .await?;
+        Ok(answer.team)
+    }
+
     /// POSTs to a `response_url` (no token is sent; the URL itself is the credential).
     #[tracing::instrument(skip(self, payload, response_url))]
     pub async fn respond(

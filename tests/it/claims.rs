@@ -101,14 +101,40 @@ async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
         assert!(line.is_some_and(|l| l.contains("is not set")), "{said}");
     }
 
+    // Complete means reachable too: check calls both simulators, and reads a policy with a
+    // channel and someone who may kill (without them it warns; see cli_output.rs).
+    let e2b = sandbox_steward::sim::e2b::SimServer::start(sandbox_steward::sim::e2b::SimOptions {
+        api_key: Some("e2b_secret_value_1234".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let slack = sandbox_steward::sim::slack::SlackSim::start(Default::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("steward.toml");
+    std::fs::write(
+        &policy,
+        "[channels]\napprovals = \"C0APPROVALS\"\n[approvals.approvers]\nkill = { users = [\"U0002\"] }\n",
+    )
+    .unwrap();
+    let (e2b_url, slack_url, policy) = (
+        e2b.base_url(),
+        slack.api_url(),
+        policy.display().to_string(),
+    );
     let out = steward(
         &["check"],
         &[
+            ("E2B_API_URL", &e2b_url),
             ("E2B_API_KEY", "e2b_secret_value_1234"),
             ("E2B_PROJECT_ID", "team-1"),
+            ("SLACK_API_URL", &slack_url),
             ("SLACK_BOT_TOKEN", "xoxb-secret-token"),
             ("SLACK_SIGNING_SECRET", "signing-secret-value"),
             ("STEWARD_LISTEN", "127.0.0.1:3999"),
+            ("STEWARD_CONFIG", &policy),
         ],
     )
     .await;

@@ -6,6 +6,7 @@ mod common;
 mod approvals;
 mod cards;
 mod claims;
+mod cli_output;
 mod e2b_cli;
 mod e2b_client;
 mod edge;

@@ -34,9 +34,6 @@ pub struct E2bArgs {
     /// Print JSON (the API's own field names) instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Stop any listing after this many pages (default 10000).
-    #[arg(long, global = true, value_name = "N")]
-    pub max_pages: Option<u32>,
     #[command(subcommand)]
     pub action: Action,
 }
@@ -52,24 +49,25 @@ pub enum Action {
     Snapshot(SnapshotAction),
 }
 
+// The parsers' errors end with a period: clap prints them as the end of its sentence.
 fn parse_dur(value: &str) -> Result<Duration, String> {
-    parse_duration("duration", value).map_err(|e| e.to_string())
+    parse_duration("duration", value).map_err(|e| crate::cli::sentence(&e.to_string()))
 }
 
 fn parse_pair(value: &str) -> Result<(String, String), String> {
     match value.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
-        _ => Err(format!("{value:?} is not KEY=VALUE")),
+        _ => Err(format!("{value:?} is not KEY=VALUE.")),
     }
 }
 
 fn parse_cursor(value: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(ms) = value.trim().parse::<i64>() {
-        return DateTime::from_timestamp_millis(ms).ok_or_else(|| format!("{ms} is out of range"));
+        return DateTime::from_timestamp_millis(ms).ok_or_else(|| format!("{ms} is out of range."));
     }
     DateTime::parse_from_rfc3339(value.trim())
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| format!("{value:?} is neither milliseconds since 1970 nor an RFC 3339 time"))
+        .map_err(|_| format!("{value:?} is neither milliseconds since 1970 nor an RFC 3339 time."))
 }
 
 /// The time `d` ago, for metrics windows.
@@ -82,7 +80,7 @@ pub async fn run(args: E2bArgs) -> anyhow::Result<ExitCode> {
     match execute(args).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("{e:#}");
+            eprintln!("{}", crate::cli::sentence(&format!("{e:#}")));
             Ok(ExitCode::from(1))
         }
     }
@@ -101,14 +99,25 @@ async fn execute(args: E2bArgs) -> anyhow::Result<()> {
     }
     let settings = crate::config::e2b_settings(&ProcessEnv)?;
     let mut client = E2bClient::new(&settings)?;
-    if let Some(pages) = args.max_pages {
+    if let Some(pages) = max_pages(&args.action) {
         client = client.with_max_pages(pages);
     }
     let out = output::Output { json: args.json };
     match args.action {
-        Action::Sandbox(action) => sandboxes::run(action, &client, &out, args.max_pages).await,
+        Action::Sandbox(action) => sandboxes::run(action, &client, &out).await,
         Action::Team(action) => team::run(action, &client, &out).await,
         Action::Snapshot(action) => snapshots::run(action, &client, &out).await,
+    }
+}
+
+/// The page cap of a listing action; only listings take `--max-pages`.
+fn max_pages(action: &Action) -> Option<u32> {
+    match action {
+        Action::Sandbox(SandboxAction::List { max_pages, .. })
+        | Action::Sandbox(SandboxAction::MetricsMany { max_pages, .. })
+        | Action::Snapshot(SnapshotAction::Snapshots { max_pages, .. })
+        | Action::Snapshot(SnapshotAction::Templates { max_pages }) => *max_pages,
+        _ => None,
     }
 }
 

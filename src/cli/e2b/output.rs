@@ -59,9 +59,9 @@ impl Output {
         warn_stopped(listing);
         if self.whole_or_rows(listing, &listing.items, headers, row)? {
             println!(
-                "\n{} item(s) in {} page(s).",
-                listing.items.len(),
-                listing.pages
+                "\n{} in {}.",
+                count(listing.items.len(), "item"),
+                count(listing.pages as usize, "page")
             );
         }
         Ok(())
@@ -131,9 +131,9 @@ impl Output {
 pub(super) fn warn_stopped<T>(listing: &Listing<T>) {
     if let Some(reason) = listing.stopped {
         eprintln!(
-            "Warning: {reason} ({} page(s), {} item(s) read).",
-            listing.pages,
-            listing.items.len()
+            "Warning: {reason} ({}, {} read).",
+            count(listing.pages as usize, "page"),
+            count(listing.items.len(), "item")
         );
     }
 }
@@ -156,4 +156,13 @@ pub(super) fn unix_time(secs: i64) -> String {
 /// A duration in whole seconds, e.g. `5m`, `1h 30m`.
 pub(super) fn format_duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// `1 page`, `3 pages`: a count with its noun, never "page(s)".
+pub(super) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }

@@ -18,15 +18,22 @@ use crate::ids::{SandboxId, TemplateId};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum StateArg {
+    /// Only running sandboxes.
     Running,
+    /// Only paused sandboxes.
     Paused,
+    /// Running and paused sandboxes.
     All,
 }
+
+/// Caps a listing that might not end (help text shared by every listing action).
+const MAX_PAGES_HELP: &str = "Stop the listing after N pages (default 10000)";
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SandboxAction {
     /// List sandboxes (running and paused by default).
     List {
+        /// Which sandboxes to list.
         #[arg(long, value_enum, default_value = "all")]
         state: StateArg,
         /// Only sandboxes of this template id or alias.
@@ -44,53 +51,73 @@ pub enum SandboxAction {
         /// Fetch the one page that starts at this token.
         #[arg(long)]
         page_token: Option<String>,
+        #[arg(long, value_name = "N", help = MAX_PAGES_HELP)]
+        max_pages: Option<u32>,
     },
     /// Show one sandbox, running or paused.
-    Get { id: SandboxId },
+    Get {
+        /// The sandbox id.
+        id: SandboxId,
+    },
     /// Create a sandbox from a template (or snapshot) id.
     Create {
+        /// The template id or alias (or a snapshot id) to start from.
         template: TemplateId,
         /// Time to live, e.g. 5m (default 5m).
         #[arg(long, value_parser = parse_dur)]
         timeout: Option<Duration>,
+        /// Metadata to attach, KEY=VALUE (repeat for several).
         #[arg(long, value_name = "KEY=VALUE", value_parser = parse_pair)]
         metadata: Vec<(String, String)>,
     },
     /// Kill a sandbox (running or paused). Cannot be undone.
     Kill {
+        /// The sandbox id.
         id: SandboxId,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
     },
     /// Pause a running sandbox.
-    Pause { id: SandboxId },
+    Pause {
+        /// The sandbox id.
+        id: SandboxId,
+    },
     /// Resume a paused sandbox (E2B prefers `connect`).
     Resume {
+        /// The sandbox id.
         id: SandboxId,
+        /// Time to live from now, e.g. 10m.
         #[arg(long, value_parser = parse_dur, default_value = "5m")]
         timeout: Duration,
     },
     /// Resume a paused sandbox, or extend a running one's time to live.
     Connect {
+        /// The sandbox id.
         id: SandboxId,
+        /// Time to live from now, e.g. 10m.
         #[arg(long, value_parser = parse_dur, default_value = "5m")]
         timeout: Duration,
     },
     /// Set a sandbox's time to live, counted from now (can shorten it).
     Timeout {
+        /// The sandbox id.
         id: SandboxId,
+        /// New time to live from now, e.g. 30m.
         #[arg(value_parser = parse_dur)]
         duration: Duration,
     },
     /// Extend a sandbox's time to live (at most 1h).
     Refresh {
+        /// The sandbox id.
         id: SandboxId,
+        /// How much longer, e.g. 30m (E2B's default when omitted).
         #[arg(value_parser = parse_dur)]
         duration: Option<Duration>,
     },
     /// Show a sandbox's logs (newest first unless --forward).
     Logs {
+        /// The sandbox id.
         id: SandboxId,
         /// Minimum level: debug, info, warn, error.
         #[arg(long)]
@@ -98,6 +125,7 @@ pub enum SandboxAction {
         /// Case-sensitive substring of the message.
         #[arg(long)]
         search: Option<String>,
+        /// At most this many lines.
         #[arg(long)]
         limit: Option<u32>,
         /// Milliseconds since 1970 or an RFC 3339 time.
@@ -107,20 +135,27 @@ pub enum SandboxAction {
         #[arg(long)]
         forward: bool,
     },
-    /// Show a sandbox's resource samples.
+    /// Summarise a sandbox's resource samples (min, average, max); every sample with --all.
     Metrics {
+        /// The sandbox id.
         id: SandboxId,
         /// Only the last DURATION, e.g. 2h.
         #[arg(long, value_parser = parse_dur)]
         since: Option<Duration>,
+        /// Print every sample as a row, not only the summary.
+        #[arg(long)]
+        all: bool,
     },
     /// Show the latest sample of many sandboxes.
     MetricsMany {
+        /// The sandbox ids.
         #[arg(required_unless_present = "all")]
         ids: Vec<SandboxId>,
         /// Every running sandbox.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        #[arg(long, value_name = "N", requires = "all", help = MAX_PAGES_HELP)]
+        max_pages: Option<u32>,
     },
 }
 
@@ -129,12 +164,11 @@ const SANDBOX_HEADERS: &[&str] = &[
 ];
 const METRIC_HEADERS: &[&str] = &["CPUS", "CPU%", "MEMORY", "DISK"];
 
-/// Runs one sandbox action; `max_pages` caps the listings it follows.
+/// Runs one sandbox action.
 pub(super) async fn run(
     action: SandboxAction,
     client: &E2bClient,
     out: &Output,
-    max_pages: Option<u32>,
 ) -> anyhow::Result<()> {
     match action {
         SandboxAction::List {
@@ -144,6 +178,7 @@ pub(super) async fn run(
             limit,
             all_pages,
             page_token,
+            max_pages,
         } => {
             let query = ListQuery {
                 state: match state {
@@ -303,17 +338,25 @@ pub(super) async fn run(
                 ]
             })?;
         }
-        SandboxAction::Metrics { id, since } => {
+        SandboxAction::Metrics { id, since, all } => {
             let start = since.map(ago);
             let samples = client.sandbox_metrics(&id, start, None).await?;
-            let headers = [&["TIME"], METRIC_HEADERS].concat();
-            out.table(&samples, &headers, |m| {
-                let mut row = vec![unix_time(m.timestamp_unix)];
-                row.extend(metric_cells(m));
-                row
-            })?;
+            if out.json || all {
+                let headers = [&["TIME"], METRIC_HEADERS].concat();
+                out.table(&samples, &headers, |m| {
+                    let mut row = vec![unix_time(m.timestamp_unix)];
+                    row.extend(metric_cells(m));
+                    row
+                })?;
+            } else {
+                print_metrics_summary(&id, &samples);
+            }
         }
-        SandboxAction::MetricsMany { ids, all } => {
+        SandboxAction::MetricsMany {
+            ids,
+            all,
+            max_pages,
+        } => {
             let ids = if all {
                 let query = ListQuery {
                     state: StateFilter::Running,
@@ -328,6 +371,14 @@ pub(super) async fn run(
             };
             let found = client.metrics_many(&ids).await?;
             let sorted: BTreeMap<_, _> = found.into_iter().collect();
+            // An id with no sample is either unknown to E2B or too new to have one; ask, so the
+            // row says which.
+            let mut unknown = HashSet::new();
+            for id in ids.iter().filter(|id| !sorted.contains_key(*id)) {
+                if let Err(crate::e2b::E2bError::NotFound { .. }) = client.get_sandbox(id).await {
+                    unknown.insert(id.clone());
+                }
+            }
             if out.json {
                 print_json(&sorted)?;
             } else {
@@ -340,6 +391,9 @@ pub(super) async fn run(
                         let mut row = vec![id.to_string()];
                         match sorted.get(id) {
                             Some(m) => row.extend(metric_cells(m)),
+                            None if unknown.contains(id) => {
+                                row.extend(["-", "-", "-", "not found"].map(String::from))
+                            }
                             None => row.extend(["-", "-", "-", "no samples yet"].map(String::from)),
                         }
                         row
@@ -350,6 +404,62 @@ pub(super) async fn run(
         }
     }
     Ok(())
+}
+
+/// One line per resource: its minimum, average and maximum over the window, so an operator sees
+/// at a glance whether the sandbox is busy, instead of hundreds of raw rows.
+fn print_metrics_summary(id: &SandboxId, samples: &[SandboxMetric]) {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        println!("No samples for {id} in this window.");
+        return;
+    };
+    let (from, to) = (
+        first.timestamp_unix.min(last.timestamp_unix),
+        first.timestamp_unix.max(last.timestamp_unix),
+    );
+    let span = Duration::from_secs(u64::try_from(to - from).unwrap_or(0));
+    if samples.len() == 1 {
+        println!("1 sample, at {}.", unix_time(from));
+    } else {
+        println!(
+            "{} samples from {} to {} ({}); --all prints every sample.",
+            samples.len(),
+            unix_time(from),
+            unix_time(to),
+            format_duration(span)
+        );
+    }
+    let stats = |f: &dyn Fn(&SandboxMetric) -> f64| {
+        let values: Vec<f64> = samples.iter().map(f).collect();
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let avg = values.iter().sum::<f64>() / values.len() as f64;
+        (min, avg, max)
+    };
+    let (c_min, c_avg, c_max) = stats(&|m| m.cpu_used_pct);
+    let (m_min, m_avg, m_max) = stats(&|m| m.mem_used as f64);
+    let (d_min, d_avg, d_max) = stats(&|m| m.disk_used as f64);
+    let rows = vec![
+        vec![
+            format!("CPU % ({} CPUs)", last.cpu_count),
+            format!("{c_min:.1}"),
+            format!("{c_avg:.1}"),
+            format!("{c_max:.1}"),
+        ],
+        vec![
+            format!("memory (of {})", bytes(last.mem_total)),
+            bytes(m_min as i64),
+            bytes(m_avg as i64),
+            bytes(m_max as i64),
+        ],
+        vec![
+            format!("disk (of {})", bytes(last.disk_total)),
+            bytes(d_min as i64),
+            bytes(d_avg as i64),
+            bytes(d_max as i64),
+        ],
+    ];
+    print_table(&["", "MIN", "AVG", "MAX"], rows);
 }
 
 fn sandbox_row(s: &ListedSandbox) -> Vec<String> {

@@ -11,7 +11,9 @@ use crate::ids::{SandboxId, TemplateId};
 pub enum SnapshotAction {
     /// Snapshot a sandbox into a reusable template.
     Snapshot {
+        /// The sandbox to snapshot.
         id: SandboxId,
+        /// A name for the snapshot, so it is easy to find and start from.
         #[arg(long)]
         name: Option<String>,
     },
@@ -20,14 +22,26 @@ pub enum SnapshotAction {
         /// Only snapshots of this sandbox.
         #[arg(long)]
         sandbox: Option<SandboxId>,
+        /// Stop the listing after N pages (default 10000).
+        #[arg(long, value_name = "N")]
+        max_pages: Option<u32>,
     },
     /// List templates.
-    Templates,
+    Templates {
+        /// Stop the listing after N pages (default 10000).
+        #[arg(long, value_name = "N")]
+        max_pages: Option<u32>,
+    },
     /// Show a template and its builds.
-    Template { id: TemplateId },
+    Template {
+        /// The template id or alias.
+        id: TemplateId,
+    },
     /// Delete a template or snapshot. Cannot be undone.
     DeleteTemplate {
+        /// The template or snapshot id.
         id: TemplateId,
+        /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
     },
@@ -42,20 +56,29 @@ pub(super) async fn run(
     match action {
         SnapshotAction::Snapshot { id, name } => {
             let snap = client.create_snapshot(&id, name.as_deref()).await?;
+            let taken = time(chrono::Utc::now());
             out.show(&snap, || {
                 vec![
                     ("snapshot", snap.snapshot_id.to_string()),
-                    ("names", snap.names.join(", ")),
+                    ("names", names(&snap.names)),
+                    ("of sandbox", id.to_string()),
+                    ("taken", taken),
                 ]
             })?;
         }
-        SnapshotAction::Snapshots { sandbox } => {
+        SnapshotAction::Snapshots { sandbox, .. } => {
             let listing = client.list_snapshots(sandbox.as_ref()).await?;
-            out.listing(&listing, &["SNAPSHOT", "NAMES"], |s| {
-                vec![s.snapshot_id.to_string(), s.names.join(", ")]
-            })?;
+            // E2B's listing carries no source or date; with --sandbox the source is known.
+            match &sandbox {
+                Some(of) => out.listing(&listing, &["SNAPSHOT", "NAMES", "OF SANDBOX"], |s| {
+                    vec![s.snapshot_id.to_string(), names(&s.names), of.to_string()]
+                })?,
+                None => out.listing(&listing, &["SNAPSHOT", "NAMES"], |s| {
+                    vec![s.snapshot_id.to_string(), names(&s.names)]
+                })?,
+            }
         }
-        SnapshotAction::Templates => {
+        SnapshotAction::Templates { .. } => {
             let listing = client.list_templates().await?;
             let headers = [
                 "TEMPLATE",
@@ -69,7 +92,7 @@ pub(super) async fn run(
             out.listing(&listing, &headers, |t| {
                 vec![
                     t.template_id.to_string(),
-                    t.names.join(", "),
+                    names(&t.names),
                     t.build_status.as_str().into(),
                     t.cpu_count.to_string(),
                     format!("{} MiB", t.memory_mb),
@@ -121,4 +144,13 @@ pub(super) async fn run(
         }
     }
     Ok(())
+}
+
+/// A snapshot's or template's names, or a plain "(no name)" instead of an empty cell.
+fn names(names: &[String]) -> String {
+    if names.is_empty() {
+        "(no name)".into()
+    } else {
+        names.join(", ")
+    }
 }

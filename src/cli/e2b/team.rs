@@ -17,6 +17,7 @@ pub enum MaxArg {
 pub enum TeamAction {
     /// Show team-wide metrics (needs E2B_PROJECT_ID).
     TeamMetrics {
+        /// The window: the last DURATION, e.g. 1h or 7d.
         #[arg(long, value_parser = parse_dur, default_value = "24h")]
         since: Duration,
         /// Only the maximum of one metric.

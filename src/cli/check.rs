@@ -1,0 +1,183 @@
+//! `steward check`: says in plain words what is missing, what is risky and what cannot be reached.
+//!
+//! Problems (a missing secret, a service that does not answer) exit 1; warnings (nobody may kill,
+//! no approvals channel) are printed but exit 0, since Steward still runs. It reads settings and
+//! makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox list); it changes nothing.
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::cases::{ApproverRule, DecisionOption};
+use crate::config::{ProcessEnv, Settings};
+use crate::e2b::{E2bClient, ListQuery};
+use crate::slack::client::SlackClient;
+
+/// Longest wait for each of the two reachability calls, so `check` never hangs on a dead host.
+const REACH_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What `check` found: `problems` make it fail, `warnings` do not.
+#[derive(Debug, Default)]
+struct Findings {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// Runs `steward check` with the process environment.
+pub async fn run() -> anyhow::Result<ExitCode> {
+    let settings = Settings::load(&ProcessEnv)?;
+    let mut found = Findings::default();
+    missing_settings(&settings, &mut found);
+    policy_warnings(&settings, &mut found);
+    reach_e2b(&settings, &mut found).await;
+    reach_slack(&settings, &mut found).await;
+    for line in &found.problems {
+        println!("{line}");
+    }
+    for line in &found.warnings {
+        println!("Warning: {line}");
+    }
+    if !found.problems.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    match found.warnings.len() {
+        0 => println!(
+            "Configuration is complete (listening on {}).",
+            settings.listen
+        ),
+        n => println!(
+            "Configuration is complete (listening on {}), with {n} {} above.",
+            settings.listen,
+            if n == 1 { "warning" } else { "warnings" }
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn missing_settings(settings: &Settings, found: &mut Findings) {
+    if settings.e2b.api_key.is_none() {
+        found
+            .problems
+            .push("E2B_API_KEY is not set: Steward cannot call E2B.".into());
+    }
+    if settings.e2b.team_id.is_none() {
+        found.problems.push(
+            "E2B_PROJECT_ID (or E2B_TEAM_ID) is not set: team metrics are unavailable.".into(),
+        );
+    }
+    if settings.slack.bot_token.is_none() {
+        found
+            .problems
+            .push("SLACK_BOT_TOKEN is not set: Steward cannot post to Slack.".into());
+    }
+    if settings.slack.signing_secret.is_none() {
+        found
+            .problems
+            .push("SLACK_SIGNING_SECRET is not set: every Slack request will be refused.".into());
+    }
+}
+
+fn policy_warnings(settings: &Settings, found: &mut Findings) {
+    let policy = &settings.policy;
+    match policy.approvals_channel() {
+        Ok(Some(_)) => {}
+        Ok(None) => found.warnings.push(
+            "[channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from.".into(),
+        ),
+        Err(e) => found.problems.push(format!("{e}.")),
+    }
+    if let Err(e) = policy.sweep() {
+        found.problems.push(format!("{e}."));
+    }
+    let approvers = &policy.approvals.approvers;
+    if nobody(approvers.rule_for(DecisionOption::Kill)) {
+        found.warnings.push(
+            "nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide.".into(),
+        );
+    }
+    if approvers.kill != *approvers.rule_for(DecisionOption::SnapshotThenKill)
+        && nobody(approvers.rule_for(DecisionOption::SnapshotThenKill))
+    {
+        found.warnings.push(
+            "nobody may choose Snapshot, then kill: [approvals.approvers] snapshot_then_kill is empty in steward.toml.".into(),
+        );
+    }
+}
+
+/// Whether `rule` lets nobody at all choose its option.
+fn nobody(rule: &ApproverRule) -> bool {
+    !rule.anyone && rule.users.is_empty() && rule.groups.is_empty()
+}
+
+/// One page of one sandbox: proves the URL, the key and the network all work.
+async fn reach_e2b(settings: &Settings, found: &mut Findings) {
+    if settings.e2b.api_key.is_none() {
+        return;
+    }
+    let client = match E2bClient::new(&settings.e2b) {
+        Ok(client) => client,
+        Err(e) => {
+            return found
+                .problems
+                .push(unreachable("E2B", &settings.e2b.api_url, &e));
+        }
+    };
+    let query = ListQuery {
+        limit: Some(1),
+        max_pages: Some(1),
+        ..ListQuery::default()
+    };
+    match tokio::time::timeout(REACH_TIMEOUT, client.list_sandboxes_page(&query, None)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => found
+            .problems
+            .push(unreachable("E2B", &settings.e2b.api_url, &e)),
+        Err(_) => found.problems.push(format!(
+            "E2B at {} did not answer within {} s.",
+            settings.e2b.api_url,
+            REACH_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// `auth.test`: proves the URL, the bot token and the network all work.
+async fn reach_slack(settings: &Settings, found: &mut Findings) {
+    if settings.slack.bot_token.is_none() {
+        return;
+    }
+    let client = match SlackClient::new(&settings.slack) {
+        Ok(client) => client,
+        Err(e) => {
+            return found
+                .problems
+                .push(unreachable("Slack", &settings.slack.api_url, &e));
+        }
+    };
+    match tokio::time::timeout(REACH_TIMEOUT, client.auth_test()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => found
+            .problems
+            .push(unreachable("Slack", &settings.slack.api_url, &e)),
+        Err(_) => found.problems.push(format!(
+            "Slack at {} did not answer auth.test within {} s.",
+            settings.slack.api_url,
+            REACH_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// One sentence for a failed call. Connection failures are said plainly rather than as the HTTP
+/// library's error chain, which names types a reader cannot act on.
+fn unreachable(service: &str, url: &str, e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let lower = text.to_lowercase();
+    if lower.contains("connection refused") {
+        format!("{service} is unreachable: nothing answers at {url} (connection refused).")
+    } else if lower.contains("dns error") || lower.contains("failed to lookup") {
+        format!("{service} is unreachable: the host of {url} does not resolve.")
+    } else if lower.contains("timed out") {
+        format!("{service} is unreachable: {url} timed out.")
+    } else {
+        super::sentence(&format!(
+            "{service} at {url} refused Steward's call: {text}"
+        ))
+    }
+}
