@@ -1236,7 +1236,9 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     // A required config file that does not exist is refused with a sentence...
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("could not read"),
+        String::from_utf8_lossy(&out.stderr).contains(
+            "Could not read the policy file /nonexistent-on-purpose/steward.toml: it does not exist"
+        ),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
