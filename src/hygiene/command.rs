@@ -10,7 +10,7 @@ use super::context::{SweepContext, SweepMode};
 use super::digest::digest_params;
 use super::schedule::{Scheduler, sweep_now};
 use super::sweep::sweep_once;
-use crate::slack::render::{DoneParams, FailureParams, Message};
+use crate::slack::render::{FailureParams, MentionDoneParams, Message, Mrkdwn};
 
 /// The answer to `/sandbox sweep`, for the person who asked.
 pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>) -> Message {
@@ -31,15 +31,20 @@ pub async fn sweep_message(ctx: SweepContext, dry_run: bool, now: DateTime<Utc>)
             let posted = report.posted.clone().unwrap_or_default();
             let idle = report.counts.idle + report.counts.already_open;
             let whereabouts = if posted.digest_ts.is_empty() {
-                "nothing new, so no digest was posted (`when_nothing_new` in [hygiene])".to_owned()
+                Mrkdwn::text(
+                    "nothing new, so no digest was posted (`when_nothing_new` in [hygiene])",
+                )
             } else {
-                format!("the digest is in <#{}>", posted.channel)
+                // Steward's own channel link: it must reach Slack unescaped to render.
+                Mrkdwn::markup("the digest is in ").and(Mrkdwn::channel(posted.channel.as_str()))
             };
-            templates.render_or_plain(&DoneParams {
-                headline: format!(
-                    "Sweep done: {idle} idle of {} sandboxes; {whereabouts}.",
+            templates.render_or_plain(&MentionDoneParams {
+                headline: Mrkdwn::text(&format!(
+                    "Sweep done: {idle} idle of {} sandboxes; ",
                     report.fleet.total
-                ),
+                ))
+                .and(whereabouts)
+                .and(Mrkdwn::markup(".")),
                 details: Some(format!(
                     "{} opened, {} already open, {} held for review, {} left for the next sweep.",
                     cases(posted.opened.len()),

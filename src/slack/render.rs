@@ -456,6 +456,14 @@ pub struct DoneParams {
 }
 message!(DoneParams, "done.json.j2");
 
+/// A result whose headline carries Steward's own mentions (a channel link), which must render.
+#[derive(Debug, Serialize)]
+pub struct MentionDoneParams {
+    pub headline: Mrkdwn,
+    pub details: Option<String>,
+}
+message!(MentionDoneParams, "done.json.j2");
+
 /// `/sandbox list`.
 #[derive(Debug, Serialize)]
 pub struct SandboxListParams {
