@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub enum ConfigError {
     #[error("{name} is not valid: {reason}")]
     Invalid { name: String, reason: String },
-    #[error("Could not read the policy file {}: {reason}.", path.display())]
+    #[error("could not read the policy file {}: {reason}.", path.display())]
     Read { path: PathBuf, reason: String },
     /// The file is TOML but not a policy Steward knows, or not TOML at all; `detail` says which
     /// line and key, and what is allowed there.
@@ -503,7 +503,7 @@ mod tests {
         let missing = Policy::load(Path::new("/nonexistent/steward.toml"), true).unwrap_err();
         assert_eq!(
             format!("{missing:#}"),
-            "Could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
+            "could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
         );
     }
 
