@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub enum ConfigError {
     #[error("{name} is not valid: {reason}")]
     Invalid { name: String, reason: String },
-    #[error("Could not read the policy file {}: {reason}.", path.display())]
+    #[error("could not read the policy file {}: {reason}.", path.display())]
     Read { path: PathBuf, reason: String },
     /// The file is TOML but not a policy Steward knows, or not TOML at all; `detail` says which
     /// line and key, and what is allowed there.
@@ -355,7 +355,40 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
             )
         };
     }
-    format!("line {line_no}, {place}: {message}.")
+    format!(
+        "line {line_no}, {place}: {}.",
+        plain_value_error(key, message)
+    )
+}
+
+/// Settings that take a duration in quotes.
+const DURATION_KEYS: &[&str] = &[
+    "decide_within",
+    "min_timeout",
+    "idle_window",
+    "paused_threshold",
+    "paused_kill_after",
+    "grace_period",
+    "expires_soon",
+];
+
+/// A value error without repeating the key the sentence already names, and serde's
+/// "invalid type: X, expected Y" turned round to say what is allowed.
+fn plain_value_error(key: &str, message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        return if DURATION_KEYS.contains(&key) {
+            format!("it must be a duration in quotes, like \"24h\" or \"90m\", not {found}")
+        } else {
+            format!("it must be {expected}, not {found}")
+        };
+    }
+    // Our own parsers start with "<setting> is not valid: "; the sentence has named the key.
+    match message.split_once(" is not valid: ") {
+        Some((name, reason)) if !name.contains(' ') => reason.to_owned(),
+        _ => message.to_owned(),
+    }
 }
 
 /// The table a `[a.b.c]` header's last key sits in (`[a.b]`), for "not a setting of …".
@@ -491,19 +524,23 @@ mod tests {
                 load_error("[hygiene.idle]\nfoo = 1\n"),
                 load_error("[approvals]\ndecide_within = 5\n"),
                 load_error("[approvals]\ndecide_within = \n"),
+                load_error("[approvals]\ntwo_person_rule = \"yes\"\n"),
+                load_error("[hygiene.idle]\nidle_window = \"100000y\"\n"),
             ]
             .join("\n"),
-            @r"
+            @r#"
         DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
-        DIR/steward.toml: line 2, `decide_within` in [approvals]: invalid type: integer `5`, expected a string.
+        DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.
-        "
+        DIR/steward.toml: line 2, `two_person_rule` in [approvals]: it must be a boolean, not string "yes".
+        DIR/steward.toml: line 2, `idle_window` in [hygiene.idle]: "100000y" is longer than 100 years, the most Steward accepts.
+        "#
         );
         let missing = Policy::load(Path::new("/nonexistent/steward.toml"), true).unwrap_err();
         assert_eq!(
             format!("{missing:#}"),
-            "Could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
+            "could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
         );
     }
 

@@ -9,10 +9,10 @@ use tracing_subscriber::EnvFilter;
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// One plain line per event; coloured only when stderr is a terminal and `NO_COLOR` is unset.
+    // One plain line per event; coloured only when stderr is a terminal and `NO_COLOR` is unset.
     #[default]
     Text,
-    /// One JSON object per line, for log shippers.
+    // One JSON object per line, for log shippers.
     Json,
 }
 

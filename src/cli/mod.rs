@@ -18,14 +18,14 @@ mod table;
     about = "A human in the loop for an E2B sandbox fleet"
 )]
 pub struct Cli {
-    /// How logs are written to stderr: plain text, or one JSON object a line for log shippers.
-    /// `RUST_LOG` filters them (default `info`); colour only on a terminal without `NO_COLOR`.
+    /// Logs on stderr as plain `text` or `json` lines for log shippers (`RUST_LOG` filters both).
+    /// Given before the command: `steward --log-format json serve`.
     #[arg(
         long,
-        global = true,
         value_enum,
         env = "STEWARD_LOG_FORMAT",
-        default_value = "text"
+        default_value = "text",
+        hide_possible_values = true
     )]
     pub log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]

@@ -41,7 +41,7 @@ pub enum SlackError {
     NoToken,
     #[error("Slack answered with error `{code}`")]
     Api { code: String },
-    #[error("Slack is rate-limiting us (retry after {retry_after:?})")]
+    #[error("Slack is rate-limiting us{}", retry_hint(*retry_after))]
     RateLimited { retry_after: Option<Duration> },
     #[error("could not reach Slack: {0}")]
     Transport(String),
@@ -77,8 +77,30 @@ impl From<SlackClientError> for SlackError {
             SlackClientError::RateLimitError(e) => Self::RateLimited {
                 retry_after: e.retry_after,
             },
-            other => Self::Transport(other.to_string()),
+            other => Self::Transport(plain_transport(&other.to_string())),
         }
+    }
+}
+
+/// "; try again in 30 s", or nothing when Slack did not say.
+fn retry_hint(retry_after: Option<Duration>) -> String {
+    retry_after
+        .map(|d| format!("; try again in {} s", d.as_secs()))
+        .unwrap_or_default()
+}
+
+/// A transport failure in words a reader can act on: slack-morphism's text embeds the HTTP
+/// library's `Debug` output (`Some(hyper_util::…)`), which says nothing more than these.
+fn plain_transport(text: &str) -> String {
+    let lower = text.to_lowercase();
+    if lower.contains("connection refused") {
+        "connection refused".into()
+    } else if lower.contains("dns error") || lower.contains("failed to lookup") {
+        "the host name does not resolve".into()
+    } else if lower.contains("timed out") {
+        "timed out".into()
+    } else {
+        text.to_owned()
     }
 }
 
@@ -469,6 +491,21 @@ mod tests {
             templates_dir: None,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn slack_errors_read_as_sentences_without_debug_output() {
+        let limited = SlackError::RateLimited {
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        assert_eq!(
+            limited.to_string(),
+            "Slack is rate-limiting us; try again in 30 s"
+        );
+        let refused = plain_transport(
+            "Slack http protocol error: Some(hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\", Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" })))",
+        );
+        assert_eq!(refused, "connection refused");
     }
 
     #[test]

@@ -160,7 +160,7 @@ async fn steward_check_refuses_a_duration_that_overflows_a_date_with_a_sentence(
             "decide_within",
         ),
         ("[hygiene]\ndecide_within = \"100000y\"\n", "decide_within"),
-        ("[hygiene.idle]\nidle_window = \"100000y\"\n", "duration"),
+        ("[hygiene.idle]\nidle_window = \"100000y\"\n", "idle_window"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("steward.toml");

@@ -125,7 +125,7 @@ async fn config_errors_are_one_sentence_once_naming_the_file_and_the_key() {
     let out = steward(&["serve"], &[("STEWARD_CONFIG", &missing)]).await;
     assert_eq!(out.status.code(), Some(2));
     let said = stderr(&out).replace(&missing, "FILE");
-    insta::assert_snapshot!(said, @"error: Could not read the policy file FILE: it does not exist (STEWARD_CONFIG names it).");
+    insta::assert_snapshot!(said, @"error: could not read the policy file FILE: it does not exist (STEWARD_CONFIG names it).");
 }
 
 #[tokio::test]

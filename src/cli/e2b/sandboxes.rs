@@ -140,7 +140,7 @@ pub enum SandboxAction {
         /// The sandbox id.
         id: SandboxId,
         /// Only the last DURATION, e.g. 2h.
-        #[arg(long, value_parser = parse_dur)]
+        #[arg(long, value_name = "DURATION", value_parser = parse_dur)]
         since: Option<Duration>,
         /// Print every sample as a row, not only the summary.
         #[arg(long)]

@@ -18,7 +18,7 @@ pub enum TeamAction {
     /// Show team-wide metrics (needs E2B_PROJECT_ID).
     TeamMetrics {
         /// The window: the last DURATION, e.g. 1h or 7d.
-        #[arg(long, value_parser = parse_dur, default_value = "24h")]
+        #[arg(long, value_name = "DURATION", value_parser = parse_dur, default_value = "24h")]
         since: Duration,
         /// Only the maximum of one metric.
         #[arg(long, value_enum)]
