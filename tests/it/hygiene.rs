@@ -1237,7 +1237,7 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
-            "Could not read the policy file /nonexistent-on-purpose/steward.toml: it does not exist"
+            "could not read the policy file /nonexistent-on-purpose/steward.toml: it does not exist"
         ),
         "{}",
         String::from_utf8_lossy(&out.stderr)
