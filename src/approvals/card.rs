@@ -136,8 +136,8 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
         push(
             "Latest sample",
             format!(
-                "CPU {:.0}% · memory {} of {} · disk {} of {}",
-                m.cpu_pct,
+                "CPU {} · memory {} of {} · disk {} of {}",
+                format::percent(m.cpu_pct),
                 human_bytes(m.mem_used),
                 human_bytes(m.mem_total),
                 human_bytes(m.disk_used),

@@ -167,7 +167,7 @@ pub fn digest_params(
             window_hours,
         } => (
             Some(CapacityParams {
-                window: format!("{window_hours}h"),
+                window: format!("{window_hours} h"),
                 concurrent_now: *concurrent_now,
                 concurrent_peak: *concurrent_peak,
                 peak_at: peak_at.map(when),
@@ -569,10 +569,10 @@ pub(crate) mod tests {
         let paused = &r.idle[1];
         assert_eq!(
             case_reason(paused, now()),
-            "is this paused sandbox still needed? It holds 1.0 GiB of disk."
+            "is this paused sandbox still needed? It holds 1 GiB of disk."
         );
         let mut priced = paused.clone();
         priced.evidence.cost_per_day_usd = 0.12;
-        assert_eq!(worth(&priced), "holds 1.0 GiB of disk, $0.12 a day");
+        assert_eq!(worth(&priced), "holds 1 GiB of disk, $0.12 a day");
     }
 }

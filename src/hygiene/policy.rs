@@ -9,6 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::slack::format;
+
 /// Thresholds for one template (or the defaults).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds {
@@ -493,31 +495,14 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// `3d 4h`, `2h 5m`, `45m`, `30s`.
+/// `3 d 4 h`, `2 h 5 min`, `45 min`, `30 s`: the one way Steward writes a duration.
 pub fn human(d: chrono::Duration) -> String {
-    let secs = d.num_seconds().max(0);
-    let (days, hours, mins) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
-    match (days, hours, mins) {
-        (0, 0, 0) => format!("{secs}s"),
-        (0, 0, m) => format!("{m}m"),
-        (0, h, 0) => format!("{h}h"),
-        (0, h, m) => format!("{h}h {m}m"),
-        (d, 0, _) => format!("{d}d"),
-        (d, h, _) => format!("{d}d {h}h"),
-    }
+    format::human_duration(d.to_std().unwrap_or_default())
 }
 
-/// `1.5 GiB`, `300 MiB`, `12 KiB`.
+/// `1.5 GiB`, `300 MiB`, `12 KiB`: the one way Steward writes a size.
 pub fn bytes(n: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let n = n as f64;
-    if n >= KIB * KIB * KIB {
-        format!("{:.1} GiB", n / (KIB * KIB * KIB))
-    } else if n >= KIB * KIB {
-        format!("{:.0} MiB", n / (KIB * KIB))
-    } else {
-        format!("{:.0} KiB", n / KIB)
-    }
+    format::human_bytes(n)
 }
 
 /// Serde helpers for durations written as `90s`, `1h`, `3d` in `steward.toml`.
@@ -754,8 +739,8 @@ mod tests {
 
     #[test]
     fn durations_and_sizes_read_like_a_person_wrote_them() {
-        assert_eq!(human(chrono::Duration::minutes(125)), "2h 5m");
-        assert_eq!(human(chrono::Duration::hours(76)), "3d 4h");
+        assert_eq!(human(chrono::Duration::minutes(125)), "2 h 5 min");
+        assert_eq!(human(chrono::Duration::hours(76)), "3 d 4 h");
         assert_eq!(bytes(3 << 29), "1.5 GiB");
     }
 }

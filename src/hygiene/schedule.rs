@@ -321,7 +321,7 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 3, 4, 21, 0, 0).unwrap();
         assert_eq!(
             started_line(&config, now),
-            "sweep scheduler started: \"0 9 * * *\" in UTC; next sweep at 2026-03-05 09:00 UTC (in 12h)"
+            "sweep scheduler started: \"0 9 * * *\" in UTC; next sweep at 2026-03-05 09:00 UTC (in 12 h)"
         );
         let paris: HygieneConfig =
             toml::from_str("schedule = \"30 8 * * 1-5\"\ntimezone = \"Europe/Paris\"").unwrap();
@@ -329,7 +329,7 @@ mod tests {
         let friday = Utc.with_ymd_and_hms(2026, 3, 6, 8, 0, 0).unwrap();
         assert_eq!(
             started_line(&paris, friday),
-            "sweep scheduler started: \"30 8 * * 1-5\" in Europe/Paris; next sweep at 2026-03-09 07:30 UTC (in 2d 23h)"
+            "sweep scheduler started: \"30 8 * * 1-5\" in Europe/Paris; next sweep at 2026-03-09 07:30 UTC (in 2 d 23 h)"
         );
     }
 }

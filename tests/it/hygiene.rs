@@ -356,7 +356,7 @@ async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence()
     );
     assert_eq!(p.owner.as_deref(), Some("bob"));
     assert_eq!(p.owner_slack, None);
-    assert!(p.reason.contains("Paused for 5d"), "{}", p.reason);
+    assert!(p.reason.contains("Paused for 5 d"), "{}", p.reason);
     // Team capacity comes from the simulator's team metrics.
     assert!(
         matches!(report.capacity, Capacity::Available { concurrent_now, .. } if concurrent_now >= 4),
@@ -557,7 +557,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
         paused_card[1]["text"]["text"]
             .as_str()
             .unwrap()
-            .ends_with("asks: is this paused sandbox still needed? It holds 4.0 GiB of disk."),
+            .ends_with("asks: is this paused sandbox still needed? It holds 4 GiB of disk."),
         "{paused_card:#}"
     );
     assert!(
@@ -580,7 +580,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
         assert_eq!(card.channel.as_str(), CHANNEL);
         let says = if id == &alice_2 || id == &bob {
             // A paused sandbox costs nothing by default: its card says what it holds.
-            "It holds 4.0 GiB of disk."
+            "It holds 4 GiB of disk."
         } else {
             "costs about $"
         };
@@ -718,10 +718,7 @@ async fn paused_sandboxes_that_cost_nothing_are_ranked_by_the_disk_they_hold() {
     assert_eq!(order, [&running, &large, &small], "{report:#?}");
     let digest = sandbox_steward::hygiene::digest::digest_params(&report, None, true);
     let listed: Vec<&str> = digest.top.iter().map(|t| t.worth.as_str()).collect();
-    assert_eq!(
-        listed[1..],
-        ["holds 8.0 GiB of disk", "holds 2.0 GiB of disk"]
-    );
+    assert_eq!(listed[1..], ["holds 8 GiB of disk", "holds 2 GiB of disk"]);
     assert!(
         listed[0].ends_with(" a day") && !listed[0].contains("$0.00"),
         "{listed:?}"

@@ -1138,7 +1138,18 @@ kill = { users = ["U0002"] }
     // The decision stands and its work runs to the end (the old code never queued it).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let state = app.state.store.get_case(&case_id).await.unwrap().state;
+        // A read may meet the proxy's dropped connection too: that is not the answer, try again.
+        let state = match app.state.store.get_case(&case_id).await {
+            Ok(case) => case.state,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never read back: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
         if matches!(state, CaseState::Done { .. }) {
             break;
         }
