@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 /// Why a string was refused as an identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{kind} {value:?} is not valid: {reason}")]
+#[error("{kind} {value:?} is not valid: {reason}.")]
 pub struct IdError {
     pub kind: &'static str,
     pub value: String,

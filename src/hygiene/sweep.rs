@@ -46,7 +46,7 @@ pub async fn sweep_once(
 /// One pass; `slot` is the scheduled time a live pass runs for, if any. A scheduled slot's
 /// digest is posted once: a replica that takes the slot over after a lost lease posts its
 /// cases in the thread of the digest already there.
-#[tracing::instrument(skip(ctx))]
+#[tracing::instrument(skip(ctx, now, slot), fields(%now, slot = slot.map(|s| s.to_rfc3339()).unwrap_or_default()))]
 pub(super) async fn sweep_pass(
     ctx: &SweepContext,
     now: DateTime<Utc>,

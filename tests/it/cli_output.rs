@@ -294,3 +294,22 @@ async fn metrics_summarise_snapshots_show_their_source_and_unknown_ids_are_not_f
     assert!(said.contains("(no name)"), "{said}");
     assert!(said.trim_end().ends_with("1 item in 1 page."), "{said}");
 }
+
+#[tokio::test]
+async fn a_malformed_id_is_refused_with_a_sentence_that_ends_with_a_period() {
+    let out = steward(
+        &["e2b", "get", "not an id!"],
+        &[("E2B_API_URL", &dead_url()), ("E2B_API_KEY", "e2b_x")],
+    )
+    .await;
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let line = err
+        .lines()
+        .find(|l| l.contains("is not valid"))
+        .unwrap_or_default();
+    assert!(
+        line.ends_with("it has characters other than letters, digits, '-' and '_'."),
+        "{err}"
+    );
+}
