@@ -131,8 +131,8 @@ run snapshot-unnamed snapshot "$sandbox"
 run snapshots snapshots --sandbox "$sandbox" --max-pages 3
 run snapshots-all snapshots --max-pages 3
 run templates templates --max-pages 3
-run template template "$snapshot" --max-pages 3
-run template-plain template base --max-pages 3
+run template template "$snapshot"
+run template-plain template base
 run delete-template delete-template "$snapshot" --yes
 
 # Prism invents an X-Next-Token on every page: `list` must have stopped by itself and said so.

@@ -3,10 +3,11 @@
 //! simulator, and the fake Slack shows what people would see. Real Redis, a fresh key prefix
 //! per test.
 
-use std::future::Future;
 use std::time::Duration;
 
-use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{
+    PATIENCE, TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text,
+};
 use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
@@ -16,8 +17,6 @@ use sandbox_steward::store::{Store, Updated};
 use serde_json::{Value, json};
 
 const APPROVALS: &str = "C0APPROVALS";
-/// How long a test waits for something asynchronous before failing.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// U0001 asks (every command comes from U0001); U0002 and members of S0KILLERS may kill.
 fn policy(extra: &str) -> String {
@@ -44,26 +43,6 @@ fn options(extra: &str) -> TestAppOptions {
         policy: Some(policy(extra)),
         ..TestAppOptions::default()
     }
-}
-
-/// Polls `check` until it holds, failing the test after [`PATIENCE`].
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn hook() -> String {
-    format!("h{}", uuid::Uuid::new_v4().simple())
 }
 
 async fn seed(app: &TestApp, id: &str, template: &str) {
@@ -142,26 +121,9 @@ async fn click_with_ts(
     reply_hook: &str,
     action_ts: &str,
 ) -> reqwest::Response {
-    // Clicks come from the case's own card, as in Slack.
-    let card_ts = app
-        .state
-        .store
-        .get_case(case)
-        .await
-        .ok()
-        .and_then(|c| c.card)
-        .map(|c| c.ts)
-        .unwrap_or_default();
-    let payload = json!({
-        "type": "block_actions",
-        "user": {"id": user},
-        "trigger_id": format!("trigger-{}", hook()),
-        "response_url": app.slack.response_url(reply_hook),
-        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card_ts},
-        "channel": {"id": APPROVALS},
-        "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
-    });
-    let resp = app.post_interaction(&payload).await;
+    let resp = app
+        .click_case(case, action_id, user, reply_hook, action_ts)
+        .await;
     assert_eq!(resp.status(), 200);
     resp
 }

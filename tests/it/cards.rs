@@ -4,14 +4,13 @@
 
 use std::time::Duration;
 
-use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{PATIENCE, TestApp, TestAppOptions, spawn_app_with, visible_text};
 use sandbox_steward::cases::{Case, Subject};
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::slack::{Fault, Recorded};
 use serde_json::{Value, json};
 
 const APPROVALS: &str = "C0APPROVALS";
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn options() -> TestAppOptions {
     TestAppOptions {

@@ -4,10 +4,11 @@
 //! not make Steward act twice or report a failure, and transient failures are counted per case
 //! and step rather than per delivery. Real Redis, the E2B simulator and the fake Slack.
 
-use std::future::Future;
 use std::time::Duration;
 
-use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{
+    PATIENCE, TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text,
+};
 use sandbox_steward::approvals::evidence;
 use sandbox_steward::approvals::worker::{
     RECONCILE_GRACE, handle_job, reconcile_once, snapshot_name,
@@ -21,8 +22,6 @@ use sandbox_steward::store::Updated;
 use serde_json::{Value, json};
 
 const APPROVALS: &str = "C0APPROVALS";
-/// How long a test waits for something asynchronous before failing.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// U0001 asks (every command comes from U0001); U0002 may kill and delete templates.
 fn options() -> TestAppOptions {
@@ -47,26 +46,6 @@ keep = {{ anyone = true }}
         stale_after: Duration::from_millis(300),
         ..TestAppOptions::default()
     }
-}
-
-/// Polls `check` until it holds, failing the test after [`PATIENCE`].
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn hook() -> String {
-    format!("h{}", uuid::Uuid::new_v4().simple())
 }
 
 /// Seeds a sandbox that has been running (or was paused) for an hour with an idle CPU, so
@@ -117,26 +96,10 @@ async fn state_of(app: &TestApp, case: &CaseId) -> CaseState {
 }
 
 async fn click(app: &TestApp, case: &CaseId, action_id: &str) {
-    // Clicks come from the case's own card, as in Slack.
-    let card_ts = app
-        .state
-        .store
-        .get_case(case)
-        .await
-        .ok()
-        .and_then(|c| c.card)
-        .map(|c| c.ts)
-        .unwrap_or_default();
-    let payload = json!({
-        "type": "block_actions",
-        "user": {"id": "U0002"},
-        "trigger_id": format!("trigger-{}", hook()),
-        "response_url": app.slack.response_url(&hook()),
-        "container": {"type": "message", "channel_id": APPROVALS, "message_ts": card_ts},
-        "channel": {"id": APPROVALS},
-        "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": hook()}],
-    });
-    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+    let resp = app
+        .click_case(case, action_id, "U0002", &hook(), &hook())
+        .await;
+    assert_eq!(resp.status(), 200);
 }
 
 async fn calls(app: &TestApp, op: &str) -> u64 {

@@ -1114,26 +1114,10 @@ kill = { users = ["U0002"] }
         .unwrap();
 
     let reply = format!("h{}", uuid::Uuid::new_v4().simple());
-    let card_ts = app
-        .state
-        .store
-        .get_case(&case_id)
-        .await
-        .ok()
-        .and_then(|c| c.card)
-        .map(|c| c.ts)
-        .unwrap_or_default();
-    let click = json!({
-        "type": "block_actions",
-        "user": {"id": "U0002"},
-        "trigger_id": format!("trigger-{reply}"),
-        "response_url": app.slack.response_url(&reply),
-        "container": {"type": "message", "channel_id": "C0APPROVALS", "message_ts": card_ts},
-        "channel": {"id": "C0APPROVALS"},
-        "actions": [{"action_id": "case_snapshot_then_kill", "block_id": "b",
-                     "value": case_id.as_str(), "action_ts": reply}],
-    });
-    assert_eq!(app.post_interaction(&click).await.status(), 200);
+    let clicked = app
+        .click_case(&case_id, "case_snapshot_then_kill", "U0002", &reply, &reply)
+        .await;
+    assert_eq!(clicked.status(), 200);
 
     // The decision stands and its work runs to the end (the old code never queued it).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -603,3 +603,61 @@ impl Drop for ThrowawayRedis {
         let _ = self.child.wait();
     }
 }
+
+/// How long a test waits for something that should happen (a job, a card update) before failing.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `check` until it holds, failing the test after [`PATIENCE`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fresh name for a response_url hook (or an action_ts).
+pub fn hook() -> String {
+    format!("h{}", uuid::Uuid::new_v4().simple())
+}
+
+impl TestApp {
+    /// A signed click on a case card's button, sent from the case's own card as Slack does (the
+    /// container names the card's channel and ts); replies go to `hooks/<reply_hook>`.
+    pub async fn click_case(
+        &self,
+        case: &sandbox_steward::ids::CaseId,
+        action_id: &str,
+        user: &str,
+        reply_hook: &str,
+        action_ts: &str,
+    ) -> reqwest::Response {
+        let card = self
+            .state
+            .store
+            .get_case(case)
+            .await
+            .ok()
+            .and_then(|c| c.card);
+        let (channel, ts) = card
+            .map(|c| (c.channel.to_string(), c.ts))
+            .unwrap_or_else(|| ("C0APPROVALS".to_owned(), String::new()));
+        let payload = serde_json::json!({
+            "type": "block_actions",
+            "user": {"id": user},
+            "trigger_id": format!("trigger-{}", hook()),
+            "response_url": self.slack.response_url(reply_hook),
+            "container": {"type": "message", "channel_id": channel, "message_ts": ts},
+            "channel": {"id": channel},
+            "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
+        });
+        self.post_interaction(&payload).await
+    }
+}
