@@ -13,6 +13,7 @@
 //! - [`http`]: the one route table and the HTTP error type.
 //! - [`slack`]: request signatures, payloads, the Web API client, message templates.
 //! - [`e2b`]: the typed client for E2B's control-plane API.
+//! - [`envd`]: the typed client for envd, the agent inside a sandbox (run processes, move files).
 //! - [`approvals`]: opening cases, deciding on clicks, the decision worker, expiry, audit.
 //! - [`cases`]: the approval-case state machine (pure, no I/O).
 //! - [`store`]: the only module that knows Redis keys and scripts.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod duration;
 pub mod e2b;
+pub mod envd;
 pub mod execute;
 pub mod http;
 pub mod hygiene;

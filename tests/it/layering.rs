@@ -46,6 +46,19 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         "e2b is the control-plane client only",
     ),
     (
+        "envd",
+        &[
+            "slack",
+            "store",
+            "http",
+            "approvals",
+            "hygiene",
+            "cases",
+            "e2b",
+        ],
+        "envd is the data-plane client only",
+    ),
+    (
         "slack",
         &["store", "e2b", "approvals", "http", "hygiene", "jobs"],
         "slack speaks Slack only",
