@@ -10,6 +10,7 @@ mod cli_output;
 mod e2b_cli;
 mod e2b_client;
 mod edge;
+mod envd;
 mod hygiene;
 mod hygiene_slack;
 mod layering;
