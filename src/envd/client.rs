@@ -353,7 +353,7 @@ impl EnvdClient {
                 source,
             })?;
         let response = self.check_status(SEND_SIGNAL, response).await?;
-        read_capped(SEND_SIGNAL, response, MAX_UNARY_BYTES, "").await?;
+        read_capped(SEND_SIGNAL, response, MAX_UNARY_BYTES).await?;
         Ok(())
     }
 
@@ -375,7 +375,7 @@ impl EnvdClient {
                 source,
             })?;
         let response = self.check_status(UPLOAD, response).await?;
-        let body = read_capped(UPLOAD, response, MAX_UNARY_BYTES, path).await?;
+        let body = read_capped(UPLOAD, response, MAX_UNARY_BYTES).await?;
         serde_json::from_slice(&body).map_err(|e| EnvdError::Decode {
             call: UPLOAD,
             reason: e.to_string(),
@@ -398,7 +398,7 @@ impl EnvdClient {
                 source,
             })?;
         let response = self.check_status(DOWNLOAD, response).await?;
-        read_capped(DOWNLOAD, response, MAX_DOWNLOAD_BYTES, path).await
+        read_capped(DOWNLOAD, response, MAX_DOWNLOAD_BYTES).await
     }
 
     /// Turns a non-success answer into the matching error; passes a success through.
@@ -423,7 +423,7 @@ impl EnvdClient {
                 status: status.as_u16(),
             });
         }
-        let body = read_capped(call, response, MAX_UNARY_BYTES, "")
+        let body = read_capped(call, response, MAX_UNARY_BYTES)
             .await
             .unwrap_or_default();
         // Connect unary errors are `{code, message}`; anything else is shown as its first words.
@@ -449,8 +449,14 @@ async fn read_capped(
     call: &'static str,
     mut response: Response,
     cap: usize,
-    path: &str,
 ) -> Result<Vec<u8>, EnvdError> {
+    // A declared length over the cap is refused before any of the body is read.
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Err(EnvdError::TooLarge { call, cap });
+    }
     let mut body = Vec::new();
     while let Some(chunk) = response
         .chunk()
@@ -458,10 +464,7 @@ async fn read_capped(
         .map_err(|source| EnvdError::Transport { call, source })?
     {
         if body.len() + chunk.len() > cap {
-            return Err(EnvdError::TooLarge {
-                path: path.to_owned(),
-                cap,
-            });
+            return Err(EnvdError::TooLarge { call, cap });
         }
         body.extend_from_slice(&chunk);
     }

@@ -47,8 +47,8 @@ pub enum EnvdError {
     Decode { call: &'static str, reason: String },
     #[error("envd's stream for {call} stopped before its end-of-stream frame")]
     StreamCut { call: &'static str },
-    #[error("the download of {path} is larger than the {cap}-byte cap")]
-    TooLarge { path: String, cap: usize },
+    #[error("envd's answer to {call} is larger than the {cap}-byte cap")]
+    TooLarge { call: &'static str, cap: usize },
     #[error("the envd address is not valid: {0}")]
     Address(String),
 }
