@@ -39,6 +39,8 @@ enum Answer {
     Chunks(Vec<Vec<u8>>),
     /// A whole answer with this status and body.
     Whole(u16, &'static str, Vec<u8>),
+    /// Only a status line and these header lines, then the connection closes.
+    Head(u16, &'static str),
 }
 
 /// Serves one connection per answer, in order, and reports each request it read.
@@ -73,6 +75,10 @@ async fn stand_in(answers: Vec<Answer>) -> (String, mpsc::UnboundedReceiver<Seen
                     );
                     socket.write_all(head.as_bytes()).await.expect("write head");
                     socket.write_all(&body).await.expect("write body");
+                }
+                Answer::Head(status, headers) => {
+                    let head = format!("HTTP/1.1 {status} Whatever\r\n{headers}\r\n\r\n");
+                    socket.write_all(head.as_bytes()).await.expect("write head");
                 }
             }
             socket.shutdown().await.ok();
@@ -407,4 +413,50 @@ async fn files_upload_and_download_go_through_envd_files_endpoint() {
         download.request_line,
         "GET /files?path=%2Fhome%2Fuser%2Fa+b.txt HTTP/1.1"
     );
+}
+
+#[tokio::test]
+async fn a_download_announced_over_the_cap_is_refused_before_reading_it() {
+    let (base, _seen) = stand_in(vec![Answer::Head(
+        200,
+        "Content-Type: application/octet-stream\r\nContent-Length: 1099511627776\r\nConnection: close",
+    )])
+    .await;
+    let error = client_through(&base, None)
+        .download("/tmp/huge")
+        .await
+        .expect_err("a 1 TiB file is not held in memory");
+    assert!(
+        matches!(
+            error,
+            EnvdError::TooLarge {
+                call: "files download",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_access_token_is_named_but_never_shown() {
+    let (base, _seen) = stand_in(vec![Answer::Whole(
+        401,
+        "application/json",
+        b"{\"code\":401,\"message\":\"invalid access token\"}".to_vec(),
+    )])
+    .await;
+    let error = client_through(&base, Some(TOKEN))
+        .download("/etc/hostname")
+        .await
+        .expect_err("401 is an error");
+    assert!(
+        matches!(error, EnvdError::AccessDenied { status: 401, .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("refused the access token"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains(TOKEN) && !format!("{error:?}").contains(TOKEN));
 }
