@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::common::{PrefixCleanup, redis_url};
+use crate::common::{PrefixCleanup, TestApp, eventually, redis_url};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -852,15 +852,12 @@ async fn leases_are_exclusive_and_expire(store: Store) {
             .await
             .unwrap()
     );
-    // Wait for the expiry itself (polled, with a generous deadline) rather than a fixed sleep.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store.lease_held(&name).await.unwrap() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a 50 ms lease was still held after 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Wait for the expiry itself, not a fixed time.
+    let (held, lease) = (&store, &name);
+    eventually("the 50 ms lease expires", move || async move {
+        !held.lease_held(lease).await.unwrap()
+    })
+    .await;
     assert!(
         !store.renew_lease(&name, "b", long).await.unwrap(),
         "an expired lease cannot be renewed"
@@ -912,21 +909,15 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
         .enqueue(&job_for(&second, DecisionOption::Kill))
         .await
         .unwrap();
-    let mut state = String::new();
-    for _ in 0..100 {
-        state = store
-            .get_case(&second.id)
-            .await
-            .unwrap()
-            .state
-            .name()
-            .to_owned();
-        if state == "done" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(state, "done");
+    let (cases, id) = (&store, &second.id);
+    eventually("the worker loop finishes the job", move || async move {
+        cases.get_case(id).await.unwrap().state.name() == "done"
+    })
+    .await;
+    assert_eq!(
+        store.get_case(&second.id).await.unwrap().state.name(),
+        "done"
+    );
     stop_tx.send(()).unwrap();
     worker.await.unwrap();
     let steps: Vec<StepRecord> = store.steps_done(&second.id).await.unwrap();
@@ -1120,29 +1111,10 @@ kill = { users = ["U0002"] }
     assert_eq!(clicked.status(), 200);
 
     // The decision stands and its work runs to the end (the old code never queued it).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        // A read may meet the proxy's dropped connection too: that is not the answer, try again.
-        let state = match app.state.store.get_case(&case_id).await {
-            Ok(case) => case.state,
-            Err(e) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "never read back: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        if matches!(state, CaseState::Done { .. }) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decided case never finished: {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the decided case finishes", || async {
+        is_done(&app, &case_id).await
+    })
+    .await;
     let told: Vec<String> = app
         .slack
         .hook_posts(&reply)
@@ -1308,22 +1280,16 @@ kill = { users = ["U0002"] }
     let case_id = CaseId::parse(case_id).unwrap();
     // The card is recorded by a case write too: arm only once it is there, so the next case
     // write is the decision.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while app
-        .state
-        .store
-        .get_case(&case_id)
-        .await
-        .unwrap()
-        .card
-        .is_none()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the card was never recorded"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the card is recorded", || async {
+        app.state
+            .store
+            .get_case(&case_id)
+            .await
+            .unwrap()
+            .card
+            .is_some()
+    })
+    .await;
     let card_ts = app
         .state
         .store
@@ -1348,23 +1314,10 @@ kill = { users = ["U0002"] }
     });
     assert_eq!(app.post_interaction(&click).await.status(), 200);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = app.state.store.get_case(&case_id).await.unwrap().state;
-        if matches!(state, CaseState::Done { .. }) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decided case never finished: {state:?}; told: {:?}",
-            app.slack
-                .hook_posts(&reply)
-                .iter()
-                .map(visible_text)
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the decided case finishes", || async {
+        is_done(&app, &case_id).await
+    })
+    .await;
     assert!(
         proxy.fired.load(Ordering::SeqCst),
         "the decision's answer was never dropped"
@@ -1515,4 +1468,13 @@ async fn history_shows_the_latest_slice_and_export_writes_every_event() {
         .collect();
     let expected: Vec<String> = (0..MANY).map(|n| format!("probe{n:04}")).collect();
     assert_eq!(actions, expected);
+}
+
+/// Whether the case is done. A read that meets a dropped connection (the lost-answer proxy) is
+/// not an answer: it counts as not done yet.
+async fn is_done(app: &TestApp, case_id: &CaseId) -> bool {
+    matches!(
+        app.state.store.get_case(case_id).await.map(|c| c.state),
+        Ok(CaseState::Done { .. })
+    )
 }
