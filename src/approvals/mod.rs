@@ -268,12 +268,7 @@ pub async fn refresh_card(
         }
     };
     match slack.update_message(&card.channel, &card.ts, message).await {
-        Ok(()) => {
-            if let Err(e) = store.clear_stale_card(&case.id).await {
-                tracing::warn!(case = %case.id, error = %e, "could not clear an out-of-date card record");
-            }
-            true
-        }
+        Ok(()) => true,
         Err(e) => {
             tracing::error!(
                 case = %case.id,

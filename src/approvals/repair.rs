@@ -59,6 +59,9 @@ async fn repair_one(svc: &Services, id: &CaseId) -> bool {
             }
         };
         if version == Some(case.version) {
+            // Up to date: only now is the record cleared (a normal update never touches Redis
+            // for it, so card updates stay one Slack call).
+            forget(svc, id).await;
             return true;
         }
         if !refresh_card(&svc.store, &svc.slack, &svc.templates, &case).await {
@@ -66,6 +69,7 @@ async fn repair_one(svc: &Services, id: &CaseId) -> bool {
         }
         version = Some(case.version);
     }
+    forget(svc, id).await;
     true
 }
 
