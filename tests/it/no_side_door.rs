@@ -275,3 +275,50 @@ async fn a_timeout_change_that_cannot_be_audited_is_not_made() {
     let calls = app.e2b_calls().await;
     assert!(calls.values().all(|n| *n == 0), "E2B saw {calls:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_timeout_on_an_unknown_sandbox_opens_no_case_and_says_so() {
+    let app = spawn_app_with(options()).await;
+
+    let reply = app.run_deferred("timeout nosuch1 1s").await;
+
+    let text = visible_text(&reply);
+    assert!(text.contains("not found"), "{text}");
+    let subject = Subject::Sandbox(SandboxId::parse("nosuch1").unwrap());
+    assert!(
+        app.state
+            .store
+            .case_for_subject(&subject)
+            .await
+            .unwrap()
+            .is_none(),
+        "no case for a sandbox E2B does not know"
+    );
+    assert_eq!(calls(&app, "timeout").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_e2b_keeps_rate_limiting_is_answered_with_a_sentence() {
+    let app = spawn_app_with(options()).await;
+    app.seed_sandbox(running("busy429")).await;
+    app.e2b
+        .hooks()
+        .fault(Some("timeout"), 429, 100, 0)
+        .await
+        .unwrap();
+
+    let reply = app.run_deferred("timeout busy429 30m").await;
+
+    let text = visible_text(&reply);
+    assert!(text.to_lowercase().contains("rate"), "{text}");
+    assert!(!text.contains('{'), "a sentence, not JSON: {text}");
+    let e2b = app.state.e2b.as_ref().unwrap();
+    let detail = e2b
+        .get_sandbox(&SandboxId::parse("busy429").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        detail.end_at > Utc::now() + chrono::Duration::hours(9),
+        "the timeout did not change"
+    );
+}
