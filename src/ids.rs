@@ -173,3 +173,9 @@ mod tests {
         assert_eq!(CaseId::parse(id.as_str()).unwrap(), id);
     }
 }
+string_id!(
+    /// A governed run, e.g. `run_3f2a...` (see `runs`).
+    RunId,
+    "run id",
+    &[]
+);

@@ -19,6 +19,7 @@
 //! - [`store`]: the only module that knows Redis keys and scripts.
 //! - [`hygiene`]: idle detection (pure policy) and the fleet sweep.
 //! - [`jobs`]: the durable work queue and its workers.
+//! - [`runs`]: governed runs (an agent's code in a fresh sandbox, then a run case).
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
 pub mod approvals;
 pub mod cases;
@@ -32,6 +33,7 @@ pub mod http;
 pub mod hygiene;
 pub mod ids;
 pub mod jobs;
+pub mod runs;
 pub mod sim;
 pub mod slack;
 pub mod startup;

@@ -368,6 +368,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
     let opener = match &case.opener {
         Opener::Person { user } => Mrkdwn::user(user),
         Opener::Sweep => Mrkdwn::text("The hygiene sweep"),
+        Opener::Agent { name } => Mrkdwn::text(&format!("Agent {name}")),
     };
     let mut params = CaseCardParams {
         case_id: case.id.to_string(),
@@ -585,6 +586,7 @@ pub fn history_params(about: String, events: &[AuditEvent], about_case: bool) ->
             let who = match &e.actor {
                 Actor::Person { user } => Mrkdwn::user(user),
                 Actor::Steward { part } => Mrkdwn::text(&format!("Steward ({part})")),
+                Actor::Agent { name } => Mrkdwn::text(&format!("Agent {name}")),
             };
             let mut line = Mrkdwn::markup("`")
                 .and(e.time.format("%Y-%m-%d %H:%M:%S").to_string())

@@ -35,6 +35,7 @@ pub fn from_detail(detail: &SandboxDetail, metric: Option<&SandboxMetric>) -> Ev
         owner: Evidence::owner_from_metadata(&metadata),
         metadata,
         template_usage: None,
+        run: None,
     }
 }
 

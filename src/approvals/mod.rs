@@ -112,6 +112,7 @@ pub fn actor_of(opener: &Opener) -> Actor {
         Opener::Sweep => Actor::Steward {
             part: "sweep".into(),
         },
+        Opener::Agent { name } => Actor::Agent { name: name.clone() },
     }
 }
 

@@ -13,7 +13,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use crate::ids::{CaseId, RunId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 
 mod machine;
 mod policy;
@@ -181,6 +181,55 @@ pub struct Evidence {
     /// Taken from `metadata` by [`Evidence::owner_from_metadata`] when a key names one.
     pub owner: Option<String>,
     pub template_usage: Option<TemplateUsage>,
+    /// What a governed run did in this sandbox, when the case is a run case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunReport>,
+}
+
+/// The evidence of a governed run, as its run case shows it: who ran what, how it ended, and
+/// what it cost. Built by `runs` when a run finishes; pure data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub run_id: RunId,
+    /// The API token's name (or `cli`) that asked for the run.
+    pub requester: String,
+    pub command: String,
+    pub template: String,
+    /// `None` when the process never ended by itself (timed out, or the run failed first).
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub outcome: RunOutcome,
+    /// The last lines of output (stdout and stderr interleaved as they came), already cut.
+    pub output_tail: Vec<String>,
+    /// Bytes of output the run produced in all, and whether what is kept was truncated.
+    pub output_bytes: u64,
+    pub output_truncated: bool,
+    pub profile: Option<RunProfile>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// The command exited with status 0.
+    Succeeded,
+    /// The command exited with a non-zero status (or was killed by a signal it did not get from us).
+    ExitedNonZero,
+    /// Steward stopped it at the run's timeout (SIGTERM, then SIGKILL).
+    TimedOut,
+    /// The run could not complete (sandbox gone, envd error, replica died mid-run, ...).
+    Failed,
+}
+
+/// Resource use over a run, from the sandbox's metrics samples taken while it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunProfile {
+    pub samples: u32,
+    pub cpu_p95_pct: f64,
+    pub cpu_max_pct: f64,
+    pub peak_memory_bytes: u64,
+    /// Disk used at the end minus at the start (can be negative).
+    pub disk_growth_bytes: i64,
 }
 
 impl Evidence {
@@ -261,8 +310,15 @@ pub struct Recommendation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Opener {
-    Person { user: SlackUserId },
+    Person {
+        user: SlackUserId,
+    },
     Sweep,
+    /// An agent or script through the API or MCP, named by its token's name in `[api.tokens]`.
+    /// It is never a Slack user, so the two-person rule has no requester to exclude.
+    Agent {
+        name: String,
+    },
 }
 
 impl Opener {

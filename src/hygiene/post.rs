@@ -75,6 +75,7 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
             metadata: s.metadata.clone(),
             owner: s.owner.clone(),
             template_usage: None,
+            run: None,
         },
         recommendation: cases::Recommendation {
             option: option_for(s.recommendation),

@@ -134,6 +134,10 @@ pub enum Actor {
     Steward {
         part: String,
     },
+    /// An agent or script through the API or MCP, by its token's name.
+    Agent {
+        name: String,
+    },
 }
 
 /// One line of the append-only audit log.

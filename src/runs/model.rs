@@ -1,0 +1,340 @@
+//! What a run is, what may be asked for, and the `[runs]` policy. Pure: no I/O, no clock reads.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::cases::{RunOutcome, RunProfile};
+use crate::ids::{CaseId, RunId, SandboxId};
+
+/// One file to place in the sandbox before the command runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSpec {
+    /// Where it goes in the sandbox; relative paths are under the run's working directory.
+    pub path: String,
+    /// The file's bytes.
+    #[serde(with = "base64_bytes")]
+    pub content: Vec<u8>,
+}
+
+/// What an agent asks for: run `command` in a fresh sandbox of `template`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    pub template: String,
+    /// A shell command line (`/bin/bash -l -c`).
+    pub command: String,
+    #[serde(default)]
+    pub files: Vec<FileSpec>,
+    /// The process's environment: only these variables (plus what the template sets).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// `90s`, `10m`, ... (see `duration`); the policy's default when absent.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// Bounds on what a run may ask for (`[runs]` in steward.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub max_files: usize,
+    /// Sum of all files' sizes.
+    pub max_total_file_bytes: usize,
+    pub max_command_chars: usize,
+    pub max_env_vars: usize,
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    /// Output kept per run (stdout and stderr together); the rest is counted, not kept.
+    pub output_cap_bytes: usize,
+    /// Between SIGTERM and SIGKILL at the timeout.
+    pub kill_grace: Duration,
+    /// Added to the run's timeout for the sandbox's E2B timeout, so a run's sandbox cannot
+    /// outlive a dead Steward by much.
+    pub sandbox_margin: Duration,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            max_files: 100,
+            max_total_file_bytes: 10 * 1024 * 1024,
+            max_command_chars: 16 * 1024,
+            max_env_vars: 100,
+            default_timeout: Duration::from_secs(5 * 60),
+            max_timeout: Duration::from_secs(60 * 60),
+            output_cap_bytes: 1024 * 1024,
+            kill_grace: Duration::from_secs(5),
+            sandbox_margin: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+/// What happens to a run's sandbox when the run ends (`[runs] on_finish`). Policy, not the
+/// agent's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFinish {
+    /// Post a run case; a person decides (the default).
+    #[default]
+    Ask,
+    /// A run that exited 0 has its sandbox killed by policy (audited as such); any other end
+    /// is asked like `Ask`.
+    KillOnSuccess,
+    /// Leave the sandbox to its E2B timeout; the run card is informational.
+    Keep,
+}
+
+/// `[runs]` in steward.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPolicy {
+    pub limits: RunLimits,
+    pub on_finish: OnFinish,
+    /// Where run cases go (`[channels] runs`); the approvals channel when unset.
+    pub channel: Option<String>,
+    /// What "Keep running for…" extends the sandbox's E2B timeout to.
+    pub keep_running_for: Duration,
+    /// How long a run case waits for a decision before the sandbox is left to its E2B timeout.
+    pub decide_within: Duration,
+}
+
+impl Default for RunPolicy {
+    fn default() -> Self {
+        Self {
+            limits: RunLimits::default(),
+            on_finish: OnFinish::Ask,
+            channel: None,
+            keep_running_for: Duration::from_secs(60 * 60),
+            decide_within: Duration::from_secs(4 * 60 * 60),
+        }
+    }
+}
+
+/// Why a request was refused; `field` names what to fix. `too_large` distinguishes 413 from 422.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RunInputError {
+    pub field: String,
+    pub message: String,
+    pub too_large: bool,
+}
+
+impl RunInputError {
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+            too_large: false,
+        }
+    }
+
+    fn too_large(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+            too_large: true,
+        }
+    }
+}
+
+/// A request that passed [`RunRequest::validate`], with its timeout resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidRun {
+    pub request: RunRequest,
+    pub timeout: Duration,
+}
+
+impl RunRequest {
+    /// Checks the request against `limits`; the first problem found is named.
+    pub fn validate(self, limits: &RunLimits) -> Result<ValidRun, RunInputError> {
+        if self.template.trim().is_empty() {
+            return Err(RunInputError::invalid("template", "is empty"));
+        }
+        if crate::ids::TemplateId::parse(self.template.trim()).is_err() {
+            return Err(RunInputError::invalid(
+                "template",
+                "is not a template id or alias (letters, digits, '-', '_', '/', ':', '.')",
+            ));
+        }
+        if self.command.trim().is_empty() {
+            return Err(RunInputError::invalid("command", "is empty"));
+        }
+        let chars = self.command.chars().count();
+        if chars > limits.max_command_chars {
+            return Err(RunInputError::too_large(
+                "command",
+                format!(
+                    "is {chars} characters; the limit is {}",
+                    limits.max_command_chars
+                ),
+            ));
+        }
+        if self.command.contains('\0') {
+            return Err(RunInputError::invalid("command", "contains a NUL byte"));
+        }
+        if self.files.len() > limits.max_files {
+            return Err(RunInputError::too_large(
+                "files",
+                format!(
+                    "has {} files; the limit is {}",
+                    self.files.len(),
+                    limits.max_files
+                ),
+            ));
+        }
+        let total: usize = self.files.iter().map(|f| f.content.len()).sum();
+        if total > limits.max_total_file_bytes {
+            return Err(RunInputError::too_large(
+                "files",
+                format!(
+                    "hold {total} bytes in all; the limit is {} bytes",
+                    limits.max_total_file_bytes
+                ),
+            ));
+        }
+        for (i, file) in self.files.iter().enumerate() {
+            let path = file.path.trim();
+            if path.is_empty() || path.len() > 4096 || path.contains('\0') {
+                return Err(RunInputError::invalid(
+                    format!("files[{i}].path"),
+                    "must be a non-empty path without NUL bytes, at most 4096 bytes",
+                ));
+            }
+            if path.split('/').any(|part| part == "..") {
+                return Err(RunInputError::invalid(
+                    format!("files[{i}].path"),
+                    "must not contain '..'",
+                ));
+            }
+        }
+        if self.env.len() > limits.max_env_vars {
+            return Err(RunInputError::too_large(
+                "env",
+                format!(
+                    "has {} variables; the limit is {}",
+                    self.env.len(),
+                    limits.max_env_vars
+                ),
+            ));
+        }
+        for name in self.env.keys() {
+            let ok = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(RunInputError::invalid(
+                    format!("env.{name}"),
+                    "is not a variable name (letters, digits and '_', not starting with a digit)",
+                ));
+            }
+        }
+        if let Some(cwd) = &self.cwd
+            && (!cwd.starts_with('/') || cwd.contains('\0'))
+        {
+            return Err(RunInputError::invalid("cwd", "must be an absolute path"));
+        }
+        let timeout = match &self.timeout {
+            None => limits.default_timeout,
+            Some(text) => {
+                let d = crate::duration::parse("timeout", text)
+                    .map_err(|e| RunInputError::invalid("timeout", e.reason))?;
+                if d.is_zero() {
+                    return Err(RunInputError::invalid("timeout", "must be more than 0s"));
+                }
+                if d > limits.max_timeout {
+                    return Err(RunInputError::invalid(
+                        "timeout",
+                        format!(
+                            "is {}; the limit is {}",
+                            humantime::format_duration(d),
+                            humantime::format_duration(limits.max_timeout)
+                        ),
+                    ));
+                }
+                d
+            }
+        };
+        Ok(ValidRun {
+            request: self,
+            timeout,
+        })
+    }
+}
+
+/// Where a run is in its life. Terminal: `Finished`, `TimedOut`, `Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    CreatingSandbox,
+    UploadingFiles,
+    Running,
+    /// The command ended by itself (any exit code).
+    Finished,
+    /// Stopped by Steward at the run's timeout.
+    TimedOut,
+    /// Could not complete; `Run::error` says why.
+    Failed,
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Finished | RunStatus::TimedOut | RunStatus::Failed
+        )
+    }
+}
+
+/// One run as stored and as the API returns it (the output itself is stored apart).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: RunId,
+    /// The API token's name (or `cli`).
+    pub requester: String,
+    pub template: String,
+    pub command: String,
+    /// Names and sizes of the uploaded files (never their contents).
+    pub files: Vec<(String, u64)>,
+    pub cwd: Option<String>,
+    pub timeout_secs: u64,
+    pub status: RunStatus,
+    pub sandbox_id: Option<SandboxId>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    pub outcome: Option<RunOutcome>,
+    pub duration_ms: Option<u64>,
+    /// Bytes produced in all; `output_truncated` when more than the cap was produced.
+    pub output_bytes: u64,
+    pub output_truncated: bool,
+    pub profile: Option<RunProfile>,
+    /// The last lines of the sandbox's logs at the end of the run.
+    pub logs_tail: Vec<String>,
+    /// Why the run failed, in a sentence.
+    pub error: Option<String>,
+    /// The run case posted for the sandbox, once there is one.
+    pub case_id: Option<CaseId>,
+    /// Which replica is executing it (for the takeover's message).
+    pub worker: Option<String>,
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(|_| serde::de::Error::custom("content must be base64"))
+    }
+}
