@@ -3,6 +3,7 @@
 //! (the app, the E2B and Slack simulators) and uses its own Redis key prefix.
 mod common;
 
+mod api;
 mod approvals;
 mod cards;
 mod claims;
@@ -14,6 +15,7 @@ mod envd;
 mod hygiene;
 mod hygiene_slack;
 mod layering;
+mod mcp;
 mod no_side_door;
 mod recheck;
 mod sim_e2b;
