@@ -25,6 +25,9 @@ approvals = "C0APPROVALS"
 
 [approvals]
 two_person_rule = false
+[approvals.approvers]
+kill = {{ users = ["U0002"] }}
+delete_template = {{ users = ["U0002"] }}
 
 [api.tokens.agent]
 sha256 = ["{old}", "{agent}"]

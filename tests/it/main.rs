@@ -4,6 +4,7 @@
 mod common;
 
 mod api;
+mod api_cases;
 mod approvals;
 mod cards;
 mod claims;

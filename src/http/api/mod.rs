@@ -18,6 +18,7 @@ use axum::routing::get;
 use super::AppState;
 
 pub mod auth;
+pub mod cases;
 pub mod error;
 pub mod mcp;
 pub mod sandboxes;
@@ -61,6 +62,7 @@ pub fn wait_param(text: Option<&str>, request_timeout: Duration) -> Result<Durat
 /// The `/api/v1` routes, each behind the bearer-token middleware built from `[api.tokens]`.
 pub fn routes(tokens: Arc<Tokens>) -> Router<AppState> {
     Router::new()
+        .route("/cases/{id}", get(cases::get))
         .route("/sandboxes", get(sandboxes::list))
         .route("/sandboxes/{id}", get(sandboxes::get))
         .route("/sandboxes/{id}/logs", get(sandboxes::logs))
