@@ -51,6 +51,25 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// `Ok` when this token may do any of `actions` (reading a run needs `run` or `read`).
+    pub fn require_any(&self, actions: &[ApiAction]) -> Result<(), ApiFailure> {
+        if actions.iter().any(|a| self.allow.contains(a)) {
+            return Ok(());
+        }
+        let names: Vec<String> = actions
+            .iter()
+            .map(|a| format!("`{}`", a.as_str()))
+            .collect();
+        Err(ApiFailure::forbidden(format!(
+            "The token `{}` is not allowed to do this: it needs {} under [api.tokens.{}] in steward.toml",
+            self.name,
+            names.join(" or "),
+            self.name
+        )))
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiFailure;
 
