@@ -35,6 +35,11 @@ pub enum Op {
         sandbox_id: String,
         since: Option<String>,
     },
+    /// `wait` like `30s`: until the case moves, at most that long.
+    GetCase {
+        case_id: String,
+        wait: Option<String>,
+    },
 }
 
 impl Op {
@@ -75,6 +80,10 @@ impl Op {
             Op::SandboxMetrics { sandbox_id, since } => {
                 push("since", since.clone());
                 format!("/sandboxes/{}/metrics", segment(sandbox_id))
+            }
+            Op::GetCase { case_id, wait } => {
+                push("wait", wait.clone());
+                format!("/cases/{}", segment(case_id))
             }
         };
         (Method::GET, path, query, None)

@@ -68,6 +68,23 @@ pub struct SandboxMetricsArgs {
     pub since: Option<String>,
 }
 
+/// The most a tool's `wait_secs` may ask for (the server caps it below its timeout too).
+const MAX_WAIT_SECS: u32 = 30;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GetDecisionArgs {
+    /// The case id a request_* tool returned.
+    pub case_id: String,
+    /// Wait up to this many seconds (at most 30) for the case to move on.
+    #[serde(default)]
+    pub wait_secs: Option<u32>,
+}
+
+fn wait_of(secs: Option<u32>) -> Option<String> {
+    secs.filter(|s| *s > 0)
+        .map(|s| format!("{}s", s.min(MAX_WAIT_SECS)))
+}
+
 impl StewardTools {
     pub fn new(backend: Arc<dyn Backend>) -> Self {
         Self {
@@ -145,6 +162,20 @@ impl StewardTools {
         let op = Op::SandboxMetrics {
             sandbox_id: args.sandbox_id,
             since: args.since,
+        };
+        Ok(self.answer(&ctx, op).await)
+    }
+    #[tool(
+        description = "Read a case opened by request_kill or request_delete_template: its state, the person's decision (option, by, at, reason) once made, and the result once carried out. With `wait_secs` (at most 30), waits for the case to move on first."
+    )]
+    async fn get_decision(
+        &self,
+        Parameters(args): Parameters<GetDecisionArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let op = Op::GetCase {
+            case_id: args.case_id,
+            wait: wait_of(args.wait_secs),
         };
         Ok(self.answer(&ctx, op).await)
     }

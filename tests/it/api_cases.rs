@@ -64,7 +64,7 @@ pub async fn person_kills(app: &TestApp, case: &str) {
 }
 
 /// `/sandbox kill <id>` from U0001: the id of the case it opened.
-async fn person_opens_kill_case(app: &TestApp, sandbox: &str) -> String {
+pub async fn person_opens_kill_case(app: &TestApp, sandbox: &str) -> String {
     let name = hook();
     app.post_command_to(&format!("kill {sandbox} done with it"), &name)
         .await;

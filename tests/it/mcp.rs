@@ -159,3 +159,26 @@ async fn steward_mcp_over_stdio_lists_the_tools_and_reads_the_fleet_through_the_
     runner.cancel().await.ok();
     assert_eq!(app.e2b.hooks().calls_of("logs").await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn get_decision_reads_a_case_and_names_the_person_who_decided() {
+    let app = spawn_api_app().await;
+    app.seed_sandbox(json!({"sandboxID": "mcpcase1", "templateID": "base", "state": "running"}))
+        .await;
+    let case = crate::api_cases::person_opens_kill_case(&app, "mcpcase1").await;
+    let client = http_client(&app, AGENT_TOKEN).await;
+    let pending = call(&client, "get_decision", json!({"case_id": case})).await;
+    let body: Value = serde_json::from_str(&text_of(&pending)).unwrap();
+    assert_eq!(body["state"], "pending", "{body}");
+    crate::api_cases::person_kills(&app, &case).await;
+    let decided = call(
+        &client,
+        "get_decision",
+        json!({"case_id": case, "wait_secs": 30}),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&text_of(&decided)).unwrap();
+    assert_eq!(body["decision"]["option"], "kill", "{body}");
+    assert_eq!(body["decision"]["by"], "U0002");
+    client.cancel().await.ok();
+}

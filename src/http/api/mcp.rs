@@ -12,6 +12,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 
+use super::cases::{self, WaitParams};
 use super::sandboxes::{self, ListParams, LogParams, MetricParams};
 use super::{ApiFailure, ApiPath, ApiQuery, Caller, MAX_BODY_BYTES};
 use crate::http::AppState;
@@ -87,6 +88,15 @@ async fn carry_out(state: AppState, caller: Caller, op: Op) -> Result<Value, Api
                 caller,
                 ApiPath(sandbox_id),
                 ApiQuery(MetricParams { since }),
+            )
+            .await?
+        }
+        Op::GetCase { case_id, wait } => {
+            cases::get(
+                State(state),
+                caller,
+                ApiPath(case_id),
+                ApiQuery(WaitParams { wait }),
             )
             .await?
         }
