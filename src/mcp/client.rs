@@ -117,11 +117,60 @@ impl ApiClient {
         })
     }
 
+    /// One chunk of a run's output from byte `from` (`GET /runs/{id}/output`), waiting up to
+    /// `wait` (e.g. `20s`) for new bytes.
+    pub async fn output(
+        &self,
+        run_id: &str,
+        from: u64,
+        wait: Option<&str>,
+    ) -> Result<Chunk, Failure> {
+        let mut query = vec![("from", from.to_string())];
+        if let Some(wait) = wait {
+            query.push(("wait", wait.to_owned()));
+        }
+        let path = format!("/runs/{}/output", super::segment(run_id));
+        let resp = self.request(Method::GET, &path, &query, None).await?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let next = header("x-next-offset").and_then(|v| v.parse::<u64>().ok());
+        let finished = header("x-run-finished").as_deref() == Some("true");
+        let truncated = header("x-output-truncated").as_deref() == Some("true");
+        let bytes = resp.bytes().await.map_err(|e| Failure {
+            status: 0,
+            code: "unreachable".into(),
+            message: format!("The run's output broke off: {}.", e.without_url()),
+            field: None,
+        })?;
+        Ok(Chunk {
+            next: next.unwrap_or(from + bytes.len() as u64),
+            bytes: bytes.to_vec(),
+            finished,
+            truncated,
+        })
+    }
+
     /// Does `op` through the API.
     pub async fn send(&self, op: &Op) -> Result<Value, Failure> {
         let (method, path, query, body) = op.request();
         self.json(method, &path, &query, body.as_ref()).await
     }
+}
+
+/// One chunk of a run's output, as `GET /runs/{id}/output` answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub bytes: Vec<u8>,
+    /// Where the next read starts (`X-Next-Offset`).
+    pub next: u64,
+    /// The run ended and every kept byte was read (`X-Run-Finished`).
+    pub finished: bool,
+    /// More was produced than the run's output cap keeps (`X-Output-Truncated`).
+    pub truncated: bool,
 }
 
 /// The server's JSON error, or a sentence about a status that carried none.
