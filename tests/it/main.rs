@@ -17,6 +17,7 @@ mod layering;
 mod no_side_door;
 mod recheck;
 mod sim_e2b;
+mod sim_envd;
 mod slack_commands;
 mod slack_router;
 mod slack_signature;
