@@ -3,7 +3,7 @@
 //! wire itself is the point. Commands run as local processes (`--exec local`).
 use std::collections::BTreeMap;
 
-use sandbox_steward::envd::connect::encode;
+use sandbox_steward::envd::connect::{Decoder, Frame, encode};
 use sandbox_steward::envd::{
     EnvdAddress, EnvdClient, EnvdError, ProcessEnd, ProcessEvent, ProcessSpec, Signal,
 };
@@ -193,6 +193,95 @@ async fn an_uploaded_script_runs_in_its_cwd_with_its_env_and_nothing_of_the_host
     if let Ok(home) = std::env::var("HOME") {
         assert!(!env.contains(&format!("HOME={home}").as_str()), "{out}");
     }
+
+    // A command may name the uploaded file by its sandbox path.
+    let cat = envd
+        .start(&ProcessSpec::shell("cat /home/user/work/run.sh"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(output(&cat, false).as_bytes(), script.as_slice());
+}
+
+#[tokio::test]
+async fn a_stream_sends_keepalives_at_the_interval_the_client_asks_for() {
+    let sim = sim(ExecMode::Local).await;
+    let (id, _) = sandbox(&sim, json!({})).await;
+    let message = json!({"process": {"cmd": "/bin/sleep", "args": ["3"]}, "stdin": false});
+    let mut raw = reqwest::Client::new()
+        .post(format!("{}/process.Process/Start", sim.envd_url()))
+        .header("E2b-Sandbox-Id", id.as_str())
+        .header("E2b-Sandbox-Port", "49983")
+        .header("Content-Type", "application/connect+json")
+        .header("Keepalive-Ping-Interval", "1")
+        .body(encode(0, message.to_string().as_bytes()))
+        .send()
+        .await
+        .unwrap();
+    let mut decoder = Decoder::default();
+    let mut messages = Vec::new();
+    let mut ended = false;
+    while let Some(chunk) = raw.chunk().await.unwrap() {
+        decoder.push(&chunk);
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            match frame {
+                Frame::Message(body) => messages.push(String::from_utf8_lossy(&body).into_owned()),
+                Frame::End { error } => {
+                    assert_eq!(error, None);
+                    ended = true;
+                }
+            }
+        }
+    }
+    assert!(ended, "{messages:?}");
+    assert!(
+        messages.first().unwrap().contains("\"start\""),
+        "{messages:?}"
+    );
+    assert!(messages.last().unwrap().contains("\"end\""), "{messages:?}");
+    assert!(
+        messages.contains(&r#"{"event":{"keepalive":{}}}"#.to_owned()),
+        "{messages:?}"
+    );
+}
+
+#[tokio::test]
+async fn traffic_resumes_a_paused_sandbox_that_asked_for_auto_resume() {
+    let sim = sim(ExecMode::Off).await;
+    sandbox(&sim, json!({})).await; // creates the template
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("{}/sandboxes", sim.base_url()))
+        .json(&json!({"templateID": "base", "timeout": 600, "autoPause": true, "autoResume": {"enabled": true}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = SandboxId::parse(created["sandboxID"].as_str().unwrap()).unwrap();
+    let paused = http
+        .post(format!("{}/sandboxes/{id}/pause", sim.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), 204);
+
+    client(&sim, &id, None)
+        .upload("a.txt", b"x".to_vec())
+        .await
+        .expect("traffic resumes it");
+    let detail: Value = http
+        .get(format!("{}/sandboxes/{id}", sim.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["state"], "running");
 }
 
 #[tokio::test]

@@ -49,6 +49,8 @@ const MAX_START_BYTES: usize = 1024 * 1024;
 const OUTPUT_CHUNK_BYTES: usize = 32 * 1024;
 /// How often the sampler reads `/proc` while processes run.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// A paused sandbox with auto-resume that traffic wakes runs at least this long (E2B's default).
+const TRAFFIC_RESUME_SECS: i64 = 300;
 /// Frames queued for a slow reader before the process's task waits for it.
 const FRAME_QUEUE: usize = 64;
 const END_STREAM_FLAG: u8 = 0x02;
@@ -114,13 +116,21 @@ async fn gate(State(sim): State<Arc<Sim>>, mut request: Request, next: Next) -> 
         (StatusCode::BAD_GATEWAY, Json(body)).into_response()
     };
     let (id, token) = {
-        let world = sim.world(now_ms());
-        match world.live(&raw_id) {
-            Ok(s) if s.state == SandboxState::Running => {
-                (s.id.clone(), s.envd_access_token.clone())
-            }
-            _ => return not_found(&raw_id),
+        let now = now_ms();
+        let mut world = sim.world(now);
+        let (id, paused, auto_resume) = match world.live(&raw_id) {
+            Ok(s) => (s.id.clone(), s.state == SandboxState::Paused, s.auto_resume),
+            Err(_) => return not_found(&raw_id),
+        };
+        // Traffic resumes a paused sandbox only when it asked for auto-resume, as E2B's proxy does.
+        if paused && (!auto_resume || world.resume(&id, now, TRAFFIC_RESUME_SECS).is_err()) {
+            return not_found(&raw_id);
         }
+        let token = world
+            .live(&id)
+            .ok()
+            .and_then(|s| s.envd_access_token.clone());
+        (id, token)
     };
     if let Some(port) = port
         && port.parse::<u16>().ok() != Some(ENVD_PORT)
@@ -316,9 +326,11 @@ async fn start(
         config.cmd.clone()
     };
     let home = exec::host_path(&dir, HOME);
+    let home_text = home.display().to_string();
+    let args = config.args.iter().map(|a| exec::map_home(a, &home_text));
     let mut command = tokio::process::Command::new(&program);
     command
-        .args(&config.args)
+        .args(args)
         .env_clear()
         .env("PATH", BASE_PATH)
         .env("HOME", &home)
@@ -344,16 +356,26 @@ async fn start(
     };
     let now = now_ms();
     sim.exec().register(&id, pid, now);
-    sim.world(now).note(
-        &id,
-        process_line(
-            now,
-            "info",
-            format!("process {pid} started: {}", shown_command(&config)),
-            pid,
-        ),
-        MAX_NOTES,
-    );
+    let still_running = {
+        let mut world = sim.world(now);
+        world.note(
+            &id,
+            process_line(
+                now,
+                "info",
+                format!("process {pid} started: {}", shown_command(&config)),
+                pid,
+            ),
+            MAX_NOTES,
+        );
+        world
+            .live(&id)
+            .is_ok_and(|s| s.state == SandboxState::Running)
+    };
+    if !still_running {
+        // Paused or killed while the process was being started: it must not outlive that.
+        exec::kill_group(pid, "KILL").await;
+    }
     let keepalive = headers
         .get("keepalive-ping-interval")
         .and_then(|v| v.to_str().ok())

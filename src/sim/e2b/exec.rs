@@ -333,6 +333,26 @@ pub(crate) fn sandbox_path(raw: &str) -> Result<String, String> {
     Ok(format!("/{}", parts.join("/")))
 }
 
+/// `arg` with every `/home/user` path rewritten to the sandbox's home on this machine, so a
+/// command naming an uploaded file by its sandbox path (`python3 /home/user/main.py`, also inside
+/// a `bash -c` script) finds it. `/home/username` and the like are left alone.
+pub(crate) fn map_home(arg: &str, host_home: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(at) = rest.find(HOME) {
+        let after = &rest[at + HOME.len()..];
+        let boundary = after
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_alphanumeric() || "_-.".contains(c)));
+        out.push_str(&rest[..at]);
+        out.push_str(if boundary { host_home } else { HOME });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Where a canonical sandbox path lives on this machine.
 pub(crate) fn host_path(dir: &Path, sandbox_path: &str) -> PathBuf {
     dir.join(sandbox_path.trim_start_matches('/'))
@@ -429,6 +449,19 @@ mod tests {
             host_path(Path::new("/s"), "/home/user/a"),
             PathBuf::from("/s/home/user/a")
         );
+    }
+
+    #[test]
+    fn home_paths_in_arguments_point_into_the_scratch_directory() {
+        assert_eq!(
+            map_home(
+                "python3 /home/user/main.py && cd /home/user",
+                "/s/home/user"
+            ),
+            "python3 /s/home/user/main.py && cd /s/home/user"
+        );
+        assert_eq!(map_home("/home/username/x", "/s"), "/home/username/x");
+        assert_eq!(map_home("plain", "/s"), "plain");
     }
 
     #[test]
