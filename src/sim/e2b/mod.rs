@@ -577,7 +577,7 @@ impl Drop for SimServer {
     }
 }
 
-/// `steward sim e2b`: serves until Ctrl-C.
+/// `steward sim e2b`: serves until Ctrl-C or SIGTERM.
 pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
     let server = SimServer::start(opts).await?;
     println!(
@@ -596,7 +596,12 @@ pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
             "envd runs no commands (start with --exec local to run them on this machine); files work"
         ),
     }
-    tokio::signal::ctrl_c().await?;
+    // SIGTERM too, so processes started with --exec local and the scratch directories go.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        stopped = tokio::signal::ctrl_c() => stopped?,
+        _ = term.recv() => {}
+    }
     server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
