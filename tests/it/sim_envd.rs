@@ -510,41 +510,58 @@ async fn a_secure_sandbox_refuses_a_missing_or_wrong_access_token() {
 #[tokio::test]
 async fn a_cpu_burning_process_shows_in_metrics_and_dies_with_its_sandbox() {
     let sim = sim(ExecMode::Local).await;
-    // Idle sandboxes stay under 1 % CPU in the generated series, so more than that is real.
+    // Idle sandboxes stay under 1 % CPU in the generated series (and show gigabytes of disk), so
+    // more CPU than that, and the size of the scratch directory, are measured.
     let (id, _) = sandbox(&sim, json!({"profile": "idle", "cpuCount": 1})).await;
     let envd = client(&sim, &id, None);
+    let pwd = envd
+        .start(&ProcessSpec::shell("pwd"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let scratch_home = output(&pwd, false).trim().to_owned();
+    envd.upload("data.bin", vec![7u8; 10_000]).await.unwrap();
+    assert!(scratch_home.ends_with("/home/user"), "{scratch_home}");
+    assert!(std::path::Path::new(&scratch_home).is_dir());
     let (stream, pid) = start_and_get_pid(&envd, &ProcessSpec::shell("while :; do :; done")).await;
 
     let http = reqwest::Client::new();
     let base = sim.base_url();
-    eventually("the sandbox's metrics show the burning process", || async {
-        let points: Value = http
-            .get(format!("{base}/sandboxes/{id}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let batch: Value = http
-            .get(format!("{base}/sandboxes/metrics?sandbox_ids={id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let last = points
-            .as_array()
-            .and_then(|p| p.last())
-            .cloned()
-            .unwrap_or_default();
-        last["cpuUsedPct"].as_f64().unwrap_or(0.0) > 5.0
-            && batch["sandboxes"][id.as_str()]["cpuUsedPct"]
-                .as_f64()
-                .unwrap_or(0.0)
-                > 5.0
-    })
+    eventually(
+        "the sandbox's metrics show the burning process, its memory and its files",
+        || async {
+            let points: Value = http
+                .get(format!("{base}/sandboxes/{id}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let batch: Value = http
+                .get(format!("{base}/sandboxes/metrics?sandbox_ids={id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let last = points
+                .as_array()
+                .and_then(|p| p.last())
+                .cloned()
+                .unwrap_or_default();
+            last["cpuUsedPct"].as_f64().unwrap_or(0.0) > 5.0
+                && last["memUsed"].as_i64().unwrap_or(0) > 0
+                && (10_000..1_000_000).contains(&last["diskUsed"].as_i64().unwrap_or(0))
+                && batch["sandboxes"][id.as_str()]["cpuUsedPct"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    > 5.0
+        },
+    )
     .await;
 
     let resp = http
@@ -559,6 +576,25 @@ async fn a_cpu_burning_process_shows_in_metrics_and_dies_with_its_sandbox() {
     .await;
     let rest = stream.collect().await.expect("the stream ends");
     assert_eq!(end_of(&rest).status, "signal: killed");
+    eventually(
+        "the killed sandbox's scratch directory is removed",
+        || async { !std::path::Path::new(&scratch_home).exists() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_sandbox_that_times_out_takes_its_processes_with_it() {
+    let sim = sim(ExecMode::Local).await;
+    let end_at = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let (id, _) = sandbox(&sim, json!({"endAt": end_at.to_rfc3339()})).await;
+    let envd = client(&sim, &id, None);
+    let (_stream, pid) = start_and_get_pid(&envd, &ProcessSpec::shell("sleep 600")).await;
+    // Nothing but the simulator's own clock ends it.
+    eventually("the expired sandbox's process is killed", || async {
+        !proc_alive(pid)
+    })
+    .await;
 }
 
 #[tokio::test]
