@@ -298,7 +298,9 @@ async fn start(
         );
     }
     let config = request.process;
-    let cwd = match exec::sandbox_path(config.cwd.as_deref().unwrap_or(HOME)) {
+    // An empty cwd is proto3's "unset": the home directory, as envd's default.
+    let wanted_cwd = config.cwd.as_deref().filter(|c| !c.trim().is_empty());
+    let cwd = match exec::sandbox_path(wanted_cwd.unwrap_or(HOME)) {
         Ok(cwd) => cwd,
         Err(message) => return stream_error("invalid_argument", format!("cwd: {message}")),
     };
