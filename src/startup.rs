@@ -19,6 +19,7 @@ use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
 use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
+use crate::runs::Runner;
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
 use crate::slack::render::Templates;
@@ -68,7 +69,12 @@ pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
         }
     };
     let idle = policy.hygiene.idle.clone();
+    let run_policy = Arc::new(policy.runs().map_err(anyhow::Error::msg)?);
+    let runs = e2b
+        .as_ref()
+        .map(|_| Runner::new(store.clone(), run_policy.clone()));
     Ok(AppState {
+        runs,
         approval_policy: Arc::new(policy.approvals.clone()),
         limits: Arc::new(Limits::new(policy.limits.clone())),
         busy_above: BusyThreshold::new(move |template| {

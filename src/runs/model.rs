@@ -318,6 +318,10 @@ pub struct Run {
     pub error: Option<String>,
     /// The run case posted for the sandbox, once there is one.
     pub case_id: Option<CaseId>,
+    /// True once the sandbox was handed over (to a run case, or to its E2B timeout when the
+    /// policy keeps it), so a retried job does not hand it over twice.
+    #[serde(default)]
+    pub handed_over: bool,
     /// Which replica is executing it (for the takeover's message).
     pub worker: Option<String>,
 }

@@ -16,6 +16,7 @@ mod hygiene_slack;
 mod layering;
 mod no_side_door;
 mod recheck;
+mod runs;
 mod sim_e2b;
 mod slack_commands;
 mod slack_router;

@@ -876,9 +876,11 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
         move |claimed: sandbox_steward::store::ClaimedJob| {
             let store = store.clone();
             async move {
-                jobs::execute_decision(&store, claimed.job.case_id(), |step, _| async move {
-                    Ok(outcome_of(step))
-                })
+                jobs::execute_decision(
+                    &store,
+                    claimed.job.case_id().expect("a decision job"),
+                    |step, _| async move { Ok(outcome_of(step)) },
+                )
                 .await
                 .map(|_| ())
             }

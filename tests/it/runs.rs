@@ -1,0 +1,154 @@
+//! Governed runs through the `Runner` a replica builds: submit, the durable job, the output as
+//! it streams, timeouts, takeovers and refusals. Every test talks to the E2B simulator and Redis
+//! (a unique key prefix per test) over real sockets.
+use std::time::Duration;
+
+use sandbox_steward::ids::RunId;
+use sandbox_steward::runs::{RunError, RunRequest, RunStatus, Runner};
+
+use crate::common::{self, TestAppOptions, spawn_app_with};
+
+fn request(command: &str) -> RunRequest {
+    RunRequest {
+        template: "base".into(),
+        command: command.into(),
+        files: Vec::new(),
+        env: Default::default(),
+        cwd: None,
+        timeout: None,
+    }
+}
+
+fn runner(app: &common::TestApp) -> Runner {
+    app.state
+        .runs
+        .clone()
+        .expect("E2B is configured, so the replica has a Runner")
+}
+
+#[tokio::test]
+async fn a_submitted_run_is_stored_queued_and_read_back() {
+    // No worker: the run stays where submit left it.
+    let app = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let mut req = request("echo hello");
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "data/in.txt".into(),
+        content: b"12345".to_vec(),
+    });
+    req.env.insert("TOKEN".into(), "s3cret-value".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
+    assert_eq!(run.requester, "agent-a");
+    assert_eq!(run.timeout_secs, 300, "the policy's default timeout");
+
+    let read = runs.get(&run.id).await.unwrap();
+    assert_eq!(read, run);
+    assert_eq!(read.files, vec![("data/in.txt".to_owned(), 5)]);
+    // The record never holds environment values.
+    let shown = serde_json::to_string(&read).unwrap();
+    assert!(!shown.contains("s3cret-value"), "{shown}");
+
+    let waited = runs
+        .wait(&run.id, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(waited.status, RunStatus::Queued);
+    let out = runs.output(&run.id, 0).await.unwrap();
+    assert!(out.bytes.is_empty() && !out.finished && !out.truncated);
+    assert_eq!(out.next, 0);
+}
+
+#[tokio::test]
+async fn an_unknown_run_is_not_found() {
+    let app = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let id = RunId::parse("run_nope").unwrap();
+    let err = runner(&app).get(&id).await.unwrap_err();
+    assert!(matches!(err, RunError::NotFound(_)), "{err:?}");
+    assert_eq!(err.to_string(), "There is no run run_nope.");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_the_field_named_and_no_sandbox_created() {
+    let app = spawn_app_with(TestAppOptions {
+        policy: Some("[runs]\nmax_timeout = \"10m\"\nmax_files = 1\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let file = |path: &str| sandbox_steward::runs::FileSpec {
+        path: path.into(),
+        content: b"x".to_vec(),
+    };
+    let mut cases: Vec<(RunRequest, &str)> = Vec::new();
+    cases.push((request("   "), "command"));
+    let mut r = request("true");
+    r.template = "no spaces allowed".into();
+    cases.push((r, "template"));
+    let mut r = request("true");
+    r.timeout = Some("2h".into());
+    cases.push((r, "timeout"));
+    let mut r = request("true");
+    r.files = vec![file("a"), file("b")];
+    cases.push((r, "files"));
+    let mut r = request("true");
+    r.files = vec![file("../etc/passwd")];
+    cases.push((r, "files[0].path"));
+    let mut r = request("true");
+    r.env.insert("1BAD".into(), "x".into());
+    cases.push((r, "env.1BAD"));
+    let mut r = request("true");
+    r.cwd = Some("relative".into());
+    cases.push((r, "cwd"));
+    for (req, field) in cases {
+        match runs.submit("agent-a", req).await {
+            Err(RunError::Input(e)) => assert_eq!(e.field, field, "{e}"),
+            other => panic!("{field}: expected a refusal, got {other:?}"),
+        }
+    }
+    let err = runs.submit("  ", request("true")).await.unwrap_err();
+    assert!(
+        matches!(err, RunError::Input(ref e) if e.field == "requester"),
+        "{err:?}"
+    );
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn with_redis_down_a_submit_is_refused_and_no_sandbox_is_created() {
+    let redis = common::ThrowawayRedis::start();
+    let url = redis.url();
+    let app = spawn_app_with(TestAppOptions {
+        redis_url: Some(url),
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    drop(redis);
+    let err = runner(&app)
+        .submit("agent-a", request("echo hi"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::StoreUnavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("nothing was started"), "{err}");
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn without_e2b_a_replica_has_no_runner() {
+    let app = spawn_app_with(TestAppOptions {
+        with_e2b: false,
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    assert!(app.state.runs.is_none());
+}
