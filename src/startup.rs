@@ -19,7 +19,7 @@ use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
 use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
-use crate::runs::Runner;
+use crate::runs::{HandOver, RunEngine, Runner};
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
 use crate::slack::render::Templates;
@@ -157,8 +157,10 @@ impl Application {
         let svc = self.state.services();
         let mut loops = Vec::new();
         if self.loops.worker_enabled {
+            let runs = run_engine(&self.state, &self.loops);
             loops.push(tokio::spawn(worker::run_worker(
                 svc.clone(),
+                runs,
                 self.loops.worker.clone(),
                 signal(),
             )));
@@ -211,6 +213,33 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// The engine this replica's worker runs `Job::Run` with, from the state as it is when serving
+/// starts (tests adjust the E2B client first); `None` when E2B is not configured.
+fn run_engine(state: &AppState, loops: &LoopSettings) -> Option<RunEngine> {
+    let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
+        return None;
+    };
+    let policy = Arc::new(runner.policy().clone());
+    Some(
+        RunEngine::new(
+            state.store.clone(),
+            e2b.clone(),
+            policy,
+            state.settings.sandbox_url.clone(),
+            loops.worker.consumer.clone(),
+            run_hand_over(),
+        )
+        .with_lease(loops.run_lease),
+    )
+}
+
+/// Where a finished run's sandbox goes. Until the run case exists (`approvals`), the sandbox
+/// is left to its E2B timeout (the run's timeout plus `[runs] sandbox_margin`) and the run's
+/// end is audited on it.
+fn run_hand_over() -> HandOver {
+    HandOver::leave_to_timeout()
 }
 
 /// How long shutdown waits for replies and card updates that are still in flight.

@@ -326,6 +326,74 @@ pub struct Run {
     pub worker: Option<String>,
 }
 
+/// One metrics sample of a run's sandbox, as [`profile`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub cpu_pct: f64,
+    pub mem_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// The resource profile of a run from its sandbox's samples over the run (in time order):
+/// p95 and max CPU, peak memory, disk at the end minus at the start. `None` without samples.
+pub fn profile(samples: &[Sample]) -> Option<RunProfile> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    let mut cpu: Vec<f64> = samples
+        .iter()
+        .map(|s| {
+            if s.cpu_pct.is_finite() {
+                s.cpu_pct
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    cpu.sort_by(f64::total_cmp);
+    // Nearest rank: the smallest sample at or above 95 % of them.
+    let rank = (cpu.len() * 95).div_ceil(100).max(1);
+    Some(RunProfile {
+        samples: u32::try_from(samples.len()).unwrap_or(u32::MAX),
+        cpu_p95_pct: cpu[rank - 1],
+        cpu_max_pct: cpu[cpu.len() - 1],
+        peak_memory_bytes: samples.iter().map(|s| s.mem_bytes).max().unwrap_or(0),
+        disk_growth_bytes: i64::try_from(last.disk_bytes)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(first.disk_bytes).unwrap_or(i64::MAX)),
+    })
+}
+
+/// How a process that ended by itself (or was stopped at the timeout) counts.
+pub fn outcome_of(exit_code: Option<i32>, timed_out: bool) -> RunOutcome {
+    match (timed_out, exit_code) {
+        (true, _) => RunOutcome::TimedOut,
+        (false, Some(0)) => RunOutcome::Succeeded,
+        (false, Some(_)) => RunOutcome::ExitedNonZero,
+        (false, None) => RunOutcome::Failed,
+    }
+}
+
+/// The last `lines` lines of `tail` (the end of a run's output), each cut to `max_chars`,
+/// lossily decoded. A partial first line (the tail began mid-line) is dropped when whole lines
+/// follow it.
+pub fn last_lines(tail: &[u8], lines: usize, max_chars: usize, whole: bool) -> Vec<String> {
+    let text = String::from_utf8_lossy(tail);
+    let mut all: Vec<&str> = text.lines().collect();
+    if !whole && all.len() > 1 {
+        all.remove(0);
+    }
+    let start = all.len().saturating_sub(lines);
+    all[start..]
+        .iter()
+        .map(|line| {
+            let mut cut: String = line.chars().take(max_chars).collect();
+            if line.chars().count() > max_chars {
+                cut.push('…');
+            }
+            cut
+        })
+        .collect()
+}
+
 mod base64_bytes {
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD;

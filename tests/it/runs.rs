@@ -152,3 +152,119 @@ async fn without_e2b_a_replica_has_no_runner() {
     .await;
     assert!(app.state.runs.is_none());
 }
+
+/// A base URL where nothing listens (envd unreachable).
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
+fn with_sandbox_url(url: String, opts: TestAppOptions) -> TestAppOptions {
+    let mut env = opts.env;
+    env.push(("E2B_SANDBOX_URL".into(), url));
+    TestAppOptions { env, ..opts }
+}
+
+#[tokio::test]
+async fn a_run_creates_a_labelled_sandbox_and_fails_with_a_sentence_when_envd_cannot_be_reached() {
+    let app = spawn_app_with(with_sandbox_url(dead_url(), TestAppOptions::default())).await;
+    let runs = runner(&app);
+    let mut req = request("echo hi");
+    req.timeout = Some("2m".into());
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "in.txt".into(),
+        content: b"data".to_vec(),
+    });
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(error.contains("uploading in.txt failed"), "{error}");
+    assert!(
+        !error.contains("{") && !error.contains("Transport"),
+        "{error}"
+    );
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Failed)
+    );
+    assert!(done.worker.is_some());
+
+    // The sandbox was labelled for the run and lives the run's timeout plus the margin.
+    let sandbox = done.sandbox_id.clone().expect("the sandbox was recorded");
+    let e2b = app.state.e2b.clone().unwrap();
+    let detail = e2b.get_sandbox(&sandbox).await.unwrap();
+    let meta = &detail.listed.metadata;
+    assert_eq!(
+        meta.get("steward.run").map(String::as_str),
+        Some(run.id.as_str())
+    );
+    assert_eq!(
+        meta.get("steward.requester").map(String::as_str),
+        Some("agent-a")
+    );
+    assert_eq!(meta.get("steward.purpose").map(String::as_str), Some("run"));
+    let life = detail.listed.end_at - detail.listed.started_at;
+    assert!(
+        (life.num_seconds() - (120 + 600)).abs() <= 2,
+        "E2B timeout = run timeout + sandbox_margin, got {life}"
+    );
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 1);
+
+    // The sandbox was handed over and the run's end audited on it.
+    common::eventually("the run's hand-over", || async {
+        runs.get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
+    let audit = app.state.store.audit_for_subject(&subject).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "run" && e.outcome.contains(run.id.as_str())),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn e2b_answering_429_at_create_is_retried_by_the_queue() {
+    let app = spawn_app_with(with_sandbox_url(
+        dead_url(),
+        TestAppOptions {
+            stale_after: Duration::from_millis(300),
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    // More 429s than the client's own retries: the job itself must come back.
+    app.e2b_fault(serde_json::json!({"op": "create", "status": 429, "count": 3}))
+        .await;
+    let runs = runner(&app);
+    let run = runs.submit("agent-a", request("true")).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert!(done.status.is_terminal(), "{done:?}");
+    assert!(done.sandbox_id.is_some(), "{done:?}");
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn a_template_e2b_does_not_know_fails_the_run_with_e2bs_sentence_and_no_sandbox() {
+    let app = spawn_app_with(with_sandbox_url(dead_url(), TestAppOptions::default())).await;
+    let runs = runner(&app);
+    let mut req = request("true");
+    req.template = "no-such-template".into();
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed);
+    assert!(done.sandbox_id.is_none());
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.starts_with("E2B did not create the sandbox"),
+        "{error}"
+    );
+    assert!(error.contains("no-such-template"), "{error}");
+}

@@ -8,8 +8,9 @@ use chrono::Utc;
 
 use super::{expire_once, handle_job, reconcile_once};
 use crate::approvals::{Services, repair};
-use crate::jobs::{self, WorkerConfig};
-use crate::store::ClaimedJob;
+use crate::jobs::{self, JobError, WorkerConfig};
+use crate::runs::RunEngine;
+use crate::store::{ClaimedJob, Job};
 
 /// How the background loops of one replica run.
 #[derive(Debug, Clone)]
@@ -19,6 +20,8 @@ pub struct LoopSettings {
     pub worker: WorkerConfig,
     /// How often to look for cases past their deadline and for decided work without a job.
     pub expire_every: Duration,
+    /// How long this replica's hold on a run lasts unless renewed (see `runs::engine`).
+    pub run_lease: Duration,
 }
 
 impl LoopSettings {
@@ -34,16 +37,33 @@ impl LoopSettings {
             worker_enabled: true,
             worker: WorkerConfig::new(consumer),
             expire_every: Duration::from_secs(30),
+            run_lease: crate::runs::engine::RUN_LEASE,
         }
     }
 }
 
-/// Runs this replica's queue worker until `shutdown`.
-pub async fn run_worker(svc: Services, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
+/// Runs this replica's queue worker until `shutdown`: decisions through [`handle_job`], runs
+/// through `runs` (`None` when E2B is not configured here).
+pub async fn run_worker(
+    svc: Services,
+    runs: Option<RunEngine>,
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
     let store = svc.store.clone();
     let handler = move |claimed: ClaimedJob| {
         let svc = svc.clone();
-        async move { handle_job(&svc, claimed).await }
+        let runs = runs.clone();
+        async move {
+            match (&claimed.job, runs) {
+                (Job::RunDecision { .. }, _) => handle_job(&svc, claimed).await,
+                (Job::Run { .. }, Some(engine)) => engine.handle(claimed).await,
+                // Another replica with E2B configured takes it over once it goes stale.
+                (Job::Run { run_id }, None) => Err(JobError::Transient(format!(
+                    "run {run_id} needs E2B, which is not configured on this replica"
+                ))),
+            }
+        }
     };
     jobs::run_queue(store, config, handler, shutdown).await;
 }
