@@ -410,3 +410,238 @@ mod base64_bytes {
             .map_err(|_| serde::de::Error::custom("content must be base64"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> RunLimits {
+        RunLimits {
+            max_files: 2,
+            max_total_file_bytes: 10,
+            max_command_chars: 20,
+            max_env_vars: 2,
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            ..RunLimits::default()
+        }
+    }
+
+    fn ok() -> RunRequest {
+        RunRequest {
+            template: "base".into(),
+            command: "echo hi".into(),
+            files: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: None,
+        }
+    }
+
+    fn file(path: &str, bytes: usize) -> FileSpec {
+        FileSpec {
+            path: path.into(),
+            content: vec![b'x'; bytes],
+        }
+    }
+
+    /// The refusal of `req`: its field and whether it is a size limit (413).
+    fn refused(req: RunRequest) -> (String, bool) {
+        let e = req.validate(&limits()).expect_err("refused");
+        assert!(!e.message.is_empty());
+        (e.field, e.too_large)
+    }
+
+    fn check(change: impl FnOnce(&mut RunRequest), field: &str, too_large: bool) {
+        let mut req = ok();
+        change(&mut req);
+        assert_eq!(refused(req), (field.to_owned(), too_large));
+    }
+
+    #[test]
+    fn a_plain_request_passes_with_the_default_timeout() {
+        let valid = ok().validate(&limits()).unwrap();
+        assert_eq!(valid.timeout, Duration::from_secs(60));
+        let mut req = ok();
+        req.timeout = Some("10m".into());
+        assert_eq!(
+            req.validate(&limits()).unwrap().timeout,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn an_empty_template_is_refused() {
+        check(|r| r.template = "  ".into(), "template", false);
+    }
+
+    #[test]
+    fn a_template_that_is_no_id_is_refused() {
+        check(|r| r.template = "base image".into(), "template", false);
+    }
+
+    #[test]
+    fn an_empty_command_is_refused() {
+        check(|r| r.command = " \n".into(), "command", false);
+    }
+
+    #[test]
+    fn a_command_over_the_limit_is_too_large() {
+        check(|r| r.command = "x".repeat(21), "command", true);
+        let mut req = ok();
+        req.command = "é".repeat(20);
+        assert!(req.validate(&limits()).is_ok(), "characters, not bytes");
+    }
+
+    #[test]
+    fn a_command_with_a_nul_byte_is_refused() {
+        check(|r| r.command = "echo \0".into(), "command", false);
+    }
+
+    #[test]
+    fn too_many_files_are_too_large() {
+        check(
+            |r| r.files = vec![file("a", 1), file("b", 1), file("c", 1)],
+            "files",
+            true,
+        );
+    }
+
+    #[test]
+    fn files_over_the_total_size_are_too_large() {
+        check(
+            |r| r.files = vec![file("a", 6), file("b", 5)],
+            "files",
+            true,
+        );
+    }
+
+    #[test]
+    fn an_empty_or_nul_file_path_is_refused() {
+        check(|r| r.files = vec![file(" ", 1)], "files[0].path", false);
+        check(
+            |r| r.files = vec![file("a", 1), file("b\0", 1)],
+            "files[1].path",
+            false,
+        );
+    }
+
+    #[test]
+    fn a_file_path_with_dot_dot_is_refused() {
+        check(
+            |r| r.files = vec![file("a/../../etc/x", 1)],
+            "files[0].path",
+            false,
+        );
+    }
+
+    #[test]
+    fn too_many_env_vars_are_too_large() {
+        check(
+            |r| {
+                for name in ["A", "B", "C"] {
+                    r.env.insert(name.into(), "1".into());
+                }
+            },
+            "env",
+            true,
+        );
+    }
+
+    #[test]
+    fn an_env_name_that_is_no_variable_name_is_refused() {
+        check(
+            |r| {
+                r.env.insert("A-B".into(), "1".into());
+            },
+            "env.A-B",
+            false,
+        );
+        check(
+            |r| {
+                r.env.insert("9A".into(), "1".into());
+            },
+            "env.9A",
+            false,
+        );
+    }
+
+    #[test]
+    fn a_relative_cwd_is_refused() {
+        check(|r| r.cwd = Some("work".into()), "cwd", false);
+    }
+
+    #[test]
+    fn a_timeout_that_is_no_duration_is_refused() {
+        check(|r| r.timeout = Some("soon".into()), "timeout", false);
+    }
+
+    #[test]
+    fn a_zero_timeout_is_refused() {
+        check(|r| r.timeout = Some("0s".into()), "timeout", false);
+    }
+
+    #[test]
+    fn a_timeout_over_the_maximum_is_refused_naming_the_limit() {
+        let mut req = ok();
+        req.timeout = Some("11m".into());
+        let e = req.validate(&limits()).unwrap_err();
+        assert_eq!(e.field, "timeout");
+        assert!(e.message.contains("10m"), "{e}");
+    }
+
+    #[test]
+    fn unknown_request_fields_are_refused_and_content_is_base64() {
+        let bad = serde_json::json!({"template": "base", "command": "x", "on_finish": "keep"});
+        assert!(serde_json::from_value::<RunRequest>(bad).is_err());
+        let req: RunRequest = serde_json::from_value(serde_json::json!({
+            "template": "base", "command": "x",
+            "files": [{"path": "a", "content": "aGk="}],
+        }))
+        .unwrap();
+        assert_eq!(req.files[0].content, b"hi");
+        let not_b64 = serde_json::json!({"template": "base", "command": "x",
+            "files": [{"path": "a", "content": "%%"}]});
+        assert!(serde_json::from_value::<RunRequest>(not_b64).is_err());
+    }
+
+    fn sample(cpu: f64, mem: u64, disk: u64) -> Sample {
+        Sample {
+            cpu_pct: cpu,
+            mem_bytes: mem,
+            disk_bytes: disk,
+        }
+    }
+
+    #[test]
+    fn the_profile_takes_p95_and_max_cpu_peak_memory_and_disk_growth() {
+        assert_eq!(profile(&[]), None);
+        let mut samples: Vec<Sample> = (1..=20).map(|n| sample(n as f64, n * 10, 1000)).collect();
+        samples.last_mut().unwrap().disk_bytes = 1500;
+        let p = profile(&samples).unwrap();
+        assert_eq!(p.samples, 20);
+        assert_eq!(p.cpu_p95_pct, 19.0);
+        assert_eq!(p.cpu_max_pct, 20.0);
+        assert_eq!(p.peak_memory_bytes, 200);
+        assert_eq!(p.disk_growth_bytes, 500);
+        let shrink = profile(&[sample(f64::NAN, 1, 900), sample(5.0, 1, 100)]).unwrap();
+        assert_eq!(shrink.disk_growth_bytes, -800);
+        assert_eq!(shrink.cpu_max_pct, 5.0);
+    }
+
+    #[test]
+    fn outcomes_follow_the_exit_code_and_the_timeout() {
+        assert_eq!(outcome_of(Some(0), false), RunOutcome::Succeeded);
+        assert_eq!(outcome_of(Some(1), false), RunOutcome::ExitedNonZero);
+        assert_eq!(outcome_of(None, true), RunOutcome::TimedOut);
+        assert_eq!(outcome_of(None, false), RunOutcome::Failed);
+    }
+
+    #[test]
+    fn last_lines_drop_a_partial_first_line_and_cut_long_ones() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2, 10, true), ["b", "c"]);
+        assert_eq!(last_lines(b"rtial\nb\n", 5, 10, false), ["b"]);
+        assert_eq!(last_lines(b"only", 5, 10, false), ["only"]);
+        assert_eq!(last_lines(b"abcdef", 1, 3, true), ["abc…"]);
+    }
+}
