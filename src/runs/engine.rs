@@ -54,13 +54,25 @@ pub struct HandOverRequest {
     pub on_finish: OnFinish,
 }
 
-type HandOverFuture = Pin<Box<dyn Future<Output = Result<Option<CaseId>, String>> + Send>>;
+/// Why a hand-over did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandOverError {
+    /// Worth trying again on a later delivery (Slack, E2B or Redis briefly unavailable).
+    #[error("{0}")]
+    Retry(String),
+    /// Trying again will not help (no channel configured, the sandbox is gone): the sandbox is
+    /// left to its E2B timeout.
+    #[error("{0}")]
+    GiveUp(String),
+}
+
+type HandOverFuture = Pin<Box<dyn Future<Output = Result<Option<CaseId>, HandOverError>> + Send>>;
 type HandOverFn = dyn Fn(HandOverRequest) -> HandOverFuture + Send + Sync;
 
 /// Gives a finished run's sandbox to whoever decides its fate (the run case, opened by
 /// `approvals`); startup passes it in, so this module imports nothing above it. `Ok(Some(id))`
-/// names the case opened, `Ok(None)` means nothing was opened (nothing to ask), and an error is
-/// retried on a later delivery of the run's job.
+/// names the case opened, `Ok(None)` means nothing was opened (nothing to ask), and
+/// [`HandOverError::Retry`] is retried on a later delivery of the run's job.
 #[derive(Clone)]
 pub struct HandOver(Arc<HandOverFn>);
 
@@ -68,7 +80,7 @@ impl HandOver {
     pub fn new<F, Fut>(hand_over: F) -> Self
     where
         F: Fn(HandOverRequest) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Option<CaseId>, String>> + Send + 'static,
+        Fut: Future<Output = Result<Option<CaseId>, HandOverError>> + Send + 'static,
     {
         Self(Arc::new(move |req| Box::pin(hand_over(req))))
     }
@@ -79,7 +91,7 @@ impl HandOver {
         Self::new(|_| async { Ok(None) })
     }
 
-    async fn call(&self, req: HandOverRequest) -> Result<Option<CaseId>, String> {
+    async fn call(&self, req: HandOverRequest) -> Result<Option<CaseId>, HandOverError> {
         (self.0)(req).await
     }
 }

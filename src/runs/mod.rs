@@ -14,7 +14,7 @@ pub mod model;
 mod record;
 pub mod service;
 
-pub use engine::{HandOver, HandOverRequest, RunEngine};
+pub use engine::{HandOver, HandOverError, HandOverRequest, RunEngine};
 pub use model::{
     FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPolicy, RunRequest, RunStatus, ValidRun,
 };
