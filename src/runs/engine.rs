@@ -679,12 +679,17 @@ impl RunEngine {
             // Created, but the replica stopped before it could record it.
             sandbox = self.find_sandbox(&run.id).await;
         }
-        let cause = if sandbox.is_some() {
-            format!(
+        // Consumer names are unique per process: the same name means this replica lost track
+        // of the run (its database failed mid-run), not that it stopped.
+        let same = run.worker.as_deref() == Some(self.worker.as_str());
+        let cause = match (same, sandbox.is_some()) {
+            (true, _) => "Steward lost track of the run (its database did not answer) while it was running; its output up to then is kept".to_owned(),
+            (false, true) => format!(
                 "replica {replica} stopped while the run was running; its output up to then is kept"
-            )
-        } else {
-            format!("replica {replica} stopped before the run's sandbox was created")
+            ),
+            (false, false) => {
+                format!("replica {replica} stopped before the run's sandbox was created")
+            }
         };
         tracing::warn!(run = %run.id, %replica, "taking over a run whose replica stopped");
         let ended = Ended {
