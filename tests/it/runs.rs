@@ -268,3 +268,164 @@ async fn a_template_e2b_does_not_know_fails_the_run_with_e2bs_sentence_and_no_sa
     );
     assert!(error.contains("no-such-template"), "{error}");
 }
+
+/// Runs jobs with `engine` until the returned task is aborted (a replica killed mid-job).
+fn doomed_worker(
+    store: sandbox_steward::store::Store,
+    engine: sandbox_steward::runs::RunEngine,
+) -> tokio::task::JoinHandle<()> {
+    let mut config = sandbox_steward::jobs::WorkerConfig::new(engine.worker().to_owned());
+    config.block = Duration::from_millis(200);
+    tokio::spawn(sandbox_steward::jobs::run_queue(
+        store,
+        config,
+        move |claimed| {
+            let engine = engine.clone();
+            async move { engine.handle(claimed).await }
+        },
+        std::future::pending::<()>(),
+    ))
+}
+
+#[tokio::test]
+async fn a_replica_killed_while_uploading_leaves_a_run_another_replica_fails_and_hands_over() {
+    // envd holds every upload, so replica A is caught mid-run with its sandbox created.
+    let envd = common::HoldingFront::start(&dead_url(), |_| true).await;
+    let a = spawn_app_with(with_sandbox_url(
+        envd.url.clone(),
+        TestAppOptions {
+            worker: false,
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    let runs = runner(&a);
+    let engine = sandbox_steward::runs::RunEngine::new(
+        a.state.store.clone(),
+        a.state.e2b.clone().unwrap(),
+        std::sync::Arc::new(runs.policy().clone()),
+        Some(envd.url.clone()),
+        "replica-a-doomed",
+        sandbox_steward::runs::HandOver::leave_to_timeout(),
+    )
+    .with_lease(Duration::from_secs(1));
+    let doomed = doomed_worker(a.state.store.clone(), engine);
+    let mut req = request("cat in.txt");
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "in.txt".into(),
+        content: b"data".to_vec(),
+    });
+    let run = runs.submit("agent-a", req).await.unwrap();
+    common::eventually("replica A is uploading the run's files", || async {
+        envd.arrived() > 0
+    })
+    .await;
+    let stuck = runs.get(&run.id).await.unwrap();
+    assert_eq!(stuck.status, RunStatus::UploadingFiles);
+    assert_eq!(stuck.worker.as_deref(), Some("replica-a-doomed"));
+    let sandbox = stuck
+        .sandbox_id
+        .clone()
+        .expect("the sandbox was recorded at once");
+    // Replica A dies: its task is gone mid-run, its lease runs out.
+    doomed.abort();
+    let _ = doomed.await;
+
+    let b = a
+        .spawn_peer(with_sandbox_url(
+            envd.url.clone(),
+            TestAppOptions {
+                stale_after: Duration::from_millis(300),
+                ..TestAppOptions::default()
+            },
+        ))
+        .await;
+    let runs_b = runner(&b);
+    let done = runs_b.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    assert_eq!(
+        done.error.as_deref(),
+        Some(
+            "replica replica-a-doomed stopped while the run was running; its output up to then is kept"
+        )
+    );
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Failed)
+    );
+    assert_eq!(done.sandbox_id.as_ref(), Some(&sandbox));
+    common::eventually("the sandbox's hand-over", || async {
+        runs_b.get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
+    let audit = b.state.store.audit_for_subject(&subject).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "run" && e.outcome.contains("replica-a-doomed stopped")),
+        "{audit:?}"
+    );
+    // One sandbox for the run, never a second.
+    assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_replica_killed_before_its_sandbox_existed_leaves_a_run_that_is_just_failed() {
+    let a = spawn_app_with(with_sandbox_url(
+        dead_url(),
+        TestAppOptions {
+            worker: false,
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    // Replica A's E2B calls to create a sandbox are held: it dies while asking.
+    let e2b_front =
+        common::HoldingFront::start(&a.e2b.base_url(), |path| path == "/sandboxes").await;
+    let e2b = sandbox_steward::e2b::E2bClient::new(&sandbox_steward::e2b::E2bSettings::for_url(
+        &e2b_front.url,
+        common::E2B_KEY,
+    ))
+    .unwrap();
+    let runs = runner(&a);
+    let engine = sandbox_steward::runs::RunEngine::new(
+        a.state.store.clone(),
+        e2b,
+        std::sync::Arc::new(runs.policy().clone()),
+        None,
+        "replica-a-doomed",
+        sandbox_steward::runs::HandOver::leave_to_timeout(),
+    )
+    .with_lease(Duration::from_secs(1));
+    let doomed = doomed_worker(a.state.store.clone(), engine);
+    let run = runs.submit("agent-a", request("true")).await.unwrap();
+    common::eventually("replica A is asking E2B for the sandbox", || async {
+        e2b_front.arrived() > 0
+    })
+    .await;
+    assert_eq!(
+        runs.get(&run.id).await.unwrap().status,
+        RunStatus::CreatingSandbox
+    );
+    doomed.abort();
+    let _ = doomed.await;
+
+    let b = a
+        .spawn_peer(with_sandbox_url(
+            dead_url(),
+            TestAppOptions {
+                stale_after: Duration::from_millis(300),
+                ..TestAppOptions::default()
+            },
+        ))
+        .await;
+    let done = runner(&b).wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    assert_eq!(
+        done.error.as_deref(),
+        Some("replica replica-a-doomed stopped before the run's sandbox was created")
+    );
+    assert!(done.sandbox_id.is_none());
+    assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
