@@ -157,13 +157,16 @@ impl Application {
         let svc = self.state.services();
         let mut loops = Vec::new();
         if self.loops.worker_enabled {
-            let runs = run_engine(&self.state, &self.loops);
-            loops.push(tokio::spawn(worker::run_worker(
-                svc.clone(),
-                runs,
-                self.loops.worker.clone(),
-                signal(),
-            )));
+            for n in 0..self.loops.workers.max(1) {
+                let config = self.loops.worker_config(n);
+                let runs = run_engine(&self.state, &config.consumer, self.loops.run_lease);
+                loops.push(tokio::spawn(worker::run_worker(
+                    svc.clone(),
+                    runs,
+                    config,
+                    signal(),
+                )));
+            }
         }
         loops.push(tokio::spawn(worker::run_expiry(
             svc,
@@ -217,7 +220,7 @@ impl Application {
 
 /// The engine this replica's worker runs `Job::Run` with, from the state as it is when serving
 /// starts (tests adjust the E2B client first); `None` when E2B is not configured.
-fn run_engine(state: &AppState, loops: &LoopSettings) -> Option<RunEngine> {
+fn run_engine(state: &AppState, consumer: &str, lease: Duration) -> Option<RunEngine> {
     let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
         return None;
     };
@@ -228,10 +231,10 @@ fn run_engine(state: &AppState, loops: &LoopSettings) -> Option<RunEngine> {
             e2b.clone(),
             policy,
             state.settings.sandbox_url.clone(),
-            loops.worker.consumer.clone(),
+            consumer,
             run_hand_over(),
         )
-        .with_lease(loops.run_lease),
+        .with_lease(lease),
     )
 }
 

@@ -12,12 +12,20 @@ use crate::jobs::{self, JobError, WorkerConfig};
 use crate::runs::RunEngine;
 use crate::store::{ClaimedJob, Job};
 
+/// Queue workers per replica unless told otherwise (the store keeps this many blocking
+/// connections for their claims).
+pub const DEFAULT_WORKERS: usize = 4;
+
 /// How the background loops of one replica run.
 #[derive(Debug, Clone)]
 pub struct LoopSettings {
-    /// Start the queue worker (off only in tests that play a worker by hand).
+    /// Start the queue workers (off only in tests that play a worker by hand).
     pub worker_enabled: bool,
+    /// The workers' settings; each worker's consumer name is this one's plus `-w<n>`.
     pub worker: WorkerConfig,
+    /// Queue workers this replica runs at once. A run holds one worker for its whole length,
+    /// so several keep decisions moving while runs are under way.
+    pub workers: usize,
     /// How often to look for cases past their deadline and for decided work without a job.
     pub expire_every: Duration,
     /// How long this replica's hold on a run lasts unless renewed (see `runs::engine`).
@@ -36,9 +44,19 @@ impl LoopSettings {
         Self {
             worker_enabled: true,
             worker: WorkerConfig::new(consumer),
+            workers: DEFAULT_WORKERS,
             expire_every: Duration::from_secs(30),
             run_lease: crate::runs::engine::RUN_LEASE,
         }
+    }
+}
+
+impl LoopSettings {
+    /// The settings of worker `n` of this replica: its own consumer name.
+    pub fn worker_config(&self, n: usize) -> WorkerConfig {
+        let mut config = self.worker.clone();
+        config.consumer = format!("{}-w{n}", self.worker.consumer);
+        config
     }
 }
 
@@ -101,5 +119,11 @@ mod tests {
             one.worker.consumer
         );
         assert_ne!(one.worker.consumer, two.worker.consumer);
+        let names: Vec<String> = (0..3).map(|n| one.worker_config(n).consumer).collect();
+        assert_eq!(names[1], format!("{}-w1", one.worker.consumer));
+        assert_eq!(
+            names.iter().collect::<std::collections::HashSet<_>>().len(),
+            3
+        );
     }
 }
