@@ -41,6 +41,8 @@ pub const LOG_TAIL_LINES: u32 = 20;
 const TAIL_LINE_CHARS: usize = 300;
 /// Bytes of the end of the output kept in memory for the report's last lines.
 const TAIL_BYTES: usize = 8 * 1024;
+/// How often E2B samples a sandbox's metrics; a run with no sample yet waits this once.
+const METRICS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How long to wait for the process's end after SIGKILL before giving up on it.
 const AFTER_KILL_WAIT: Duration = Duration::from_secs(10);
 /// Deliveries of a finished run's job after which a failing hand-over is given up (logged).
@@ -568,13 +570,6 @@ impl RunEngine {
         deliveries: u64,
     ) -> Result<(), JobError> {
         let now = Utc::now();
-        let current = record::load(&self.store, id)
-            .await?
-            .ok_or_else(|| JobError::Permanent(format!("run {id} is no longer stored")))?;
-        let (logs_tail, profile) = match &sandbox {
-            Some(sandbox) => self.evidence(sandbox, current.started_at, now).await,
-            None => (Vec::new(), None),
-        };
         let output_tail = model::last_lines(
             &ended.tail,
             REPORT_OUTPUT_LINES,
@@ -602,8 +597,6 @@ impl RunEngine {
                     next.outcome = Some(outcome);
                     next.finished_at = Some(now);
                     next.duration_ms = next.started_at.map(|s| millis_between(s, now));
-                    next.profile = profile.clone();
-                    next.logs_tail = logs_tail.clone();
                     next.error = ended.error.clone();
                     next
                 })
@@ -613,6 +606,23 @@ impl RunEngine {
             tracing::warn!(run = %id, error = %e, "could not delete the run's inputs");
         }
         tracing::info!(run = %id, status = ?written.status, exit_code = ?written.exit_code, "run ended");
+        // The result is out; the evidence (logs, profile) follows before the hand-over, which
+        // shows it to people.
+        let written = match (&written.sandbox_id, written.finished_at == Some(now)) {
+            (Some(sandbox), true) => {
+                let (logs_tail, profile) = self.evidence(sandbox, written.started_at, now).await;
+                self.write(id, |current| {
+                    (current.profile.is_none() && current.logs_tail.is_empty()).then(|| {
+                        let mut next = current.clone();
+                        next.profile = profile.clone();
+                        next.logs_tail = logs_tail.clone();
+                        next
+                    })
+                })
+                .await?
+            }
+            _ => written,
+        };
         self.finish_hand_over_with_tail(written, output_tail, deliveries)
             .await
     }
@@ -649,7 +659,14 @@ impl RunEngine {
         // Whole seconds on E2B's side: widen the window so a short run still has its samples.
         let start = from.map(|f| f - chrono::Duration::seconds(1));
         let end = to + chrono::Duration::seconds(1);
-        let profile = match self.e2b.sandbox_metrics(sandbox, start, Some(end)).await {
+        let mut metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
+        if matches!(&metrics, Ok(m) if m.is_empty()) {
+            // E2B samples a sandbox every few seconds: a short run may have none yet.
+            tokio::time::sleep(METRICS_SAMPLE_EVERY).await;
+            let end = Utc::now();
+            metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
+        }
+        let profile = match metrics {
             Ok(mut metrics) => {
                 metrics.sort_by_key(|m| m.timestamp_unix);
                 let samples: Vec<Sample> = metrics
