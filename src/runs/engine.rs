@@ -660,7 +660,8 @@ impl RunEngine {
         let start = from.map(|f| f - chrono::Duration::seconds(1));
         let end = to + chrono::Duration::seconds(1);
         let mut metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
-        if matches!(&metrics, Ok(m) if m.is_empty()) {
+        // Only a command that ran has a profile worth waiting for.
+        if from.is_some() && matches!(&metrics, Ok(m) if m.is_empty()) {
             // E2B samples a sandbox every few seconds: a short run may have none yet.
             tokio::time::sleep(METRICS_SAMPLE_EVERY).await;
             let end = Utc::now();
