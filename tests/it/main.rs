@@ -16,6 +16,7 @@ mod hygiene_slack;
 mod layering;
 mod no_side_door;
 mod recheck;
+mod runs;
 mod sim_e2b;
 mod sim_envd;
 mod slack_commands;

@@ -371,7 +371,12 @@ async fn run_step(
 
 /// Runs one queued decision to its end and shows the result on the card.
 pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobError> {
-    let case_id = claimed.job.case_id().clone();
+    let Some(case_id) = claimed.job.case_id().cloned() else {
+        return Err(JobError::Permanent(format!(
+            "job {} is not a decision; the run worker handles it",
+            claimed.id
+        )));
+    };
     let before = svc.store.get_case(&case_id).await?;
     let result = jobs::execute_decision(&svc.store, &case_id, |step, done| {
         let svc = svc.clone();
