@@ -56,8 +56,10 @@ pub struct CaseCardParams {
     /// The header: the question while pending (`Sandbox x: kill it?`), the end state after
     /// (`Sandbox x killed after snapshot …`). Plain text.
     pub headline: String,
-    /// Who asked: a mention, or the sweep.
+    /// Who asked: a mention, the sweep, or `Agent <name>`.
     pub opener: Mrkdwn,
+    /// What they ask, after their name: `asks`, or for an agent `asks to kill this sandbox`.
+    pub asks: String,
     pub reason: String,
     pub evidence: Vec<KeyValue>,
     pub recommendation: String,
@@ -370,12 +372,19 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         Opener::Sweep => Mrkdwn::text("The hygiene sweep"),
         Opener::Agent { name } => Mrkdwn::text(&format!("Agent {name}")),
     };
+    // An agent is nobody people know by sight: its card says plainly what it asks for.
+    let asks = match (&case.opener, &case.subject) {
+        (Opener::Agent { .. }, Subject::Sandbox(_)) => "asks to kill this sandbox",
+        (Opener::Agent { .. }, Subject::Template(_)) => "asks to delete this template",
+        _ => "asks",
+    };
     let mut params = CaseCardParams {
         case_id: case.id.to_string(),
         subject_kind,
         subject_id,
         headline: String::new(),
         opener,
+        asks: asks.to_owned(),
         reason: case.reason.clone(),
         evidence: evidence_fields(case),
         recommendation: case.recommendation.option.to_string(),

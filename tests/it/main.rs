@@ -3,6 +3,7 @@
 //! (the app, the E2B and Slack simulators) and uses its own Redis key prefix.
 mod common;
 
+mod agent_cases;
 mod approvals;
 mod cards;
 mod claims;
