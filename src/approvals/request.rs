@@ -322,6 +322,10 @@ pub async fn request_by_agent(
             ApprovalError::Slack(e) => AgentRequestError::Slack(e.to_string()),
             ApprovalError::Render(e) => AgentRequestError::Slack(e),
             ApprovalError::Draft(e) => AgentRequestError::Store(e.to_string()),
+            ApprovalError::NoChannel => AgentRequestError::NoApprovalsChannel,
+            ApprovalError::E2bNotConfigured => AgentRequestError::E2bNotConfigured,
+            ApprovalError::Gone(what) => AgentRequestError::NotFound(what),
+            ApprovalError::E2b(sentence) => AgentRequestError::E2b(sentence),
         }),
     }
 }

@@ -9,7 +9,7 @@
 //! decision so a retry after a lost answer adopts it rather than taking another. Every E2B call
 //! made for a case is audited.
 //! This file must not decide who may do what: it only runs what the store says was decided.
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::approvals::{Services, audit, evidence, refresh_card};
 use crate::cases::{Case, CaseState, Evidence, Step, StepOutcome, StepRecord, Subject, recheck};
@@ -256,6 +256,50 @@ async fn take_snapshot(
     })
 }
 
+/// The Keep running step: sets the sandbox's E2B timeout to the case's `keep_running_for_secs`
+/// from now, unless it already runs longer (a shorter timeout would end it sooner than people
+/// chose to keep it). A paused sandbox has no timeout running, so it fails with a sentence.
+async fn keep_running(
+    svc: &Services,
+    e2b: &E2bClient,
+    case: &Case,
+    id: &SandboxId,
+) -> Result<StepOutcome, StepFailure> {
+    let Some(secs) = case.keep_running_for_secs else {
+        return Err(StepFailure::Permanent(
+            "this case does not say how long to keep the sandbox running".into(),
+        ));
+    };
+    let Some(detail) = reread_sandbox(svc, e2b, case, id).await.map_err(failure)? else {
+        return Ok(StepOutcome::AlreadyGone);
+    };
+    if detail.state == SandboxState::Paused {
+        return Err(StepFailure::Permanent(format!(
+            "sandbox {id} is paused, so it has no timeout to extend; resume it with `/sandbox resume {id}` first"
+        )));
+    }
+    let keep_for = std::time::Duration::from_secs(secs);
+    let wanted = chrono::Duration::from_std(keep_for)
+        .ok()
+        .and_then(|d| Utc::now().checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if detail.end_at >= wanted {
+        return Ok(StepOutcome::KeptRunning {
+            until: detail.end_at,
+            extended: false,
+        });
+    }
+    let set = e2b.set_timeout(id, keep_for).await;
+    let set = audited(svc, case, "set_timeout", set, |()| {
+        format!("runs until {wanted}")
+    })
+    .await;
+    step_outcome(set, |()| StepOutcome::KeptRunning {
+        until: wanted,
+        extended: true,
+    })
+}
+
 /// Runs one step of `case`'s plan. `done` are the steps already finished.
 async fn run_step(
     svc: &Services,
@@ -330,6 +374,7 @@ async fn run_step(
                 )))
             }
         }
+        (Subject::Sandbox(id), Step::ExtendTimeout) => keep_running(svc, e2b, case, id).await,
         (Subject::Template(id), Step::DeleteTemplate) => {
             let read = e2b.get_template(id).await;
             match audited(svc, case, "get_template", read, |_| "found".into()).await {
