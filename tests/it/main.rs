@@ -17,6 +17,7 @@ mod hygiene_slack;
 mod layering;
 mod no_side_door;
 mod recheck;
+mod run_cases;
 mod sim_e2b;
 mod slack_commands;
 mod slack_router;

@@ -291,11 +291,22 @@ async fn keep_running(
     }
     let set = e2b.set_timeout(id, keep_for).await;
     let set = audited(svc, case, "set_timeout", set, |()| {
-        format!("runs until {wanted}")
+        format!("asked to run until {wanted}")
     })
     .await;
-    step_outcome(set, |()| StepOutcome::KeptRunning {
-        until: wanted,
+    match set {
+        Ok(()) => {}
+        Err(E2bError::NotFound { .. }) => return Ok(StepOutcome::AlreadyGone),
+        Err(e) => return Err(failure(e)),
+    }
+    // E2B caps a sandbox's whole life, so the end it set may be earlier than asked: the card
+    // says the end E2B reports. Unread, it says the one asked for.
+    let until = match reread_sandbox(svc, e2b, case, id).await {
+        Ok(Some(detail)) => detail.end_at,
+        _ => wanted,
+    };
+    Ok(StepOutcome::KeptRunning {
+        until,
         extended: true,
     })
 }
