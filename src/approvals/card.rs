@@ -1005,6 +1005,33 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_case_card_names_the_agent_and_says_what_it_asks() {
+        let mut case = sandbox_case();
+        case.opener = Opener::Agent {
+            name: "ci-bot <prod>".into(),
+        };
+        case.reason = "the nightly job is finished with it".into();
+        let json = render(&case);
+        assert_eq!(
+            json["blocks"][1]["text"]["text"],
+            "Agent ci-bot &lt;prod&gt; asks to kill this sandbox: the nightly job is finished with it"
+        );
+        insta::assert_json_snapshot!("case_card_agent", json);
+
+        case.subject = Subject::Template(TemplateId::parse("old-tpl").unwrap());
+        case.options = case.subject.default_options();
+        case.recommendation.option = DecisionOption::DeleteTemplate;
+        let json = render(&case);
+        assert!(
+            json["blocks"][1]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("asks to delete this template: "),
+            "{json}"
+        );
+    }
+
+    #[test]
     fn a_template_card_says_how_many_use_it_in_its_confirm() {
         let mut case = sandbox_case();
         case.subject = Subject::Template(TemplateId::parse("old-tpl").unwrap());

@@ -223,14 +223,17 @@ pub async fn open_run_case(
             Updated::Rejected { current, .. } => case = current,
         }
     }
-    if case.card.is_none()
-        && let Some(posted) =
-            post_card(&svc.store, &svc.slack, &svc.templates, &case, &target).await?
-    {
-        case = posted;
-    }
+    let posted = match case.card {
+        Some(_) => Ok(None),
+        None => post_card(&svc.store, &svc.slack, &svc.templates, &case, &target).await,
+    };
+    // A policy decision is queued even when its card could not be posted: it is recorded, and
+    // handing the run over again posts the card.
     if queue {
         decide::queue_decision(svc, &case).await;
+    }
+    if let Some(posted) = posted? {
+        case = posted;
     }
     Ok(case)
 }
