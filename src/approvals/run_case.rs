@@ -120,6 +120,40 @@ fn run_case_draft(
     }
 }
 
+/// How many of the subject's latest audit events are searched for a run's own closed case.
+const RUN_CASE_AUDIT_LOOKBACK: usize = 50;
+
+/// The case already opened for this sandbox: the open one (whoever opened it), else a closed
+/// one opened for this very run (found through the subject's latest `open` audit events), so a
+/// run handed over again after its case closed (a policy decision whose card Slack refused)
+/// gets its card posted rather than a second case.
+async fn run_case_of(
+    svc: &Services,
+    subject: &Subject,
+    run_id: &crate::ids::RunId,
+) -> Result<Option<Case>, ApprovalError> {
+    if let Some(open) = svc.store.case_for_subject(subject).await? {
+        return Ok(Some(open));
+    }
+    let recent = svc
+        .store
+        .recent_audit(subject, None, RUN_CASE_AUDIT_LOOKBACK)
+        .await?;
+    let mut seen = Vec::new();
+    for event in recent.events.iter().rev().filter(|e| e.action == "open") {
+        let Some(id) = &event.case else { continue };
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let case = svc.store.get_case(id).await?;
+        if case.evidence.run.as_ref().map(|r| &r.run_id) == Some(run_id) {
+            return Ok(Some(case));
+        }
+    }
+    Ok(None)
+}
+
 /// Opens the run case for `sandbox` after the run `report` describes, posts its card (to
 /// `settings.channel`, else the approvals channel) and applies `on_finish`:
 ///
@@ -129,8 +163,9 @@ fn run_case_draft(
 /// - `Keep`: the card is for information and the case closes as Left ("left to its E2B timeout by
 ///   policy").
 ///
-/// Calling it again for the same run (a replica that took the run over hands it over again)
-/// returns the case already open for the sandbox and posts its card if that never happened.
+/// Calling it again for the same run (a replica that took the run over hands it over again, or
+/// the caller retries after a failed card post) returns that run's case, open or closed, and
+/// posts its card if that never happened; it never opens a second case for one run.
 pub async fn open_run_case(
     svc: &Services,
     sandbox: &SandboxId,
@@ -153,7 +188,7 @@ pub async fn open_run_case(
     let subject = Subject::Sandbox(sandbox.clone());
     let run_id = report.run_id.clone();
     // Redis first: when it is down, E2B hears nothing.
-    let case = match svc.store.case_for_subject(&subject).await? {
+    let case = match run_case_of(svc, &subject, &run_id).await? {
         Some(existing) => existing,
         None => {
             let Some(e2b) = &svc.e2b else {

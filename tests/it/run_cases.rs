@@ -467,3 +467,76 @@ async fn an_unanswered_run_case_expires_and_its_card_says_the_sandbox_is_left_to
         Some(SandboxState::Running)
     );
 }
+
+#[tokio::test]
+async fn a_policy_kill_whose_card_slack_refused_still_runs_and_the_next_hand_over_posts_the_card() {
+    let app = spawn_app_with(options()).await;
+    seed_run_sandbox(&app, "runbox8").await;
+    app.slack.add_fault(sandbox_steward::sim::slack::Fault {
+        method: "chat.postMessage".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("not_in_channel".into()),
+    });
+    let run = report(RunOutcome::Succeeded, Some(0), &["done"]);
+    let err = open_run_case(
+        &app.state.services(),
+        &sandbox("runbox8"),
+        run.clone(),
+        OnFinish::KillOnSuccess,
+        &settings(),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("could not be posted"), "{err}");
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox("runbox8"));
+    eventually("the policy's kill runs without its card", || async {
+        state_in_e2b(&app, "runbox8").await.is_none()
+    })
+    .await;
+
+    assert!(
+        app.state
+            .store
+            .case_for_subject(&subject)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The hand-over is tried again: the run's own (now finished) case gets its card, no second
+    // case is opened and nothing more happens to the sandbox.
+    let case = open_run_case(
+        &app.state.services(),
+        &sandbox("runbox8"),
+        run,
+        OnFinish::KillOnSuccess,
+        &settings(),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(case.state, CaseState::Done { .. }),
+        "{:?}",
+        case.state
+    );
+    let text = visible_text(&card_message(&app, &case));
+    assert!(
+        text.contains("Killed by policy ([runs] on_finish = kill_on_success)."),
+        "{text}"
+    );
+    assert_eq!(calls(&app, "kill").await, 1);
+    let opened = app
+        .state
+        .store
+        .audit_for_subject(&subject)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action == "open")
+        .count();
+    assert_eq!(opened, 1);
+}
