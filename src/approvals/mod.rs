@@ -105,9 +105,29 @@ pub enum ApprovalError {
     /// What is gone, e.g. `Sandbox sbx1`.
     #[error("{0} is already gone, so there is nothing to decide and no case was opened.")]
     Gone(String),
-    /// E2B could not be read; the sentence says why.
-    #[error("{0} No case was opened.")]
-    E2b(String),
+    /// E2B could not be read; the sentence says why. `transient`: it may pass (a 429, a 5xx,
+    /// E2B unreachable).
+    #[error("{sentence} No case was opened.")]
+    E2b { sentence: String, transient: bool },
+}
+
+impl ApprovalError {
+    /// Whether asking again later may succeed (Redis, Slack or E2B briefly unavailable), as
+    /// opposed to a setting or a gone subject that no retry changes. A run's hand-over retries
+    /// on the first and gives up on the second.
+    pub fn worth_retrying(&self) -> bool {
+        match self {
+            ApprovalError::StoreUnavailable(_) | ApprovalError::Store(_) => true,
+            // `not_in_channel` too: once someone invites the app, the next try posts the card.
+            ApprovalError::Slack(_) => true,
+            ApprovalError::E2b { transient, .. } => *transient,
+            ApprovalError::Draft(_)
+            | ApprovalError::Render(_)
+            | ApprovalError::NoChannel
+            | ApprovalError::E2bNotConfigured
+            | ApprovalError::Gone(_) => false,
+        }
+    }
 }
 
 impl From<StoreError> for ApprovalError {

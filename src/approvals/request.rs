@@ -325,7 +325,7 @@ pub async fn request_by_agent(
             ApprovalError::NoChannel => AgentRequestError::NoApprovalsChannel,
             ApprovalError::E2bNotConfigured => AgentRequestError::E2bNotConfigured,
             ApprovalError::Gone(what) => AgentRequestError::NotFound(what),
-            ApprovalError::E2b(sentence) => AgentRequestError::E2b(sentence),
+            ApprovalError::E2b { sentence, .. } => AgentRequestError::E2b(sentence),
         }),
     }
 }

@@ -200,10 +200,10 @@ pub async fn open_run_case(
                     return Err(ApprovalError::Gone(format!("Sandbox {sandbox}")));
                 }
                 Err(e) => {
-                    return Err(ApprovalError::E2b(crate::execute::sentence(
-                        &format!("Sandbox {sandbox}"),
-                        &e,
-                    )));
+                    return Err(ApprovalError::E2b {
+                        sentence: crate::execute::sentence(&format!("Sandbox {sandbox}"), &e),
+                        transient: e.is_transient(),
+                    });
                 }
             };
             let draft = run_case_draft(sandbox, evidence, report.clone(), on_finish, settings, now);
@@ -333,5 +333,20 @@ mod tests {
             policy_decision(OnFinish::Keep, &failed),
             Some(DecisionOption::Leave)
         );
+    }
+
+    #[test]
+    fn a_hand_over_is_retried_for_a_passing_outage_but_not_for_a_setting_or_a_gone_sandbox() {
+        assert!(ApprovalError::StoreUnavailable("down".into()).worth_retrying());
+        assert!(
+            ApprovalError::E2b {
+                sentence: "E2B had a problem on its side (HTTP 503).".into(),
+                transient: true
+            }
+            .worth_retrying()
+        );
+        assert!(!ApprovalError::NoChannel.worth_retrying());
+        assert!(!ApprovalError::Gone("Sandbox x".into()).worth_retrying());
+        assert!(!ApprovalError::E2bNotConfigured.worth_retrying());
     }
 }
