@@ -108,8 +108,9 @@ fn busiest_cpu(samples: &[SandboxMetric]) -> Option<f64> {
         .fold(None, |a, c| Some(a.map_or(c, |a: f64| a.max(c))))
 }
 
-/// Fresh metrics samples of a sandbox since the decision (at least the last minute). Empty when
-/// E2B has none; a failed read is an error, so nothing is killed on a guess.
+/// Fresh metrics samples of a sandbox since the decision (at least the last minute; for a run
+/// case, no earlier than the case). Empty when E2B has none; a failed read is an error, so
+/// nothing is killed on a guess.
 async fn fresh_metrics(
     svc: &Services,
     e2b: &E2bClient,
@@ -118,9 +119,14 @@ async fn fresh_metrics(
 ) -> Result<Vec<SandboxMetric>, E2bError> {
     let now = Utc::now();
     let decided = case.state.decision().map_or(now, |d| d.at);
-    let start = decided
+    let mut start = decided
         .min(now - chrono::Duration::seconds(RECHECK_METRICS_WINDOW_SECS))
         .max(now - chrono::Duration::seconds(RECHECK_METRICS_MAX_SECS));
+    // A run case opens as its run ends: the run's own CPU is what people decided on, not a
+    // sign that someone is using the sandbox again, so only samples since the case count.
+    if case.evidence.run.is_some() {
+        start = start.max(case.created_at);
+    }
     let read = e2b.sandbox_metrics(id, Some(start), Some(now)).await;
     audited(
         svc,
