@@ -538,3 +538,83 @@ async fn a_policy_kill_whose_card_slack_refused_still_runs_and_the_next_hand_ove
         .count();
     assert_eq!(opened, 1);
 }
+
+#[tokio::test]
+async fn keep_running_never_shortens_a_sandbox_that_already_runs_longer() {
+    let app = spawn_app_with(options()).await;
+    let now = chrono::Utc::now();
+    app.seed_sandbox(json!({
+        "sandboxID": "runbox9",
+        "templateID": "base",
+        "state": "running",
+        "startedAt": (now - chrono::Duration::minutes(3)).to_rfc3339(),
+        "endAt": (now + chrono::Duration::hours(3)).to_rfc3339(),
+    }))
+    .await;
+    let case = open(
+        &app,
+        "runbox9",
+        report(RunOutcome::Succeeded, Some(0), &["ok"]),
+        OnFinish::Ask,
+    )
+    .await;
+    click(&app, &case.id, "case_keep_running", "U0007").await;
+    wait_done(&app, &case.id).await;
+    assert_eq!(calls(&app, "timeout").await, 0);
+    let end = app
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .get_sandbox(&sandbox("runbox9"))
+        .await
+        .unwrap()
+        .end_at;
+    assert!(end > now + chrono::Duration::minutes(170), "{end}");
+    eventually("the card says it was left as it was", || async {
+        card_text(&app, &case.id)
+            .await
+            .contains("later than asked, so it was left as it was")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn keep_running_on_a_paused_sandbox_fails_with_a_sentence_and_changes_nothing() {
+    let app = spawn_app_with(options()).await;
+    app.seed_sandbox(json!({"sandboxID": "runbox10", "templateID": "base", "state": "paused"}))
+        .await;
+    let case = open(
+        &app,
+        "runbox10",
+        report(
+            RunOutcome::Failed,
+            None,
+            &["envd: the sandbox is gone or paused"],
+        ),
+        OnFinish::Ask,
+    )
+    .await;
+    click(&app, &case.id, "case_keep_running", "U0007").await;
+    eventually("the case fails", || async {
+        matches!(
+            app.state.store.get_case(&case.id).await.unwrap().state,
+            CaseState::Failed { .. }
+        )
+    })
+    .await;
+    eventually("the card says why", || async {
+        card_text(&app, &case.id)
+            .await
+            .contains("is paused, so it has no timeout to extend")
+    })
+    .await;
+    assert_eq!(
+        calls(&app, "timeout").await + calls(&app, "resume").await,
+        0
+    );
+    assert_eq!(
+        state_in_e2b(&app, "runbox10").await,
+        Some(SandboxState::Paused)
+    );
+}
