@@ -98,7 +98,16 @@ fn run_case_draft(
                 ),
             },
         ),
-        _ => (DecisionOption::RUN.to_vec(), run_recommendation(&report)),
+        _ => {
+            // A paused sandbox has no timeout running: there is nothing to keep running.
+            let paused =
+                evidence.state.as_deref() == Some(crate::e2b::SandboxState::Paused.as_str());
+            let options = DecisionOption::RUN
+                .into_iter()
+                .filter(|o| !(paused && *o == DecisionOption::KeepRunning))
+                .collect();
+            (options, run_recommendation(&report))
+        }
     };
     let within = chrono::Duration::from_std(settings.decide_within)
         .unwrap_or_else(|_| chrono::Duration::days(3650));

@@ -580,13 +580,14 @@ async fn keep_running_never_shortens_a_sandbox_that_already_runs_longer() {
 }
 
 #[tokio::test]
-async fn keep_running_on_a_paused_sandbox_fails_with_a_sentence_and_changes_nothing() {
+async fn keep_running_is_not_offered_for_a_paused_sandbox_and_fails_with_a_sentence_if_it_paused_later()
+ {
     let app = spawn_app_with(options()).await;
-    app.seed_sandbox(json!({"sandboxID": "runbox10", "templateID": "base", "state": "paused"}))
+    app.seed_sandbox(json!({"sandboxID": "runbox11", "templateID": "base", "state": "paused"}))
         .await;
-    let case = open(
+    let paused = open(
         &app,
-        "runbox10",
+        "runbox11",
         report(
             RunOutcome::Failed,
             None,
@@ -595,6 +596,27 @@ async fn keep_running_on_a_paused_sandbox_fails_with_a_sentence_and_changes_noth
         OnFinish::Ask,
     )
     .await;
+    assert!(!paused.options.contains(&DecisionOption::KeepRunning));
+    assert!(
+        !buttons(&app, &paused)
+            .iter()
+            .any(|(id, _)| id == "case_keep_running")
+    );
+
+    // Paused after its card was posted: the click fails with a sentence.
+    seed_run_sandbox(&app, "runbox10").await;
+    let case = open(
+        &app,
+        "runbox10",
+        report(RunOutcome::Failed, None, &["killed"]),
+        OnFinish::Ask,
+    )
+    .await;
+    app.e2b
+        .hooks()
+        .change("runbox10", json!({"state": "paused"}))
+        .await
+        .unwrap();
     click(&app, &case.id, "case_keep_running", "U0007").await;
     eventually("the case fails", || async {
         matches!(
