@@ -17,6 +17,7 @@ use crate::duration::{self, InvalidDuration};
 pub use crate::e2b::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};
 use crate::hygiene::HygieneConfig;
 use crate::ids::SlackChannelId;
+use crate::runs::{OnFinish, RunLimits, RunPolicy};
 pub use crate::slack::SlackSettings;
 pub use crate::store::RedisSettings;
 use serde::Deserialize;
@@ -182,6 +183,21 @@ pub fn redis_settings(env: &dyn Env) -> RedisSettings {
     }
 }
 
+/// `E2B_SANDBOX_URL`, checked to be an http(s) URL (without a trailing slash).
+pub fn sandbox_url(env: &dyn Env) -> Result<Option<String>, ConfigError> {
+    let Some(text) = env.var(crate::envd::client::SANDBOX_URL_ENV) else {
+        return Ok(None);
+    };
+    let text = text.trim().trim_end_matches('/').to_owned();
+    match url::Url::parse(&text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(Some(text)),
+        _ => Err(ConfigError::Invalid {
+            name: crate::envd::client::SANDBOX_URL_ENV.into(),
+            reason: "it must be an http:// or https:// URL".into(),
+        }),
+    }
+}
+
 /// Policy read from `steward.toml`. Every field has a default.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -195,6 +211,28 @@ pub struct Policy {
     pub limits: crate::slack::limits::LimitsConfig,
     /// Who may call the agent API and the MCP server (`[api]`).
     pub api: ApiConfig,
+    /// Governed runs: bounds, timeouts, output cap and what happens after (`[runs]`).
+    pub runs: RunsConfig,
+}
+
+/// `[runs]` as written in steward.toml; every key is optional (see [`RunLimits::default`] and
+/// [`RunPolicy::default`] for the defaults). [`Policy::runs`] checks it and makes the
+/// [`RunPolicy`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    pub max_files: Option<usize>,
+    pub max_total_file_bytes: Option<usize>,
+    pub max_command_chars: Option<usize>,
+    pub max_env_vars: Option<usize>,
+    pub default_timeout: Option<String>,
+    pub max_timeout: Option<String>,
+    pub output_cap_bytes: Option<usize>,
+    pub kill_grace: Option<String>,
+    pub sandbox_margin: Option<String>,
+    pub on_finish: Option<OnFinish>,
+    pub keep_running_for: Option<String>,
+    pub decide_within: Option<String>,
 }
 
 /// Where Steward posts.
@@ -205,6 +243,8 @@ pub struct Channels {
     pub approvals: Option<String>,
     /// Hygiene digests.
     pub hygiene: Option<String>,
+    /// Run cases; when unset, the approvals channel.
+    pub runs: Option<String>,
 }
 
 /// `[api]`: the bearer tokens agents and scripts use for `/api/v1` and `/mcp`.
@@ -421,6 +461,87 @@ impl Policy {
             .transpose()
     }
 
+    /// `[runs]` checked, with `[channels] runs` (checked as a channel id). Errors name the key.
+    pub fn runs(&self) -> Result<RunPolicy, String> {
+        let c = &self.runs;
+        let defaults = RunPolicy::default();
+        let d = defaults.limits;
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            Some(0) => Err(format!("[runs] {key} must be more than 0")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        let time = |key: &str, value: &Option<String>, default: Duration, zero_ok: bool| {
+            let Some(text) = value else {
+                return Ok(default);
+            };
+            let parsed = duration::parse(&format!("[runs] {key}"), text)
+                .map_err(|e| format!("[runs] {key} is not valid: {}", e.reason))?;
+            if parsed.is_zero() && !zero_ok {
+                return Err(format!("[runs] {key} must be more than 0s"));
+            }
+            Ok(parsed)
+        };
+        let limits = RunLimits {
+            max_files: c.max_files.unwrap_or(d.max_files),
+            max_total_file_bytes: count(
+                "max_total_file_bytes",
+                c.max_total_file_bytes,
+                d.max_total_file_bytes,
+            )?,
+            max_command_chars: count(
+                "max_command_chars",
+                c.max_command_chars,
+                d.max_command_chars,
+            )?,
+            max_env_vars: c.max_env_vars.unwrap_or(d.max_env_vars),
+            default_timeout: time(
+                "default_timeout",
+                &c.default_timeout,
+                d.default_timeout,
+                false,
+            )?,
+            max_timeout: time("max_timeout", &c.max_timeout, d.max_timeout, false)?,
+            output_cap_bytes: count("output_cap_bytes", c.output_cap_bytes, d.output_cap_bytes)?,
+            kill_grace: time("kill_grace", &c.kill_grace, d.kill_grace, true)?,
+            sandbox_margin: time("sandbox_margin", &c.sandbox_margin, d.sandbox_margin, false)?,
+        };
+        if limits.default_timeout > limits.max_timeout {
+            return Err(format!(
+                "[runs] default_timeout ({}) is longer than max_timeout ({})",
+                humantime::format_duration(limits.default_timeout),
+                humantime::format_duration(limits.max_timeout)
+            ));
+        }
+        let channel = match self.channels.runs.as_deref() {
+            None => None,
+            Some(text) => Some(
+                SlackChannelId::parse(text)
+                    .map_err(|e| {
+                        format!("[channels] runs in steward.toml is not a channel id: {e}")
+                    })?
+                    .to_string(),
+            ),
+        };
+        Ok(RunPolicy {
+            limits,
+            on_finish: c.on_finish.unwrap_or(defaults.on_finish),
+            channel,
+            keep_running_for: time(
+                "keep_running_for",
+                &c.keep_running_for,
+                defaults.keep_running_for,
+                false,
+            )?,
+            decide_within: time(
+                "decide_within",
+                &c.decide_within,
+                defaults.decide_within,
+                false,
+            )?,
+        })
+    }
+
     /// The sweep's configuration: `[hygiene]`, with `[approvals] decide_within` unless `[hygiene]`
     /// sets its own, and its channel (or `[channels] hygiene`).
     pub fn sweep(&self) -> Result<(HygieneConfig, Option<SlackChannelId>), String> {
@@ -445,6 +566,9 @@ pub struct Settings {
     /// This replica's name (`HOSTNAME`, default [`DEFAULT_REPLICA_NAME`]), which starts its
     /// queue consumer name so logs and Redis tell replicas apart.
     pub replica_name: String,
+    /// `E2B_SANDBOX_URL`: when set, every envd call goes to this one URL with headers naming
+    /// the sandbox (self-hosted E2B, or the simulator); unset, each sandbox's own host.
+    pub sandbox_url: Option<String>,
     pub policy: Policy,
 }
 
@@ -472,6 +596,7 @@ impl Settings {
             replica_name: env
                 .var("HOSTNAME")
                 .unwrap_or_else(|| DEFAULT_REPLICA_NAME.to_owned()),
+            sandbox_url: sandbox_url(env)?,
             policy,
         })
     }
@@ -541,6 +666,11 @@ const DURATION_KEYS: &[&str] = &[
     "paused_kill_after",
     "grace_period",
     "expires_soon",
+    "default_timeout",
+    "max_timeout",
+    "kill_grace",
+    "sandbox_margin",
+    "keep_running_for",
 ];
 
 /// A value error without repeating the key the sentence already names, and serde's
@@ -700,7 +830,7 @@ mod tests {
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `api`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `api`, `runs`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.
@@ -713,6 +843,76 @@ mod tests {
             format!("{missing:#}"),
             "could not read the policy file /nonexistent/steward.toml: it does not exist (STEWARD_CONFIG names it)."
         );
+    }
+
+    #[test]
+    fn runs_policy_has_defaults_and_reads_every_key() {
+        let policy = Policy::parse("").unwrap().runs().unwrap();
+        assert_eq!(policy, RunPolicy::default());
+        let text = r#"
+[channels]
+runs = "C0RUNS"
+[runs]
+max_files = 3
+max_total_file_bytes = 2048
+max_command_chars = 100
+max_env_vars = 4
+default_timeout = "2m"
+max_timeout = "20m"
+output_cap_bytes = 4096
+kill_grace = "0s"
+sandbox_margin = "5m"
+on_finish = "kill_on_success"
+keep_running_for = "30m"
+decide_within = "1h"
+"#;
+        let policy = Policy::parse(text).unwrap().runs().unwrap();
+        let limits = policy.limits;
+        assert_eq!(
+            (
+                limits.max_files,
+                limits.max_total_file_bytes,
+                limits.max_command_chars
+            ),
+            (3, 2048, 100)
+        );
+        assert_eq!(limits.max_env_vars, 4);
+        assert_eq!(limits.default_timeout, Duration::from_secs(120));
+        assert_eq!(limits.max_timeout, Duration::from_secs(1200));
+        assert_eq!(limits.output_cap_bytes, 4096);
+        assert_eq!(limits.kill_grace, Duration::ZERO);
+        assert_eq!(limits.sandbox_margin, Duration::from_secs(300));
+        assert_eq!(policy.on_finish, OnFinish::KillOnSuccess);
+        assert_eq!(policy.channel.as_deref(), Some("C0RUNS"));
+        assert_eq!(policy.keep_running_for, Duration::from_secs(1800));
+        assert_eq!(policy.decide_within, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn runs_policy_refuses_nonsense_naming_the_key() {
+        for (text, key) in [
+            ("[runs]\nmax_timeout = \"1m\"\n", "default_timeout"),
+            ("[runs]\noutput_cap_bytes = 0\n", "output_cap_bytes"),
+            ("[runs]\nsandbox_margin = \"soon\"\n", "sandbox_margin"),
+            ("[runs]\nmax_timeout = \"0s\"\n", "max_timeout"),
+            ("[channels]\nruns = \"#general\"\n", "[channels] runs"),
+        ] {
+            let err = Policy::parse(text).unwrap().runs().unwrap_err();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        assert!(Policy::parse("[runs]\non_finish = \"sometimes\"\n").is_err());
+        assert!(Policy::parse("[runs]\nmax_file = 3\n").is_err());
+    }
+
+    #[test]
+    fn the_sandbox_url_must_be_http() {
+        assert_eq!(sandbox_url(&env(&[])).unwrap(), None);
+        assert_eq!(
+            sandbox_url(&env(&[("E2B_SANDBOX_URL", "http://127.0.0.1:9/")])).unwrap(),
+            Some("http://127.0.0.1:9".to_owned())
+        );
+        let err = sandbox_url(&env(&[("E2B_SANDBOX_URL", "ftp://x")])).unwrap_err();
+        assert!(err.to_string().contains("E2B_SANDBOX_URL"), "{err}");
     }
 
     #[test]

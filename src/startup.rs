@@ -19,6 +19,7 @@ use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
 use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
+use crate::runs::{HandOver, RunEngine, Runner};
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
 use crate::slack::render::Templates;
@@ -68,7 +69,12 @@ pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
         }
     };
     let idle = policy.hygiene.idle.clone();
+    let run_policy = Arc::new(policy.runs().map_err(anyhow::Error::msg)?);
+    let runs = e2b
+        .as_ref()
+        .map(|_| Runner::new(store.clone(), run_policy.clone()));
     Ok(AppState {
+        runs,
         approval_policy: Arc::new(policy.approvals.clone()),
         limits: Arc::new(Limits::new(policy.limits.clone())),
         busy_above: BusyThreshold::new(move |template| {
@@ -151,11 +157,16 @@ impl Application {
         let svc = self.state.services();
         let mut loops = Vec::new();
         if self.loops.worker_enabled {
-            loops.push(tokio::spawn(worker::run_worker(
-                svc.clone(),
-                self.loops.worker.clone(),
-                signal(),
-            )));
+            for n in 0..self.loops.workers.max(1) {
+                let config = self.loops.worker_config(n);
+                let runs = run_engine(&self.state, &config.consumer, self.loops.run_lease);
+                loops.push(tokio::spawn(worker::run_worker(
+                    svc.clone(),
+                    runs,
+                    config,
+                    signal(),
+                )));
+            }
         }
         loops.push(tokio::spawn(worker::run_expiry(
             svc,
@@ -205,6 +216,33 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// The engine this replica's worker runs `Job::Run` with, from the state as it is when serving
+/// starts (tests adjust the E2B client first); `None` when E2B is not configured.
+fn run_engine(state: &AppState, consumer: &str, lease: Duration) -> Option<RunEngine> {
+    let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
+        return None;
+    };
+    let policy = Arc::new(runner.policy().clone());
+    Some(
+        RunEngine::new(
+            state.store.clone(),
+            e2b.clone(),
+            policy,
+            state.settings.sandbox_url.clone(),
+            consumer,
+            run_hand_over(),
+        )
+        .with_lease(lease),
+    )
+}
+
+/// Where a finished run's sandbox goes. Until the run case exists (`approvals`), the sandbox
+/// is left to its E2B timeout (the run's timeout plus `[runs] sandbox_margin`) and the run's
+/// end is audited on it.
+fn run_hand_over() -> HandOver {
+    HandOver::leave_to_timeout()
 }
 
 /// How long shutdown waits for replies and card updates that are still in flight.

@@ -54,6 +54,8 @@ pub struct AppState {
     pub sweep: Option<crate::hygiene::SweepContext>,
     /// `[hygiene.idle]`'s CPU threshold, for the worker's re-check.
     pub busy_above: crate::approvals::BusyThreshold,
+    /// Governed runs (submit, get, wait, output); `None` when E2B is not configured.
+    pub runs: Option<crate::runs::Runner>,
 }
 
 impl AppState {

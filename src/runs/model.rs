@@ -318,8 +318,80 @@ pub struct Run {
     pub error: Option<String>,
     /// The run case posted for the sandbox, once there is one.
     pub case_id: Option<CaseId>,
+    /// True once the sandbox was handed over (to a run case, or to its E2B timeout when the
+    /// policy keeps it), so a retried job does not hand it over twice.
+    #[serde(default)]
+    pub handed_over: bool,
     /// Which replica is executing it (for the takeover's message).
     pub worker: Option<String>,
+}
+
+/// One metrics sample of a run's sandbox, as [`profile`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub cpu_pct: f64,
+    pub mem_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// The resource profile of a run from its sandbox's samples over the run (in time order):
+/// p95 and max CPU, peak memory, disk at the end minus at the start. `None` without samples.
+pub fn profile(samples: &[Sample]) -> Option<RunProfile> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    let mut cpu: Vec<f64> = samples
+        .iter()
+        .map(|s| {
+            if s.cpu_pct.is_finite() {
+                s.cpu_pct
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    cpu.sort_by(f64::total_cmp);
+    // Nearest rank: the smallest sample at or above 95 % of them.
+    let rank = (cpu.len() * 95).div_ceil(100).max(1);
+    Some(RunProfile {
+        samples: u32::try_from(samples.len()).unwrap_or(u32::MAX),
+        cpu_p95_pct: cpu[rank - 1],
+        cpu_max_pct: cpu[cpu.len() - 1],
+        peak_memory_bytes: samples.iter().map(|s| s.mem_bytes).max().unwrap_or(0),
+        disk_growth_bytes: i64::try_from(last.disk_bytes)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(first.disk_bytes).unwrap_or(i64::MAX)),
+    })
+}
+
+/// How a process that ended by itself (or was stopped at the timeout) counts.
+pub fn outcome_of(exit_code: Option<i32>, timed_out: bool) -> RunOutcome {
+    match (timed_out, exit_code) {
+        (true, _) => RunOutcome::TimedOut,
+        (false, Some(0)) => RunOutcome::Succeeded,
+        (false, Some(_)) => RunOutcome::ExitedNonZero,
+        (false, None) => RunOutcome::Failed,
+    }
+}
+
+/// The last `lines` lines of `tail` (the end of a run's output), each cut to `max_chars`,
+/// lossily decoded. A partial first line (the tail began mid-line) is dropped when whole lines
+/// follow it.
+pub fn last_lines(tail: &[u8], lines: usize, max_chars: usize, whole: bool) -> Vec<String> {
+    let text = String::from_utf8_lossy(tail);
+    let mut all: Vec<&str> = text.lines().collect();
+    if !whole && all.len() > 1 {
+        all.remove(0);
+    }
+    let start = all.len().saturating_sub(lines);
+    all[start..]
+        .iter()
+        .map(|line| {
+            let mut cut: String = line.chars().take(max_chars).collect();
+            if line.chars().count() > max_chars {
+                cut.push('…');
+            }
+            cut
+        })
+        .collect()
 }
 
 mod base64_bytes {
@@ -336,5 +408,240 @@ mod base64_bytes {
         STANDARD
             .decode(text.as_bytes())
             .map_err(|_| serde::de::Error::custom("content must be base64"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> RunLimits {
+        RunLimits {
+            max_files: 2,
+            max_total_file_bytes: 10,
+            max_command_chars: 20,
+            max_env_vars: 2,
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            ..RunLimits::default()
+        }
+    }
+
+    fn ok() -> RunRequest {
+        RunRequest {
+            template: "base".into(),
+            command: "echo hi".into(),
+            files: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: None,
+        }
+    }
+
+    fn file(path: &str, bytes: usize) -> FileSpec {
+        FileSpec {
+            path: path.into(),
+            content: vec![b'x'; bytes],
+        }
+    }
+
+    /// The refusal of `req`: its field and whether it is a size limit (413).
+    fn refused(req: RunRequest) -> (String, bool) {
+        let e = req.validate(&limits()).expect_err("refused");
+        assert!(!e.message.is_empty());
+        (e.field, e.too_large)
+    }
+
+    fn check(change: impl FnOnce(&mut RunRequest), field: &str, too_large: bool) {
+        let mut req = ok();
+        change(&mut req);
+        assert_eq!(refused(req), (field.to_owned(), too_large));
+    }
+
+    #[test]
+    fn a_plain_request_passes_with_the_default_timeout() {
+        let valid = ok().validate(&limits()).unwrap();
+        assert_eq!(valid.timeout, Duration::from_secs(60));
+        let mut req = ok();
+        req.timeout = Some("10m".into());
+        assert_eq!(
+            req.validate(&limits()).unwrap().timeout,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn an_empty_template_is_refused() {
+        check(|r| r.template = "  ".into(), "template", false);
+    }
+
+    #[test]
+    fn a_template_that_is_no_id_is_refused() {
+        check(|r| r.template = "base image".into(), "template", false);
+    }
+
+    #[test]
+    fn an_empty_command_is_refused() {
+        check(|r| r.command = " \n".into(), "command", false);
+    }
+
+    #[test]
+    fn a_command_over_the_limit_is_too_large() {
+        check(|r| r.command = "x".repeat(21), "command", true);
+        let mut req = ok();
+        req.command = "é".repeat(20);
+        assert!(req.validate(&limits()).is_ok(), "characters, not bytes");
+    }
+
+    #[test]
+    fn a_command_with_a_nul_byte_is_refused() {
+        check(|r| r.command = "echo \0".into(), "command", false);
+    }
+
+    #[test]
+    fn too_many_files_are_too_large() {
+        check(
+            |r| r.files = vec![file("a", 1), file("b", 1), file("c", 1)],
+            "files",
+            true,
+        );
+    }
+
+    #[test]
+    fn files_over_the_total_size_are_too_large() {
+        check(
+            |r| r.files = vec![file("a", 6), file("b", 5)],
+            "files",
+            true,
+        );
+    }
+
+    #[test]
+    fn an_empty_or_nul_file_path_is_refused() {
+        check(|r| r.files = vec![file(" ", 1)], "files[0].path", false);
+        check(
+            |r| r.files = vec![file("a", 1), file("b\0", 1)],
+            "files[1].path",
+            false,
+        );
+    }
+
+    #[test]
+    fn a_file_path_with_dot_dot_is_refused() {
+        check(
+            |r| r.files = vec![file("a/../../etc/x", 1)],
+            "files[0].path",
+            false,
+        );
+    }
+
+    #[test]
+    fn too_many_env_vars_are_too_large() {
+        check(
+            |r| {
+                for name in ["A", "B", "C"] {
+                    r.env.insert(name.into(), "1".into());
+                }
+            },
+            "env",
+            true,
+        );
+    }
+
+    #[test]
+    fn an_env_name_that_is_no_variable_name_is_refused() {
+        check(
+            |r| {
+                r.env.insert("A-B".into(), "1".into());
+            },
+            "env.A-B",
+            false,
+        );
+        check(
+            |r| {
+                r.env.insert("9A".into(), "1".into());
+            },
+            "env.9A",
+            false,
+        );
+    }
+
+    #[test]
+    fn a_relative_cwd_is_refused() {
+        check(|r| r.cwd = Some("work".into()), "cwd", false);
+    }
+
+    #[test]
+    fn a_timeout_that_is_no_duration_is_refused() {
+        check(|r| r.timeout = Some("soon".into()), "timeout", false);
+    }
+
+    #[test]
+    fn a_zero_timeout_is_refused() {
+        check(|r| r.timeout = Some("0s".into()), "timeout", false);
+    }
+
+    #[test]
+    fn a_timeout_over_the_maximum_is_refused_naming_the_limit() {
+        let mut req = ok();
+        req.timeout = Some("11m".into());
+        let e = req.validate(&limits()).unwrap_err();
+        assert_eq!(e.field, "timeout");
+        assert!(e.message.contains("10m"), "{e}");
+    }
+
+    #[test]
+    fn unknown_request_fields_are_refused_and_content_is_base64() {
+        let bad = serde_json::json!({"template": "base", "command": "x", "on_finish": "keep"});
+        assert!(serde_json::from_value::<RunRequest>(bad).is_err());
+        let req: RunRequest = serde_json::from_value(serde_json::json!({
+            "template": "base", "command": "x",
+            "files": [{"path": "a", "content": "aGk="}],
+        }))
+        .unwrap();
+        assert_eq!(req.files[0].content, b"hi");
+        let not_b64 = serde_json::json!({"template": "base", "command": "x",
+            "files": [{"path": "a", "content": "%%"}]});
+        assert!(serde_json::from_value::<RunRequest>(not_b64).is_err());
+    }
+
+    fn sample(cpu: f64, mem: u64, disk: u64) -> Sample {
+        Sample {
+            cpu_pct: cpu,
+            mem_bytes: mem,
+            disk_bytes: disk,
+        }
+    }
+
+    #[test]
+    fn the_profile_takes_p95_and_max_cpu_peak_memory_and_disk_growth() {
+        assert_eq!(profile(&[]), None);
+        let mut samples: Vec<Sample> = (1..=20).map(|n| sample(n as f64, n * 10, 1000)).collect();
+        samples.last_mut().unwrap().disk_bytes = 1500;
+        let p = profile(&samples).unwrap();
+        assert_eq!(p.samples, 20);
+        assert_eq!(p.cpu_p95_pct, 19.0);
+        assert_eq!(p.cpu_max_pct, 20.0);
+        assert_eq!(p.peak_memory_bytes, 200);
+        assert_eq!(p.disk_growth_bytes, 500);
+        let shrink = profile(&[sample(f64::NAN, 1, 900), sample(5.0, 1, 100)]).unwrap();
+        assert_eq!(shrink.disk_growth_bytes, -800);
+        assert_eq!(shrink.cpu_max_pct, 5.0);
+    }
+
+    #[test]
+    fn outcomes_follow_the_exit_code_and_the_timeout() {
+        assert_eq!(outcome_of(Some(0), false), RunOutcome::Succeeded);
+        assert_eq!(outcome_of(Some(1), false), RunOutcome::ExitedNonZero);
+        assert_eq!(outcome_of(None, true), RunOutcome::TimedOut);
+        assert_eq!(outcome_of(None, false), RunOutcome::Failed);
+    }
+
+    #[test]
+    fn last_lines_drop_a_partial_first_line_and_cut_long_ones() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2, 10, true), ["b", "c"]);
+        assert_eq!(last_lines(b"rtial\nb\n", 5, 10, false), ["b"]);
+        assert_eq!(last_lines(b"only", 5, 10, false), ["only"]);
+        assert_eq!(last_lines(b"abcdef", 1, 3, true), ["abc…"]);
     }
 }

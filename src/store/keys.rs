@@ -28,12 +28,19 @@
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
 //! - `P:sweep:last-completed` (string, RFC 3339): the scheduled slot of the last finished sweep.
+//! - `P:run:{<run_id>}` (hash `v`, `json`, `total`): one run's record (JSON only `runs` reads),
+//!   its version for compare-and-swap, and how many output bytes it produced in all.
+//! - `P:run-out:{<run_id>}` (string): the run's output as kept (up to its cap).
+//! - `P:run-files:{<run_id>}` (string, JSON): the files of a run not yet uploaded; deleted once
+//!   they are in the sandbox.
+//!
+//! A run's three keys share the run id's hash tag, so one script or pipeline touches them all.
 //!
 //! This file must not talk to Redis; it only names things.
 use std::time::Duration;
 
 use crate::cases::Subject;
-use crate::ids::CaseId;
+use crate::ids::{CaseId, RunId};
 
 /// How long a case (and its pointers and step log) is kept after its last write. The audit log
 /// is the long-term record; this only bounds memory.
@@ -48,6 +55,9 @@ pub const SUBJECT_AUDIT_MAX_ENTRIES: u64 = 1_000;
 pub const INDEX_SHARDS: u16 = 16;
 /// The case-subject pointer lives this much longer than its case, so it never expires first.
 pub const POINTER_MARGIN: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long a run's record, output and files are kept after their last write.
+pub const RUN_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// The shard of a subject: a stable hash (FNV-1a) of its key, so every replica agrees.
 pub fn shard_of(subject_key: &str) -> u16 {
@@ -159,6 +169,21 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
+    /// One run's record (a hash).
+    pub fn run(&self, id: &RunId) -> String {
+        format!("{}:run:{{{}}}", self.prefix, id)
+    }
+
+    /// One run's kept output (a string), in the run's slot.
+    pub fn run_output(&self, id: &RunId) -> String {
+        format!("{}:run-out:{{{}}}", self.prefix, id)
+    }
+
+    /// One run's files until they are uploaded, in the run's slot.
+    pub fn run_files(&self, id: &RunId) -> String {
+        format!("{}:run-files:{{{}}}", self.prefix, id)
+    }
+
     /// Case cards whose last update failed: case id -> failed repairs in a row (a hash).
     pub fn stale_cards(&self) -> String {
         format!("{}:cards:stale", self.prefix)
@@ -202,6 +227,15 @@ mod tests {
             assert_eq!(hash_tag(&other), Some(tag.as_str()), "{other}");
         }
         assert!(case.starts_with("steward:case:"));
+    }
+
+    #[test]
+    fn a_runs_record_output_and_files_share_one_hash_tag() {
+        let keys = Keys::new("steward").unwrap();
+        let id = RunId::parse("run_abc").unwrap();
+        for key in [keys.run(&id), keys.run_output(&id), keys.run_files(&id)] {
+            assert_eq!(hash_tag(&key), Some("run_abc"), "{key}");
+        }
     }
 
     #[test]

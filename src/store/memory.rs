@@ -16,10 +16,10 @@ use tokio::time::Instant;
 use super::Job;
 use super::{
     AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
-    Opened, StoreError, Swap,
+    Opened, OutputCount, StoreError, StoredRun, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
-use crate::ids::CaseId;
+use crate::ids::{CaseId, RunId};
 
 /// A cheap-to-clone handle to one in-process state.
 #[derive(Clone, Default)]
@@ -45,6 +45,17 @@ struct State {
     stale_cards: HashMap<CaseId, u32>,
     queue: Queue,
     audit: Vec<AuditEvent>,
+    runs: HashMap<RunId, MemoryRun>,
+}
+
+/// One run: its record, its kept output and its files until uploaded.
+#[derive(Default)]
+struct MemoryRun {
+    json: String,
+    version: u64,
+    total: u64,
+    output: Vec<u8>,
+    files: Option<String>,
 }
 
 /// Like a Redis stream with one consumer group.
@@ -465,6 +476,105 @@ impl MemoryStore {
 
     pub(crate) async fn clear_steps(&self, case: &CaseId) -> Result<(), StoreError> {
         self.lock().steps.remove(case);
+        Ok(())
+    }
+
+    pub(crate) async fn create_run(
+        &self,
+        id: &RunId,
+        json: &str,
+        files_json: &str,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.runs.contains_key(id) {
+            return Err(StoreError::Conflict(format!("run {id} already exists")));
+        }
+        s.runs.insert(
+            id.clone(),
+            MemoryRun {
+                json: json.to_owned(),
+                version: 1,
+                files: Some(files_json.to_owned()),
+                ..MemoryRun::default()
+            },
+        );
+        Ok(())
+    }
+
+    pub(crate) async fn load_run(&self, id: &RunId) -> Result<Option<StoredRun>, StoreError> {
+        Ok(self.lock().runs.get(id).map(|run| StoredRun {
+            json: run.json.clone(),
+            version: run.version,
+            output_total: run.total,
+            output_kept: run.output.len() as u64,
+        }))
+    }
+
+    pub(crate) async fn swap_run(
+        &self,
+        id: &RunId,
+        expected: u64,
+        json: &str,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        match s.runs.get_mut(id) {
+            Some(run) if run.version == expected => {
+                run.version += 1;
+                run.json = json.to_owned();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(crate) async fn append_run_output(
+        &self,
+        id: &RunId,
+        chunk: &[u8],
+        cap: u64,
+    ) -> Result<OutputCount, StoreError> {
+        let mut s = self.lock();
+        let Some(run) = s.runs.get_mut(id) else {
+            return Ok(OutputCount { kept: 0, total: 0 });
+        };
+        run.total += chunk.len() as u64;
+        let room = usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(run.output.len());
+        run.output
+            .extend_from_slice(&chunk[..room.min(chunk.len())]);
+        Ok(OutputCount {
+            kept: run.output.len() as u64,
+            total: run.total,
+        })
+    }
+
+    pub(crate) async fn run_output(
+        &self,
+        id: &RunId,
+        from: u64,
+        max: u64,
+    ) -> Result<(Vec<u8>, u64), StoreError> {
+        let s = self.lock();
+        let Some(run) = s.runs.get(id) else {
+            return Ok((Vec::new(), 0));
+        };
+        let len = run.output.len();
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(len);
+        let end = start
+            .saturating_add(usize::try_from(max).unwrap_or(usize::MAX))
+            .min(len);
+        Ok((run.output[start..end].to_vec(), len as u64))
+    }
+
+    pub(crate) async fn run_files(&self, id: &RunId) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().runs.get(id).and_then(|run| run.files.clone()))
+    }
+
+    pub(crate) async fn delete_run_files(&self, id: &RunId) -> Result<(), StoreError> {
+        if let Some(run) = self.lock().runs.get_mut(id) {
+            run.files = None;
+        }
         Ok(())
     }
 

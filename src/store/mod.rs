@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cases::{self, Card, Case, DecisionOption, Event, Subject, TransitionError};
-use crate::ids::{CaseId, SlackUserId};
+use crate::ids::{CaseId, RunId, SlackUserId};
 
 pub mod keys;
 mod memory;
@@ -93,14 +93,37 @@ pub enum Job {
         option: DecisionOption,
         attempt: u32,
     },
+    /// Carry out a governed run (see `runs`): create its sandbox, run its command, hand over.
+    Run { run_id: RunId },
 }
 
 impl Job {
-    pub fn case_id(&self) -> &CaseId {
+    /// The case a decision job carries out; `None` for other jobs.
+    pub fn case_id(&self) -> Option<&CaseId> {
         match self {
-            Job::RunDecision { case_id, .. } => case_id,
+            Job::RunDecision { case_id, .. } => Some(case_id),
+            Job::Run { .. } => None,
         }
     }
+}
+
+/// A run's record as stored: its JSON (only `runs` reads it, so `store` need not know the
+/// type), its version for compare-and-swap, and the output counters kept beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRun {
+    pub json: String,
+    pub version: u64,
+    /// Output bytes the run produced in all.
+    pub output_total: u64,
+    /// Output bytes kept (at most the cap given to [`Store::append_run_output`]).
+    pub output_kept: u64,
+}
+
+/// What [`Store::append_run_output`] left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCount {
+    pub kept: u64,
+    pub total: u64,
 }
 
 /// A queue entry's id (a Redis stream id such as `1700000000000-0`).
@@ -658,6 +681,67 @@ impl Store {
     /// Forgets the case's step log (when stale evidence sent it back to Pending).
     pub async fn clear_steps(&self, case: &CaseId) -> Result<(), StoreError> {
         delegate!(self.clear_steps(case))
+    }
+
+    // ----- runs -----
+
+    /// Stores a new run (version 1) with the files it will upload, in one step. A run with
+    /// this id already stored is a [`StoreError::Conflict`].
+    pub async fn create_run(
+        &self,
+        id: &RunId,
+        json: &str,
+        files_json: &str,
+    ) -> Result<(), StoreError> {
+        delegate!(self.create_run(id, json, files_json))
+    }
+
+    /// The run with this id, or `None`.
+    pub async fn load_run(&self, id: &RunId) -> Result<Option<StoredRun>, StoreError> {
+        delegate!(self.load_run(id))
+    }
+
+    /// Replaces the run's JSON if its version is still `expected` (the version grows by one).
+    /// False when someone wrote in between (or the run is gone): read it again.
+    pub async fn swap_run(
+        &self,
+        id: &RunId,
+        expected: u64,
+        json: &str,
+    ) -> Result<bool, StoreError> {
+        delegate!(self.swap_run(id, expected, json))
+    }
+
+    /// Adds `chunk` to the run's output: all of it counts, but only up to `cap` bytes in all
+    /// are kept.
+    pub async fn append_run_output(
+        &self,
+        id: &RunId,
+        chunk: &[u8],
+        cap: u64,
+    ) -> Result<OutputCount, StoreError> {
+        delegate!(self.append_run_output(id, chunk, cap))
+    }
+
+    /// Up to `max` bytes of the run's kept output from byte `from`, and how many bytes are kept
+    /// in all.
+    pub async fn run_output(
+        &self,
+        id: &RunId,
+        from: u64,
+        max: u64,
+    ) -> Result<(Vec<u8>, u64), StoreError> {
+        delegate!(self.run_output(id, from, max))
+    }
+
+    /// The files of a run not uploaded yet (the JSON given to [`Store::create_run`]).
+    pub async fn run_files(&self, id: &RunId) -> Result<Option<String>, StoreError> {
+        delegate!(self.run_files(id))
+    }
+
+    /// Forgets a run's files (once they are in its sandbox).
+    pub async fn delete_run_files(&self, id: &RunId) -> Result<(), StoreError> {
+        delegate!(self.delete_run_files(id))
     }
 
     // ----- audit -----

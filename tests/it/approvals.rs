@@ -511,7 +511,7 @@ async fn a_job_abandoned_after_its_snapshot_is_finished_by_another_replica_witho
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let claimed = claimed.unwrap();
-    assert_eq!(claimed.job.case_id(), &case);
+    assert_eq!(claimed.job.case_id(), Some(&case));
     // It takes the snapshot and records that step, then dies without acknowledging the job.
     let snapshot = first
         .state
@@ -901,7 +901,7 @@ async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kil
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(queued.job.case_id(), &case);
+    assert_eq!(queued.job.case_id(), Some(&case));
     // Acknowledged without running: as if the replica died before queueing it.
     store.ack(&queued.id).await.unwrap();
     assert!(matches!(

@@ -249,7 +249,7 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
         store.claim("dying-worker", Duration::ZERO).await.unwrap()
     })
     .await;
-    assert_eq!(claimed.job.case_id(), &case);
+    assert_eq!(claimed.job.case_id(), Some(&case));
     let lease = execution_lease(&case);
     assert!(
         store

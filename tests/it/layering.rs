@@ -63,6 +63,20 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         &["store", "e2b", "approvals", "http", "hygiene", "jobs"],
         "slack speaks Slack only",
     ),
+    (
+        "runs",
+        &[
+            "http",
+            "slack",
+            "cli",
+            "approvals",
+            "hygiene",
+            "startup",
+            "execute",
+            "sim",
+        ],
+        "runs never posts to Slack and sits below the surfaces; the run case is handed over by startup",
+    ),
 ];
 
 const EXTERNAL: &[&str] = &["tokio", "reqwest", "redis", "axum", "hyper"];

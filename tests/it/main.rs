@@ -3,6 +3,7 @@
 //! (the app, the E2B and Slack simulators) and uses its own Redis key prefix.
 mod common;
 
+mod agent_cases;
 mod api;
 mod api_cases;
 mod approvals;
@@ -19,7 +20,10 @@ mod layering;
 mod mcp;
 mod no_side_door;
 mod recheck;
+mod run_cases;
+mod runs;
 mod sim_e2b;
+mod sim_envd;
 mod slack_commands;
 mod slack_router;
 mod slack_signature;

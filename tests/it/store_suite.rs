@@ -88,7 +88,67 @@ suite!(
     the_sweep_marker_never_moves_backwards,
     history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
     out_of_date_cards_are_counted_until_cleared,
+    a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_the_cap,
 );
+
+/// Runs: created once, compare-and-swapped by version, output counted in full but kept only up
+/// to the cap, inputs deleted once uploaded.
+async fn a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_the_cap(
+    store: Store,
+) {
+    let id = sandbox_steward::ids::RunId::parse(format!("run_{}", uuid::Uuid::new_v4().simple()))
+        .unwrap();
+    assert_eq!(store.load_run(&id).await.unwrap(), None);
+    store.create_run(&id, "{\"a\":1}", "[files]").await.unwrap();
+    assert!(matches!(
+        store.create_run(&id, "{}", "[]").await,
+        Err(StoreError::Conflict(_))
+    ));
+    let run = store.load_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.version, run.json.as_str()), (1, "{\"a\":1}"));
+    assert!(store.swap_run(&id, 1, "{\"a\":2}").await.unwrap());
+    assert!(
+        !store.swap_run(&id, 1, "{\"a\":3}").await.unwrap(),
+        "a stale version loses"
+    );
+    let run = store.load_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.version, run.json.as_str()), (2, "{\"a\":2}"));
+
+    let first = store.append_run_output(&id, b"hello ", 8).await.unwrap();
+    assert_eq!((first.kept, first.total), (6, 6));
+    let second = store.append_run_output(&id, b"world", 8).await.unwrap();
+    assert_eq!((second.kept, second.total), (8, 11));
+    let run = store.load_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.output_kept, run.output_total), (8, 11));
+    assert_eq!(
+        store.run_output(&id, 0, 100).await.unwrap(),
+        (b"hello wo".to_vec(), 8)
+    );
+    assert_eq!(
+        store.run_output(&id, 6, 1).await.unwrap(),
+        (b"w".to_vec(), 8)
+    );
+    assert_eq!(
+        store.run_output(&id, 8, 100).await.unwrap(),
+        (Vec::new(), 8)
+    );
+    assert_eq!(
+        store.run_output(&id, 50, 100).await.unwrap(),
+        (Vec::new(), 8)
+    );
+
+    assert_eq!(
+        store.run_files(&id).await.unwrap().as_deref(),
+        Some("[files]")
+    );
+    store.delete_run_files(&id).await.unwrap();
+    assert_eq!(store.run_files(&id).await.unwrap(), None);
+
+    // Output of a run that is not stored is not kept.
+    let gone = sandbox_steward::ids::RunId::parse("run_gone").unwrap();
+    let count = store.append_run_output(&gone, b"x", 8).await.unwrap();
+    assert_eq!((count.kept, count.total), (0, 0));
+}
 
 /// Out-of-date card records live in the store, so any replica's repair pass sees them.
 async fn out_of_date_cards_are_counted_until_cleared(store: Store) {
@@ -189,6 +249,10 @@ fn outcome_of(step: Step) -> StepOutcome {
         Step::Kill => StepOutcome::Killed,
         Step::Pause => StepOutcome::Paused,
         Step::DeleteTemplate => StepOutcome::TemplateDeleted,
+        Step::ExtendTimeout => StepOutcome::KeptRunning {
+            until: chrono::DateTime::from_timestamp(2_000_000_000, 0).unwrap(),
+            extended: true,
+        },
     }
 }
 
@@ -876,9 +940,11 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
         move |claimed: sandbox_steward::store::ClaimedJob| {
             let store = store.clone();
             async move {
-                jobs::execute_decision(&store, claimed.job.case_id(), |step, _| async move {
-                    Ok(outcome_of(step))
-                })
+                jobs::execute_decision(
+                    &store,
+                    claimed.job.case_id().expect("a decision job"),
+                    |step, _| async move { Ok(outcome_of(step)) },
+                )
                 .await
                 .map(|_| ())
             }

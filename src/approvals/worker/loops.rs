@@ -8,17 +8,28 @@ use chrono::Utc;
 
 use super::{expire_once, handle_job, reconcile_once};
 use crate::approvals::{Services, repair};
-use crate::jobs::{self, WorkerConfig};
-use crate::store::ClaimedJob;
+use crate::jobs::{self, JobError, WorkerConfig};
+use crate::runs::RunEngine;
+use crate::store::{ClaimedJob, Job};
+
+/// Queue workers per replica unless told otherwise (the store keeps this many blocking
+/// connections for their claims).
+pub const DEFAULT_WORKERS: usize = 4;
 
 /// How the background loops of one replica run.
 #[derive(Debug, Clone)]
 pub struct LoopSettings {
-    /// Start the queue worker (off only in tests that play a worker by hand).
+    /// Start the queue workers (off only in tests that play a worker by hand).
     pub worker_enabled: bool,
+    /// The workers' settings; each worker's consumer name is this one's plus `-w<n>`.
     pub worker: WorkerConfig,
+    /// Queue workers this replica runs at once. A run holds one worker for its whole length,
+    /// so several keep decisions moving while runs are under way.
+    pub workers: usize,
     /// How often to look for cases past their deadline and for decided work without a job.
     pub expire_every: Duration,
+    /// How long this replica's hold on a run lasts unless renewed (see `runs::engine`).
+    pub run_lease: Duration,
 }
 
 impl LoopSettings {
@@ -33,17 +44,44 @@ impl LoopSettings {
         Self {
             worker_enabled: true,
             worker: WorkerConfig::new(consumer),
+            workers: DEFAULT_WORKERS,
             expire_every: Duration::from_secs(30),
+            run_lease: crate::runs::engine::RUN_LEASE,
         }
     }
 }
 
-/// Runs this replica's queue worker until `shutdown`.
-pub async fn run_worker(svc: Services, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
+impl LoopSettings {
+    /// The settings of worker `n` of this replica: its own consumer name.
+    pub fn worker_config(&self, n: usize) -> WorkerConfig {
+        let mut config = self.worker.clone();
+        config.consumer = format!("{}-w{n}", self.worker.consumer);
+        config
+    }
+}
+
+/// Runs this replica's queue worker until `shutdown`: decisions through [`handle_job`], runs
+/// through `runs` (`None` when E2B is not configured here).
+pub async fn run_worker(
+    svc: Services,
+    runs: Option<RunEngine>,
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
     let store = svc.store.clone();
     let handler = move |claimed: ClaimedJob| {
         let svc = svc.clone();
-        async move { handle_job(&svc, claimed).await }
+        let runs = runs.clone();
+        async move {
+            match (&claimed.job, runs) {
+                (Job::RunDecision { .. }, _) => handle_job(&svc, claimed).await,
+                (Job::Run { .. }, Some(engine)) => engine.handle(claimed).await,
+                // Another replica with E2B configured takes it over once it goes stale.
+                (Job::Run { run_id }, None) => Err(JobError::Transient(format!(
+                    "run {run_id} needs E2B, which is not configured on this replica"
+                ))),
+            }
+        }
     };
     jobs::run_queue(store, config, handler, shutdown).await;
 }
@@ -81,5 +119,11 @@ mod tests {
             one.worker.consumer
         );
         assert_ne!(one.worker.consumer, two.worker.consumer);
+        let names: Vec<String> = (0..3).map(|n| one.worker_config(n).consumer).collect();
+        assert_eq!(names[1], format!("{}-w1", one.worker.consumer));
+        assert_eq!(
+            names.iter().collect::<std::collections::HashSet<_>>().len(),
+            3
+        );
     }
 }

@@ -143,6 +143,8 @@ struct SeedRequest {
     profile: Option<String>,
     #[serde(rename = "autoPause")]
     auto_pause: Option<bool>,
+    /// As `secure` on create: the sandbox gets an `envdAccessToken` that envd then requires.
+    secure: Option<bool>,
 }
 
 /// Seeds one sandbox exactly as described; answers 201 with its `ListedSandbox`.
@@ -217,6 +219,7 @@ pub(crate) async fn seed_sandbox(State(sim): State<Arc<Sim>>, body: Bytes) -> Re
             req.template_id.clone()
         }
     };
+    let token = req.secure.unwrap_or(false).then(|| world.fresh_uuid());
     let t = world
         .template(&template_id)
         .ok_or_else(|| ApiError::template_not_found(&template_id))?;
@@ -233,13 +236,17 @@ pub(crate) async fn seed_sandbox(State(sim): State<Arc<Sim>>, body: Bytes) -> Re
         profile,
         auto_pause: req.auto_pause.unwrap_or(false),
         auto_resume: false,
-        envd_access_token: None,
+        envd_access_token: token,
         allow_internet_access: None,
         past_runs: Vec::new(),
     };
     world.insert_sandbox(sandbox);
     let s = world.live(&id)?;
-    Ok((StatusCode::CREATED, Json(listed_json(&world, s))).into_response())
+    let mut body = listed_json(&world, s);
+    if let Some(token) = &s.envd_access_token {
+        body["envdAccessToken"] = json!(token);
+    }
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 #[derive(Deserialize, Default)]

@@ -18,7 +18,7 @@ use super::model::{
     CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Sandbox,
     SandboxState, TeamPoint, Template, World, short_sandbox_id,
 };
-use super::series::{self, LogQuery, METRIC_GRID_SECS, Ms, Profile, Sample};
+use super::series::{self, LogQuery, METRIC_GRID_SECS, Ms, Profile, Sample, SeriesKey};
 use super::wire::{
     ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
     rfc3339_nano, rfc3339_secs,
@@ -210,6 +210,24 @@ fn metric_wire(cpu_count: u32, m: &Sample) -> MetricWire {
         mem_cache: m.mem_cache,
         disk_used: m.disk_used,
         disk_total: m.disk_total,
+    }
+}
+
+/// A sandbox's sample at second `t`: live from its processes once it has run any (`exec`),
+/// generated from its series otherwise.
+fn sample_at(sim: &Sim, id: &str, key: &SeriesKey, t: i64) -> Sample {
+    const MIB: i64 = 1024 * 1024;
+    match sim.exec().live_sample(id, t) {
+        Some(live) => Sample {
+            t,
+            cpu_used_pct: live.cpu_used_pct,
+            mem_used: live.mem_used,
+            mem_cache: 0,
+            mem_total: i64::from(key.memory_mb) * MIB,
+            disk_used: live.disk_used,
+            disk_total: i64::from(key.disk_size_mb) * MIB,
+        },
+        None => series::sample(key, t),
     }
 }
 
@@ -520,7 +538,7 @@ pub(crate) async fn logs(
     let world = sim.world(now);
     let s = world.live(&id)?;
     let runs = s.runs();
-    let lines = series::logs(&LogQuery {
+    let query = LogQuery {
         key: s.series_key(world.seed).key,
         profile: s.profile,
         runs: &runs,
@@ -530,7 +548,9 @@ pub(crate) async fn logs(
         limit,
         min_level,
         search,
-    });
+    };
+    let generated = series::logs(&query);
+    let lines = series::merge_logs(&query, generated, world.notes(&s.id));
     drop(world);
     let logs: Vec<Value> = lines
         .into_iter()
@@ -579,6 +599,7 @@ pub(crate) async fn metrics(
     let end = end.unwrap_or(until).min(until);
     let key = s.series_key(world.seed);
     let cpu = s.cpu_count;
+    let sid = s.id.clone();
     drop(world);
     let mut out = Vec::new();
     if start <= end {
@@ -590,7 +611,7 @@ pub(crate) async fn metrics(
         while t <= end {
             let tm = t * 1000;
             if runs.iter().any(|&(a, b)| tm >= a && tm < b) {
-                out.push(metric_wire(cpu, &series::sample(&key, t)));
+                out.push(metric_wire(cpu, &sample_at(&sim, &sid, &key, t)));
             }
             t += step;
         }
@@ -634,7 +655,10 @@ pub(crate) async fn metrics_many(State(sim): State<Arc<Sim>>, RawQuery(raw): Raw
     };
     let out: BTreeMap<String, MetricWire> = wanted
         .into_iter()
-        .map(|(id, key, cpu)| (id, metric_wire(cpu, &series::sample(&key, latest))))
+        .map(|(id, key, cpu)| {
+            let sample = sample_at(&sim, &id, &key, latest);
+            (id, metric_wire(cpu, &sample))
+        })
         .collect();
     #[derive(serde::Serialize)]
     struct Batch {

@@ -19,9 +19,15 @@
 //!   running in a new run (`startedAt` moves to the snapshot time, `endAt` is kept).
 //! - `POST /_sim/sandboxes` creates an unknown template on the fly (2 CPU, 1024 MB, 4096 MB disk
 //!   unless the request gives sizes).
+//!
+//! A second port serves envd (`envd.rs`) the way `E2B_SANDBOX_URL` reaches it: requests name the
+//! sandbox in `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers. Files live in a scratch directory per
+//! sandbox; with `--exec local` commands run as processes of this machine (`exec.rs`), and a
+//! sandbox that ran something shows their real CPU, memory and disk in its metrics from then on.
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +44,8 @@ use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use self::exec::Exec;
+pub use self::exec::ExecMode;
 pub use self::hooks::SimHooks;
 use self::model::World;
 use self::series::{Ms, mix, unit};
@@ -45,6 +53,8 @@ use self::wire::{ApiError, encode_token};
 
 mod admin;
 mod api;
+mod envd;
+mod exec;
 mod fleet;
 mod hooks;
 mod model;
@@ -80,6 +90,13 @@ pub struct SimOptions {
     /// The team id the API key belongs to (team metrics of other teams get 403).
     #[arg(long, default_value = DEFAULT_TEAM_ID)]
     pub team_id: String,
+    /// Port on 127.0.0.1 for envd (`E2B_SANDBOX_URL`); 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    pub envd_port: u16,
+    /// `local` runs the commands sent to envd as real processes ON THIS MACHINE (in a scratch
+    /// directory per sandbox, with a minimal environment); `off` refuses them.
+    #[arg(long, value_enum, default_value_t = ExecMode::Off)]
+    pub exec: ExecMode,
 }
 
 impl Default for SimOptions {
@@ -92,6 +109,8 @@ impl Default for SimOptions {
             fault_rate: 0.0,
             api_key: None,
             team_id: DEFAULT_TEAM_ID.to_owned(),
+            envd_port: 0,
+            exec: ExecMode::Off,
         }
     }
 }
@@ -106,6 +125,8 @@ impl fmt::Debug for SimOptions {
             .field("fault_rate", &self.fault_rate)
             .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
             .field("team_id", &self.team_id)
+            .field("envd_port", &self.envd_port)
+            .field("exec", &self.exec)
             .finish()
     }
 }
@@ -142,6 +163,8 @@ pub(crate) struct Control {
 /// Everything the handlers share.
 pub(crate) struct Sim {
     world: Mutex<World>,
+    /// Scratch directories, local processes and their live samples.
+    exec: Exec,
     control: Mutex<Control>,
     latency: Duration,
     fault_rate: f64,
@@ -155,12 +178,49 @@ pub(crate) fn now_ms() -> Ms {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// The locked world. When it is released, sandboxes paused or killed meanwhile (by a handler,
+/// a hook or TTL expiry) have their processes stopped, so no path can forget to.
+pub(crate) struct WorldGuard<'a> {
+    world: MutexGuard<'a, World>,
+    exec: &'a Exec,
+}
+
+impl Deref for WorldGuard<'_> {
+    type Target = World;
+
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+impl DerefMut for WorldGuard<'_> {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+}
+
+impl Drop for WorldGuard<'_> {
+    fn drop(&mut self) {
+        let ended = self.world.take_ended();
+        if !ended.is_empty() {
+            self.exec.stop(ended);
+        }
+    }
+}
+
 impl Sim {
     /// The world with expired TTLs already applied. Never hold it across an `.await`.
-    pub(crate) fn world(&self, now: Ms) -> MutexGuard<'_, World> {
+    pub(crate) fn world(&self, now: Ms) -> WorldGuard<'_> {
         let mut world = self.world.lock().unwrap_or_else(|e| e.into_inner());
         world.expire(now);
-        world
+        WorldGuard {
+            world,
+            exec: &self.exec,
+        }
+    }
+
+    pub(crate) fn exec(&self) -> &Exec {
+        &self.exec
     }
 
     pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
@@ -374,13 +434,19 @@ fn router(sim: Arc<Sim>) -> Router {
     api.merge(admin).fallback(not_found).with_state(sim)
 }
 
-/// A running simulator. Dropping it stops accepting connections.
+/// A running simulator. Dropping it stops accepting connections, kills the processes it
+/// started and removes its scratch directories.
 pub struct SimServer {
     base_url: String,
+    envd_url: String,
     team_id: String,
     sandboxes: usize,
+    exec: ExecMode,
+    sim: Arc<Sim>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    /// The envd listener and the sampler, stopped with the server.
+    side_tasks: Vec<JoinHandle<()>>,
 }
 
 impl SimServer {
@@ -398,6 +464,7 @@ impl SimServer {
         fleet::seed(&mut world, opts.sandboxes, now_ms());
         let sim = Arc::new(Sim {
             world: Mutex::new(world),
+            exec: Exec::new(opts.exec)?,
             control: Mutex::new(Control {
                 calls: BTreeMap::new(),
                 faults: Vec::new(),
@@ -413,8 +480,21 @@ impl SimServer {
         let listener =
             tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
         let port = listener.local_addr()?.port();
+        let envd_listener =
+            tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.envd_port)))
+                .await?;
+        let envd_port = envd_listener.local_addr()?.port();
+        let envd_app = envd::router(sim.clone());
+        let mut side_tasks = vec![tokio::spawn(async move {
+            if let Err(e) = axum::serve(envd_listener, envd_app).await {
+                tracing::error!(error = %e, "the simulator's envd stopped with an error");
+            }
+        })];
+        if opts.exec == ExecMode::Local {
+            side_tasks.push(tokio::spawn(envd::sample_forever(sim.clone())));
+        }
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(sim);
+        let app = router(sim.clone());
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;
@@ -425,10 +505,14 @@ impl SimServer {
         });
         Ok(SimServer {
             base_url: format!("http://127.0.0.1:{port}"),
+            envd_url: format!("http://127.0.0.1:{envd_port}"),
             team_id: opts.team_id,
             sandboxes: opts.sandboxes,
+            exec: opts.exec,
+            sim,
             stop: Some(stop),
             task: Some(task),
+            side_tasks,
         })
     }
 
@@ -437,12 +521,23 @@ impl SimServer {
         self.base_url.clone()
     }
 
-    /// The team the simulated API key belongs to.
+    /// envd's base URL, `http://127.0.0.1:PORT` without a trailing slash: what
+    /// `E2B_SANDBOX_URL` is set to so envd clients reach this simulator's sandboxes.
+    pub fn envd_url(&self) -> String {
+        self.envd_url.clone()
+    }
+
+    /// Whether envd runs commands on this machine.
+    pub fn exec_mode(&self) -> ExecMode {
+        self.exec
+    }
+
     /// A client for this simulator's `/_sim/` test hooks.
     pub fn hooks(&self) -> SimHooks {
         SimHooks::new(&self.base_url())
     }
 
+    /// The team the simulated API key belongs to.
     pub fn team_id(&self) -> &str {
         &self.team_id
     }
@@ -452,6 +547,11 @@ impl SimServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        for task in self.side_tasks.drain(..) {
+            task.abort();
+        }
+        let sim = self.sim.clone();
+        let _ = tokio::task::spawn_blocking(move || sim.exec().shutdown()).await;
         if let Some(mut task) = self.task.take()
             && tokio::time::timeout(Duration::from_secs(2), &mut task)
                 .await
@@ -470,10 +570,14 @@ impl Drop for SimServer {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        for task in self.side_tasks.drain(..) {
+            task.abort();
+        }
+        self.sim.exec().shutdown();
     }
 }
 
-/// `steward sim e2b`: serves until Ctrl-C.
+/// `steward sim e2b`: serves until Ctrl-C or SIGTERM.
 pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
     let server = SimServer::start(opts).await?;
     println!(
@@ -482,7 +586,22 @@ pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
         server.team_id(),
         server.sandboxes
     );
-    tokio::signal::ctrl_c().await?;
+    println!("E2B_API_URL={}", server.base_url());
+    println!("E2B_SANDBOX_URL={}", server.envd_url());
+    match server.exec_mode() {
+        ExecMode::Local => println!(
+            "WARNING: --exec local: commands sent to envd run as real processes ON THIS MACHINE, as your user (scratch directory per sandbox, minimal environment). Do not expose this port."
+        ),
+        ExecMode::Off => println!(
+            "envd runs no commands (start with --exec local to run them on this machine); files work"
+        ),
+    }
+    // SIGTERM too, so processes started with --exec local and the scratch directories go.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        stopped = tokio::signal::ctrl_c() => stopped?,
+        _ = term.recv() => {}
+    }
     server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

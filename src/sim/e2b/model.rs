@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use super::series::{self, Ms, Profile, SeriesKey, mix, short_id, uuid_from};
+use super::series::{self, LogLine, Ms, Profile, SeriesKey, mix, short_id, uuid_from};
 use super::wire::ApiError;
 
 /// The longest a sandbox may run, counted from its (last) start: the Pro plan's 24 hours.
@@ -172,6 +172,11 @@ pub(crate) struct World {
     /// Live sandboxes per template id, so deleting a template need not scan the fleet.
     usage: HashMap<String, usize>,
     serial: u64,
+    /// Sandboxes paused (`false`) or killed (`true`) since the last `take_ended`, so whoever holds
+    /// their processes can stop them.
+    ended: Vec<(String, bool)>,
+    /// Log lines written by what happened in a sandbox (processes started and ended), oldest first.
+    notes: HashMap<String, Vec<LogLine>>,
 }
 
 /// E2B accepts `<id>-<clientID>` and keeps only the first part.
@@ -194,6 +199,8 @@ impl World {
             templates: BTreeMap::new(),
             usage: HashMap::new(),
             serial: 0,
+            ended: Vec::new(),
+            notes: HashMap::new(),
         }
     }
 
@@ -227,6 +234,34 @@ impl World {
 
     pub fn contains_sandbox(&self, id: &str) -> bool {
         self.sandboxes.contains_key(id)
+    }
+
+    /// The sandboxes paused (`false`) or killed (`true`) since the last call.
+    pub fn take_ended(&mut self) -> Vec<(String, bool)> {
+        std::mem::take(&mut self.ended)
+    }
+
+    /// Appends a line to a live sandbox's logs, keeping at most `cap` lines.
+    pub fn note(&mut self, id: &str, line: LogLine, cap: usize) {
+        if self.live(id).is_err() {
+            return;
+        }
+        let notes = self
+            .notes
+            .entry(short_sandbox_id(id).to_owned())
+            .or_default();
+        notes.push(line);
+        if notes.len() > cap {
+            let extra = notes.len() - cap;
+            notes.drain(..extra);
+        }
+    }
+
+    /// The lines written by what happened in a sandbox, oldest first.
+    pub fn notes(&self, id: &str) -> &[LogLine] {
+        self.notes
+            .get(short_sandbox_id(id))
+            .map_or(&[], Vec::as_slice)
     }
 
     // ---- templates ----
@@ -382,6 +417,8 @@ impl World {
             self.paused -= 1;
         }
         self.killed += 1;
+        self.ended.push((sid.clone(), true));
+        self.notes.remove(&sid);
         self.by_start.remove(&(started, sid));
         if let Some(n) = self.usage.get_mut(&template) {
             *n = n.saturating_sub(1);
@@ -401,7 +438,8 @@ impl World {
         s.state = SandboxState::Paused;
         s.end_at = now;
         let sid = s.id.clone();
-        self.expiry.remove(&(old_end, sid));
+        self.expiry.remove(&(old_end, sid.clone()));
+        self.ended.push((sid, false));
         self.running -= 1;
         self.paused += 1;
         Ok(())

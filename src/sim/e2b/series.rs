@@ -332,6 +332,37 @@ pub(crate) fn logs(q: &LogQuery<'_>) -> Vec<LogLine> {
     out
 }
 
+/// `generated` (from [`logs`]) merged with lines written by events (`notes`, oldest first) that
+/// the same query selects, in the query's order and cut to its limit.
+pub(crate) fn merge_logs(
+    q: &LogQuery<'_>,
+    generated: Vec<LogLine>,
+    notes: &[LogLine],
+) -> Vec<LogLine> {
+    let first = q.runs.first().map_or(q.until, |r| r.0);
+    let floor = first.max(q.until - LOG_RETENTION_MS);
+    let selected = notes.iter().filter(|l| {
+        l.t_ms >= floor
+            && l.t_ms <= q.until
+            && match q.cursor {
+                Some(c) if q.forward => l.t_ms >= c,
+                Some(c) => l.t_ms <= c,
+                None => true,
+            }
+            && log_level_rank(l.level).unwrap_or(0) >= q.min_level
+            && q.search.is_none_or(|s| l.message.contains(s))
+    });
+    let mut out = generated;
+    out.extend(selected.cloned());
+    if q.forward {
+        out.sort_by_key(|l| l.t_ms);
+    } else {
+        out.sort_by_key(|l| std::cmp::Reverse(l.t_ms));
+    }
+    out.truncate(q.limit);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,8 @@
 //! The Redis backend: the connection every command and Lua script goes through, and the
 //! helpers they share. What each part of the state needs lives in its own file: `cases` (case
 //! writes, indexes, pointers, Leave marks), `queue` (the job stream, its consumer group, claims
-//! and step logs), `audit` (the audit streams and their export) and `leases` (deduplication
-//! marks, leases and sweep markers).
+//! and step logs), `audit` (the audit streams and their export), `leases` (deduplication
+//! marks, leases and sweep markers) and `runs` (run records, their output and files).
 //!
 //! One Redis server (`redis://`, `rediss://`) or a Redis Cluster (`redis+cluster://h1:p1,h2:p2`,
 //! see [`cluster_nodes`]). On one server, ordinary commands share one auto-reconnecting
@@ -36,6 +36,7 @@ mod audit;
 mod cases;
 mod leases;
 mod queue;
+mod runs;
 
 /// Longest wait for a TCP connection to Redis.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,0 +1,198 @@
+//! [`Runner`]: what the HTTP API, MCP and CLI call to start a run and follow it. `submit`
+//! checks the request, stores the run and queues its job; nothing touches E2B here (the job
+//! does, on whichever replica claims it), so a refused request or a database that cannot be
+//! reached never leaves a sandbox behind.
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::model::{Run, RunInputError, RunPolicy, RunRequest, RunStatus};
+use super::record::{self, RunInputs};
+use crate::ids::RunId;
+use crate::store::{Job, Store, StoreError};
+
+/// The most output one [`Runner::output`] call returns.
+pub const MAX_OUTPUT_READ_BYTES: u64 = 1024 * 1024;
+/// How often [`Runner::wait`] reads the run again.
+pub const WAIT_POLL: Duration = Duration::from_millis(200);
+
+/// Why a run could not be started or read. `Display` is a sentence for the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The request broke a rule; the field is named. Nothing was stored.
+    #[error("{0}")]
+    Input(#[from] RunInputError),
+    #[error("There is no run {0}.")]
+    NotFound(RunId),
+    /// Redis could not be reached: nothing was stored and no sandbox was created.
+    #[error(
+        "Steward can't reach its database (Redis), so nothing was started. Try again in a minute."
+    )]
+    StoreUnavailable(String),
+    #[error("Steward's database failed: {0}")]
+    Store(String),
+    #[error(
+        "E2B is not configured on this Steward (E2B_API_KEY is not set), so it cannot run code."
+    )]
+    E2bNotConfigured,
+}
+
+impl From<StoreError> for RunError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(reason) | StoreError::Unconfirmed(reason) => {
+                RunError::StoreUnavailable(reason)
+            }
+            other => RunError::Store(other.to_string()),
+        }
+    }
+}
+
+/// A slice of a run's output, as it streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// stdout and stderr interleaved as they came.
+    pub bytes: Vec<u8>,
+    /// Where to continue reading from.
+    pub next: u64,
+    /// The run has ended and everything kept has been read.
+    pub finished: bool,
+    /// The run produced more than the cap; the rest was counted, not kept.
+    pub truncated: bool,
+}
+
+/// Starts runs and reads them back. Cheap to clone; holds no secrets.
+#[derive(Clone)]
+pub struct Runner {
+    store: Store,
+    policy: Arc<RunPolicy>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("store", &self.store)
+            .field("limits", &self.policy.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    pub fn new(store: Store, policy: Arc<RunPolicy>) -> Self {
+        Self { store, policy }
+    }
+
+    /// The `[runs]` policy runs are checked against.
+    pub fn policy(&self) -> &RunPolicy {
+        &self.policy
+    }
+
+    /// Checks `req`, stores the run (Queued) and queues its job. `requester` is the API token's
+    /// name (or `cli`). A refused request stores nothing.
+    pub async fn submit(&self, requester: &str, req: RunRequest) -> Result<Run, RunError> {
+        let requester = requester.trim();
+        if requester.is_empty() {
+            return Err(RunError::Input(RunInputError {
+                field: "requester".into(),
+                message: "is empty".into(),
+                too_large: false,
+            }));
+        }
+        let valid = req.validate(&self.policy.limits)?;
+        let request = valid.request;
+        let id = RunId::parse(format!("run_{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| RunError::Store(e.to_string()))?;
+        let run = Run {
+            id: id.clone(),
+            requester: requester.to_owned(),
+            template: request.template.trim().to_owned(),
+            command: request.command,
+            files: request
+                .files
+                .iter()
+                .map(|f| (f.path.trim().to_owned(), f.content.len() as u64))
+                .collect(),
+            cwd: request.cwd,
+            timeout_secs: valid.timeout.as_secs().max(1),
+            status: RunStatus::Queued,
+            sandbox_id: None,
+            created_at: Utc::now(),
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            outcome: None,
+            duration_ms: None,
+            output_bytes: 0,
+            output_truncated: false,
+            profile: None,
+            logs_tail: Vec::new(),
+            error: None,
+            case_id: None,
+            worker: None,
+            handed_over: false,
+        };
+        let inputs = RunInputs {
+            files: request.files,
+            env: request.env,
+        };
+        record::create(&self.store, &run, &inputs).await?;
+        if let Err(e) = self.store.enqueue(&Job::Run { run_id: id.clone() }).await {
+            // Without its job nobody would ever run it: say so on the record, if Redis lets us.
+            let reason = format!("it could not be queued: {e}");
+            let marked = record::update(&self.store, &id, |current| {
+                (current.status == RunStatus::Queued).then(|| {
+                    let mut next = current.clone();
+                    next.status = RunStatus::Failed;
+                    next.error = Some(reason.clone());
+                    next.finished_at = Some(Utc::now());
+                    next
+                })
+            })
+            .await;
+            if let Err(mark) = marked {
+                tracing::error!(run = %id, error = %mark, "a run that could not be queued stays Queued");
+            }
+            return Err(e.into());
+        }
+        tracing::info!(run = %id, requester, template = %run.template, "run queued");
+        Ok(run)
+    }
+
+    /// The run as stored now.
+    pub async fn get(&self, id: &RunId) -> Result<Run, RunError> {
+        record::load(&self.store, id)
+            .await?
+            .ok_or_else(|| RunError::NotFound(id.clone()))
+    }
+
+    /// Returns once the run has ended, or when `up_to` has passed (the run as it is then).
+    pub async fn wait(&self, id: &RunId, up_to: Duration) -> Result<Run, RunError> {
+        let deadline = tokio::time::Instant::now() + up_to;
+        loop {
+            let run = self.get(id).await?;
+            let now = tokio::time::Instant::now();
+            if run.status.is_terminal() || now >= deadline {
+                return Ok(run);
+            }
+            tokio::time::sleep(WAIT_POLL.min(deadline - now)).await;
+        }
+    }
+
+    /// The run's kept output from byte `from` (at most [`MAX_OUTPUT_READ_BYTES`] at once).
+    pub async fn output(&self, id: &RunId, from: u64) -> Result<OutputChunk, RunError> {
+        // Read the run first: once it is terminal, every byte of its output is already stored.
+        let run = self.get(id).await?;
+        let (bytes, kept) = self
+            .store
+            .run_output(id, from, MAX_OUTPUT_READ_BYTES)
+            .await?;
+        let next = from.min(kept) + bytes.len() as u64;
+        Ok(OutputChunk {
+            finished: run.status.is_terminal() && next >= kept,
+            truncated: run.output_truncated,
+            next,
+            bytes,
+        })
+    }
+}

@@ -1,0 +1,431 @@
+//! Governed runs through the `Runner` a replica builds: submit, the durable job, the output as
+//! it streams, timeouts, takeovers and refusals. Every test talks to the E2B simulator and Redis
+//! (a unique key prefix per test) over real sockets.
+use std::time::Duration;
+
+use sandbox_steward::ids::RunId;
+use sandbox_steward::runs::{RunError, RunRequest, RunStatus, Runner};
+
+use crate::common::{self, TestAppOptions, spawn_app_with};
+
+fn request(command: &str) -> RunRequest {
+    RunRequest {
+        template: "base".into(),
+        command: command.into(),
+        files: Vec::new(),
+        env: Default::default(),
+        cwd: None,
+        timeout: None,
+    }
+}
+
+fn runner(app: &common::TestApp) -> Runner {
+    app.state
+        .runs
+        .clone()
+        .expect("E2B is configured, so the replica has a Runner")
+}
+
+#[tokio::test]
+async fn a_submitted_run_is_stored_queued_and_read_back() {
+    // No worker: the run stays where submit left it.
+    let app = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let mut req = request("echo hello");
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "data/in.txt".into(),
+        content: b"12345".to_vec(),
+    });
+    req.env.insert("TOKEN".into(), "s3cret-value".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
+    assert_eq!(run.requester, "agent-a");
+    assert_eq!(run.timeout_secs, 300, "the policy's default timeout");
+
+    let read = runs.get(&run.id).await.unwrap();
+    assert_eq!(read, run);
+    assert_eq!(read.files, vec![("data/in.txt".to_owned(), 5)]);
+    // The record never holds environment values.
+    let shown = serde_json::to_string(&read).unwrap();
+    assert!(!shown.contains("s3cret-value"), "{shown}");
+
+    let waited = runs
+        .wait(&run.id, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(waited.status, RunStatus::Queued);
+    let out = runs.output(&run.id, 0).await.unwrap();
+    assert!(out.bytes.is_empty() && !out.finished && !out.truncated);
+    assert_eq!(out.next, 0);
+}
+
+#[tokio::test]
+async fn an_unknown_run_is_not_found() {
+    let app = spawn_app_with(TestAppOptions {
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let id = RunId::parse("run_nope").unwrap();
+    let err = runner(&app).get(&id).await.unwrap_err();
+    assert!(matches!(err, RunError::NotFound(_)), "{err:?}");
+    assert_eq!(err.to_string(), "There is no run run_nope.");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_the_field_named_and_no_sandbox_created() {
+    let app = spawn_app_with(TestAppOptions {
+        policy: Some("[runs]\nmax_timeout = \"10m\"\nmax_files = 1\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let file = |path: &str| sandbox_steward::runs::FileSpec {
+        path: path.into(),
+        content: b"x".to_vec(),
+    };
+    let mut cases: Vec<(RunRequest, &str)> = Vec::new();
+    cases.push((request("   "), "command"));
+    let mut r = request("true");
+    r.template = "no spaces allowed".into();
+    cases.push((r, "template"));
+    let mut r = request("true");
+    r.timeout = Some("2h".into());
+    cases.push((r, "timeout"));
+    let mut r = request("true");
+    r.files = vec![file("a"), file("b")];
+    cases.push((r, "files"));
+    let mut r = request("true");
+    r.files = vec![file("../etc/passwd")];
+    cases.push((r, "files[0].path"));
+    let mut r = request("true");
+    r.env.insert("1BAD".into(), "x".into());
+    cases.push((r, "env.1BAD"));
+    let mut r = request("true");
+    r.cwd = Some("relative".into());
+    cases.push((r, "cwd"));
+    for (req, field) in cases {
+        match runs.submit("agent-a", req).await {
+            Err(RunError::Input(e)) => assert_eq!(e.field, field, "{e}"),
+            other => panic!("{field}: expected a refusal, got {other:?}"),
+        }
+    }
+    let err = runs.submit("  ", request("true")).await.unwrap_err();
+    assert!(
+        matches!(err, RunError::Input(ref e) if e.field == "requester"),
+        "{err:?}"
+    );
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn with_redis_down_a_submit_is_refused_and_no_sandbox_is_created() {
+    let redis = common::ThrowawayRedis::start();
+    let url = redis.url();
+    let app = spawn_app_with(TestAppOptions {
+        redis_url: Some(url),
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    drop(redis);
+    let err = runner(&app)
+        .submit("agent-a", request("echo hi"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::StoreUnavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("nothing was started"), "{err}");
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn without_e2b_a_replica_has_no_runner() {
+    let app = spawn_app_with(TestAppOptions {
+        with_e2b: false,
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    assert!(app.state.runs.is_none());
+}
+
+/// A base URL where nothing listens (envd unreachable).
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
+fn with_sandbox_url(url: String, opts: TestAppOptions) -> TestAppOptions {
+    let mut env = opts.env;
+    env.push(("E2B_SANDBOX_URL".into(), url));
+    TestAppOptions { env, ..opts }
+}
+
+#[tokio::test]
+async fn a_run_creates_a_labelled_sandbox_and_fails_with_a_sentence_when_envd_cannot_be_reached() {
+    let app = spawn_app_with(with_sandbox_url(dead_url(), TestAppOptions::default())).await;
+    let runs = runner(&app);
+    let mut req = request("echo hi");
+    req.timeout = Some("2m".into());
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "in.txt".into(),
+        content: b"data".to_vec(),
+    });
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(error.contains("uploading in.txt failed"), "{error}");
+    assert!(
+        !error.contains("{") && !error.contains("Transport"),
+        "{error}"
+    );
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Failed)
+    );
+    assert!(done.worker.is_some());
+
+    // The sandbox was labelled for the run and lives the run's timeout plus the margin.
+    let sandbox = done.sandbox_id.clone().expect("the sandbox was recorded");
+    let e2b = app.state.e2b.clone().unwrap();
+    let detail = e2b.get_sandbox(&sandbox).await.unwrap();
+    let meta = &detail.listed.metadata;
+    assert_eq!(
+        meta.get("steward.run").map(String::as_str),
+        Some(run.id.as_str())
+    );
+    assert_eq!(
+        meta.get("steward.requester").map(String::as_str),
+        Some("agent-a")
+    );
+    assert_eq!(meta.get("steward.purpose").map(String::as_str), Some("run"));
+    let life = detail.listed.end_at - detail.listed.started_at;
+    assert!(
+        (life.num_seconds() - (120 + 600)).abs() <= 2,
+        "E2B timeout = run timeout + sandbox_margin, got {life}"
+    );
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 1);
+
+    // The sandbox was handed over and the run's end audited on it.
+    common::eventually("the run's hand-over", || async {
+        runs.get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
+    let audit = app.state.store.audit_for_subject(&subject).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "run" && e.outcome.contains(run.id.as_str())),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn e2b_answering_429_at_create_is_retried_by_the_queue() {
+    let app = spawn_app_with(with_sandbox_url(
+        dead_url(),
+        TestAppOptions {
+            stale_after: Duration::from_millis(300),
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    // More 429s than the client's own retries: the job itself must come back.
+    app.e2b_fault(serde_json::json!({"op": "create", "status": 429, "count": 3}))
+        .await;
+    let runs = runner(&app);
+    let run = runs.submit("agent-a", request("true")).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert!(done.status.is_terminal(), "{done:?}");
+    assert!(done.sandbox_id.is_some(), "{done:?}");
+    assert_eq!(app.e2b.hooks().calls_of("create").await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn a_template_e2b_does_not_know_fails_the_run_with_e2bs_sentence_and_no_sandbox() {
+    let app = spawn_app_with(with_sandbox_url(dead_url(), TestAppOptions::default())).await;
+    let runs = runner(&app);
+    let mut req = request("true");
+    req.template = "no-such-template".into();
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed);
+    assert!(done.sandbox_id.is_none());
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.starts_with("E2B did not create the sandbox"),
+        "{error}"
+    );
+    assert!(error.contains("no-such-template"), "{error}");
+}
+
+/// Runs jobs with `engine` until the returned task is aborted (a replica killed mid-job).
+fn doomed_worker(
+    store: sandbox_steward::store::Store,
+    engine: sandbox_steward::runs::RunEngine,
+) -> tokio::task::JoinHandle<()> {
+    let mut config = sandbox_steward::jobs::WorkerConfig::new(engine.worker().to_owned());
+    config.block = Duration::from_millis(200);
+    tokio::spawn(sandbox_steward::jobs::run_queue(
+        store,
+        config,
+        move |claimed| {
+            let engine = engine.clone();
+            async move { engine.handle(claimed).await }
+        },
+        std::future::pending::<()>(),
+    ))
+}
+
+#[tokio::test]
+async fn a_replica_killed_while_uploading_leaves_a_run_another_replica_fails_and_hands_over() {
+    // envd holds every upload, so replica A is caught mid-run with its sandbox created.
+    let envd = common::HoldingFront::start(&dead_url(), |_| true).await;
+    let a = spawn_app_with(with_sandbox_url(
+        envd.url.clone(),
+        TestAppOptions {
+            worker: false,
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    let runs = runner(&a);
+    let engine = sandbox_steward::runs::RunEngine::new(
+        a.state.store.clone(),
+        a.state.e2b.clone().unwrap(),
+        std::sync::Arc::new(runs.policy().clone()),
+        Some(envd.url.clone()),
+        "replica-a-doomed",
+        sandbox_steward::runs::HandOver::leave_to_timeout(),
+    )
+    .with_lease(Duration::from_secs(1));
+    let doomed = doomed_worker(a.state.store.clone(), engine);
+    let mut req = request("cat in.txt");
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "in.txt".into(),
+        content: b"data".to_vec(),
+    });
+    let run = runs.submit("agent-a", req).await.unwrap();
+    common::eventually("replica A is uploading the run's files", || async {
+        envd.arrived() > 0
+    })
+    .await;
+    let stuck = runs.get(&run.id).await.unwrap();
+    assert_eq!(stuck.status, RunStatus::UploadingFiles);
+    assert_eq!(stuck.worker.as_deref(), Some("replica-a-doomed"));
+    let sandbox = stuck
+        .sandbox_id
+        .clone()
+        .expect("the sandbox was recorded at once");
+    // Replica A dies: its task is gone mid-run, its lease runs out.
+    doomed.abort();
+    let _ = doomed.await;
+
+    let b = a
+        .spawn_peer(with_sandbox_url(
+            envd.url.clone(),
+            TestAppOptions {
+                stale_after: Duration::from_millis(300),
+                ..TestAppOptions::default()
+            },
+        ))
+        .await;
+    let runs_b = runner(&b);
+    let done = runs_b.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    assert_eq!(
+        done.error.as_deref(),
+        Some(
+            "replica replica-a-doomed stopped while the run was running; its output up to then is kept"
+        )
+    );
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Failed)
+    );
+    assert_eq!(done.sandbox_id.as_ref(), Some(&sandbox));
+    common::eventually("the sandbox's hand-over", || async {
+        runs_b.get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
+    let audit = b.state.store.audit_for_subject(&subject).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "run" && e.outcome.contains("replica-a-doomed stopped")),
+        "{audit:?}"
+    );
+    // One sandbox for the run, never a second.
+    assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_replica_killed_before_its_sandbox_existed_leaves_a_run_that_is_just_failed() {
+    let a = spawn_app_with(with_sandbox_url(
+        dead_url(),
+        TestAppOptions {
+            worker: false,
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    // Replica A's E2B calls to create a sandbox are held: it dies while asking.
+    let e2b_front =
+        common::HoldingFront::start(&a.e2b.base_url(), |path| path == "/sandboxes").await;
+    let e2b = sandbox_steward::e2b::E2bClient::new(&sandbox_steward::e2b::E2bSettings::for_url(
+        &e2b_front.url,
+        common::E2B_KEY,
+    ))
+    .unwrap();
+    let runs = runner(&a);
+    let engine = sandbox_steward::runs::RunEngine::new(
+        a.state.store.clone(),
+        e2b,
+        std::sync::Arc::new(runs.policy().clone()),
+        None,
+        "replica-a-doomed",
+        sandbox_steward::runs::HandOver::leave_to_timeout(),
+    )
+    .with_lease(Duration::from_secs(1));
+    let doomed = doomed_worker(a.state.store.clone(), engine);
+    let run = runs.submit("agent-a", request("true")).await.unwrap();
+    common::eventually("replica A is asking E2B for the sandbox", || async {
+        e2b_front.arrived() > 0
+    })
+    .await;
+    assert_eq!(
+        runs.get(&run.id).await.unwrap().status,
+        RunStatus::CreatingSandbox
+    );
+    doomed.abort();
+    let _ = doomed.await;
+
+    let b = a
+        .spawn_peer(with_sandbox_url(
+            dead_url(),
+            TestAppOptions {
+                stale_after: Duration::from_millis(300),
+                ..TestAppOptions::default()
+            },
+        ))
+        .await;
+    let done = runner(&b).wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    assert_eq!(
+        done.error.as_deref(),
+        Some("replica replica-a-doomed stopped before the run's sandbox was created")
+    );
+    assert!(done.sandbox_id.is_none());
+    assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 0);
+}
