@@ -9,6 +9,7 @@ pub mod audit;
 mod check;
 pub mod e2b;
 mod mcp;
+pub mod run;
 pub mod sweep;
 mod table;
 
@@ -51,6 +52,10 @@ pub enum Command {
     /// Serve Steward's MCP tools on stdin/stdout for a local agent, through the HTTP API of the
     /// Steward at `STEWARD_URL` with the token in `STEWARD_API_TOKEN`.
     Mcp,
+    /// Run a command in a fresh sandbox through the Steward at `STEWARD_URL` (token in
+    /// `STEWARD_API_TOKEN`), streaming its output here. Exits with the command's exit code,
+    /// 124 when Steward stopped it at its timeout, 1 when the run failed.
+    Run(run::RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,6 +86,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check => check::run().await,
         Command::Audit(args) => audit::run(args).await,
         Command::Mcp => mcp::run().await,
+        Command::Run(args) => run::run(args).await,
     }
 }
 

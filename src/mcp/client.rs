@@ -156,6 +156,15 @@ impl ApiClient {
 
     /// Does `op` through the API.
     pub async fn send(&self, op: &Op) -> Result<Value, Failure> {
+        if let Op::RunOutput { run_id, from } = op {
+            let chunk = self.output(run_id, *from, None).await?;
+            return Ok(super::output_json(
+                &chunk.bytes,
+                chunk.next,
+                chunk.finished,
+                chunk.truncated,
+            ));
+        }
         let (method, path, query, body) = op.request();
         self.json(method, &path, &query, body.as_ref()).await
     }

@@ -40,6 +40,34 @@ pub enum Op {
         case_id: String,
         wait: Option<String>,
     },
+    /// `POST /runs` with this body (a run request).
+    SubmitRun {
+        request: Value,
+    },
+    /// `wait` like `30s`: until the run ends, at most that long.
+    GetRun {
+        run_id: String,
+        wait: Option<String>,
+    },
+    /// The run's output from byte `from`, as [`output_json`].
+    RunOutput {
+        run_id: String,
+        from: u64,
+    },
+    /// `POST /cases` with this body (`action`, the subject's id, `reason`).
+    RequestCase {
+        body: Value,
+    },
+}
+
+/// One chunk of a run's output as the tools return it.
+pub fn output_json(bytes: &[u8], next: u64, finished: bool, truncated: bool) -> Value {
+    serde_json::json!({
+        "output": String::from_utf8_lossy(bytes),
+        "next_offset": next,
+        "finished": finished,
+        "truncated": truncated,
+    })
 }
 
 impl Op {
@@ -59,6 +87,8 @@ impl Op {
                 query.push((name, value));
             }
         };
+        let mut method = Method::GET;
+        let mut body = None;
         let path = match self {
             Op::ListSandboxes { state, template } => {
                 push("state", state.clone());
@@ -85,8 +115,26 @@ impl Op {
                 push("wait", wait.clone());
                 format!("/cases/{}", segment(case_id))
             }
+            Op::SubmitRun { request } => {
+                method = Method::POST;
+                body = Some(request.clone());
+                "/runs".to_owned()
+            }
+            Op::GetRun { run_id, wait } => {
+                push("wait", wait.clone());
+                format!("/runs/{}", segment(run_id))
+            }
+            Op::RunOutput { run_id, from } => {
+                push("from", Some(from.to_string()));
+                format!("/runs/{}/output", segment(run_id))
+            }
+            Op::RequestCase { body: ask } => {
+                method = Method::POST;
+                body = Some(ask.clone());
+                "/cases".to_owned()
+            }
         };
-        (Method::GET, path, query, None)
+        (method, path, query, body)
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 mod agent_cases;
 mod api;
 mod api_cases;
+mod api_runs;
 mod approvals;
 mod cards;
 mod claims;

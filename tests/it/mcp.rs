@@ -12,10 +12,15 @@ use crate::common::TestApp;
 
 /// Every tool an agent should see.
 const SANDBOX_TOOLS: &[&str] = &[
+    "run_code",
+    "get_run",
     "list_sandboxes",
     "get_sandbox",
     "sandbox_logs",
     "sandbox_metrics",
+    "request_kill",
+    "request_delete_template",
+    "get_decision",
 ];
 
 pub async fn http_client(app: &TestApp, token: &str) -> RunningService<RoleClient, ClientConfig> {
@@ -135,6 +140,7 @@ async fn steward_mcp_over_stdio_lists_the_tools_and_reads_the_fleet_through_the_
     let app = spawn_api_app().await;
     let client = stdio_client(&app, AGENT_TOKEN).await;
     let names = tool_names(&client).await;
+    assert_eq!(names.len(), SANDBOX_TOOLS.len(), "{names:?}");
     for tool in SANDBOX_TOOLS {
         assert!(
             names.iter().any(|n| n == tool),

@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiFailure, ApiPath, ApiQuery, Caller, wait_param};
+use super::{ApiFailure, ApiJson, ApiPath, ApiQuery, Caller, wait_param};
+use crate::approvals::request::{AgentAction, AgentRequestError, request_by_agent};
 use crate::cases::{Case, CaseState};
 use crate::config::ApiAction;
 use crate::http::AppState;
-use crate::ids::CaseId;
+use crate::ids::{CaseId, TemplateId};
 use crate::store::StoreError;
 
 /// How often a long-poll re-reads the case.
@@ -134,4 +136,97 @@ pub async fn get(
             .map_err(|e| store_failure(&what, e))?;
     }
     Ok(Json(view(&case)))
+}
+
+/// The longest reason an agent may give (it is shown on the card).
+const MAX_REASON_CHARS: usize = 2000;
+
+/// `POST /api/v1/cases`: what the agent asks a person to decide.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseAsk {
+    /// `kill_sandbox` or `delete_template`.
+    pub action: String,
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    #[serde(default)]
+    pub template_id: Option<String>,
+    /// Why, in a sentence; shown on the card.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /api/v1/cases`: opens the case a person decides in Slack (201), or points at the open
+/// case for the same subject (200). Nothing is killed or deleted here.
+pub async fn ask(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(ask): ApiJson<CaseAsk>,
+) -> Result<(StatusCode, Json<Value>), ApiFailure> {
+    let required = |field: &str, value: Option<String>| {
+        value
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                ApiFailure::invalid(field, format!("`{field}` is required for this action"))
+            })
+    };
+    let action = match ask.action.trim() {
+        "kill_sandbox" => {
+            caller.require(ApiAction::RequestKill)?;
+            let id = required("sandbox_id", ask.sandbox_id)?;
+            AgentAction::KillSandbox(super::sandboxes::sandbox_id(&id)?)
+        }
+        "delete_template" => {
+            caller.require(ApiAction::RequestDeleteTemplate)?;
+            let id = required("template_id", ask.template_id)?;
+            AgentAction::DeleteTemplate(
+                TemplateId::parse(&id)
+                    .map_err(|e| ApiFailure::invalid("template_id", e.to_string()))?,
+            )
+        }
+        other => {
+            return Err(ApiFailure::invalid(
+                "action",
+                format!("{other:?} is not an action; use kill_sandbox or delete_template"),
+            ));
+        }
+    };
+    if let Some(reason) = &ask.reason
+        && reason.chars().count() > MAX_REASON_CHARS
+    {
+        return Err(ApiFailure::invalid(
+            "reason",
+            format!("`reason` is longer than {MAX_REASON_CHARS} characters"),
+        ));
+    }
+    let asked = request_by_agent(
+        &state.services(),
+        &caller.name,
+        action,
+        ask.reason,
+        chrono::Utc::now(),
+    )
+    .await
+    .map_err(agent_failure)?;
+    let status = if asked.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut body = view(&asked.case);
+    body["existing"] = json!(asked.existing);
+    Ok((status, Json(body)))
+}
+
+fn agent_failure(error: AgentRequestError) -> ApiFailure {
+    let sentence = error.to_string();
+    match error {
+        AgentRequestError::StoreUnavailable
+        | AgentRequestError::E2bNotConfigured
+        | AgentRequestError::NoApprovalsChannel => ApiFailure::unavailable(sentence),
+        AgentRequestError::NotFound(_) => ApiFailure::not_found(sentence),
+        AgentRequestError::E2b(_) | AgentRequestError::Slack(_) => ApiFailure::upstream(sentence),
+        AgentRequestError::Store(_) => ApiFailure::internal(sentence),
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::cases::{self, WaitParams};
 use super::sandboxes::{self, ListParams, LogParams, MetricParams};
-use super::{ApiFailure, ApiPath, ApiQuery, Caller, MAX_BODY_BYTES};
+use super::{ApiFailure, ApiJson, ApiPath, ApiQuery, Caller, MAX_BODY_BYTES, runs};
 use crate::http::AppState;
 use crate::mcp::tools::StewardTools;
 use crate::mcp::{Backend, Failure, Op};
@@ -99,6 +99,42 @@ async fn carry_out(state: AppState, caller: Caller, op: Op) -> Result<Value, Api
                 ApiQuery(WaitParams { wait }),
             )
             .await?
+        }
+        Op::SubmitRun { request } => {
+            let request = serde_json::from_value(request).map_err(|e| {
+                ApiFailure::invalid("request", format!("The run request does not fit: {e}"))
+            })?;
+            runs::submit(State(state), caller, ApiJson(request))
+                .await?
+                .1
+        }
+        Op::GetRun { run_id, wait } => {
+            runs::get(
+                State(state),
+                caller,
+                ApiPath(run_id),
+                ApiQuery(runs::RunParams { wait }),
+            )
+            .await?
+        }
+        Op::RunOutput { run_id, from } => {
+            let params = runs::OutputParams {
+                from: Some(from),
+                wait: None,
+            };
+            let chunk = runs::output_chunk(&state, &caller, &run_id, params).await?;
+            return Ok(crate::mcp::output_json(
+                &chunk.bytes,
+                chunk.next,
+                chunk.finished,
+                chunk.truncated,
+            ));
+        }
+        Op::RequestCase { body } => {
+            let ask = serde_json::from_value(body).map_err(|e| {
+                ApiFailure::invalid("request", format!("The case request does not fit: {e}"))
+            })?;
+            cases::ask(State(state), caller, ApiJson(ask)).await?.1
         }
     };
     Ok(json.0)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts};
 use axum::middleware;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use super::AppState;
 
@@ -21,6 +21,7 @@ pub mod auth;
 pub mod cases;
 pub mod error;
 pub mod mcp;
+pub mod runs;
 pub mod sandboxes;
 
 pub use auth::{Caller, Tokens};
@@ -62,6 +63,10 @@ pub fn wait_param(text: Option<&str>, request_timeout: Duration) -> Result<Durat
 /// The `/api/v1` routes, each behind the bearer-token middleware built from `[api.tokens]`.
 pub fn routes(tokens: Arc<Tokens>) -> Router<AppState> {
     Router::new()
+        .route("/runs", post(runs::submit))
+        .route("/runs/{id}", get(runs::get))
+        .route("/runs/{id}/output", get(runs::output))
+        .route("/cases", post(cases::ask))
         .route("/cases/{id}", get(cases::get))
         .route("/sandboxes", get(sandboxes::list))
         .route("/sandboxes/{id}", get(sandboxes::get))

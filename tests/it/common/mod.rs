@@ -45,6 +45,9 @@ pub struct TestAppOptions {
     pub stale_after: Duration,
     /// How often the expiry loop runs.
     pub expire_every: Duration,
+    /// Whether the E2B simulator runs sandbox commands as local processes (`--exec local`);
+    /// Steward then reaches its envd through `E2B_SANDBOX_URL`.
+    pub exec_local: bool,
 }
 
 impl Default for TestAppOptions {
@@ -65,6 +68,7 @@ impl Default for TestAppOptions {
             worker: true,
             stale_after: Duration::from_secs(120),
             expire_every: Duration::from_millis(200),
+            exec_local: false,
         }
     }
 }
@@ -142,6 +146,11 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
     let e2b = SimServer::start(SimOptions {
         sandboxes: opts.sandboxes,
         api_key: Some(E2B_KEY.into()),
+        exec: if opts.exec_local {
+            sandbox_steward::sim::e2b::ExecMode::Local
+        } else {
+            sandbox_steward::sim::e2b::ExecMode::Off
+        },
         ..SimOptions::default()
     })
     .await
@@ -194,6 +203,7 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
         ("REDIS_URL", redis_url.clone()),
         ("STEWARD_REDIS_PREFIX", redis_prefix.clone()),
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

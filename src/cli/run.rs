@@ -1,0 +1,264 @@
+//! `steward run`: runs a command in a fresh sandbox through a Steward's HTTP API
+//! (`STEWARD_URL`, `STEWARD_API_TOKEN`), streams its output to this terminal as it arrives, then
+//! prints one line with the outcome and the run case's state.
+//!
+//! Exit status: the command's own exit code when it ended by itself; 124 when Steward stopped it
+//! at its timeout (like `timeout(1)`); 1 when the run failed (sandbox or Steward trouble) or
+//! could not be started. Like every API client, it decides nothing: the server checks the
+//! token and the limits.
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use clap::Args;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::mcp::client::ApiClient;
+
+/// Exit status when Steward stopped the command at its timeout.
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// How long one output read waits for new bytes.
+const OUTPUT_WAIT: &str = "20s";
+/// How long to wait for the run case after the run ended (it is opened right after).
+const CASE_PATIENCE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The E2B template id or alias to start the sandbox from.
+    #[arg(long)]
+    pub template: String,
+    /// A local file to upload first, as `LOCAL` (placed under its file name in the working
+    /// directory) or `LOCAL:REMOTE`. Repeat for more files.
+    #[arg(long = "file", value_name = "PATH")]
+    pub files: Vec<String>,
+    /// An environment variable for the command, `K=V`. Repeat for more.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// The working directory in the sandbox (absolute).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// How long the command may run, e.g. `90s` or `10m` (the server's policy caps it).
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// The command line to run, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_env().map_err(|e| anyhow::anyhow!(super::sentence(&e)))?;
+    let request = build_request(&args)?;
+    let run = match client
+        .json(Method::POST, "/runs", &[], Some(&request))
+        .await
+    {
+        Ok(run) => run,
+        Err(failure) => {
+            eprintln!("{}", super::sentence(&failure.to_string()));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let id = run["id"].as_str().unwrap_or_default().to_owned();
+    eprintln!("Run {id} queued (template {}).", args.template);
+    stream_output(&client, &id).await?;
+    let run = final_run(&client, &id).await?;
+    eprintln!("{}", outcome_line(&client, &run).await);
+    Ok(ExitCode::from(exit_status(&run)))
+}
+
+/// The run request: the command line quoted for bash, files read and base64-encoded.
+fn build_request(args: &RunArgs) -> anyhow::Result<Value> {
+    let mut files = Vec::new();
+    for spec in &args.files {
+        let (local, remote) = match spec.split_once(':') {
+            Some((local, remote)) if !local.is_empty() && !remote.is_empty() => {
+                (PathBuf::from(local), remote.to_owned())
+            }
+            _ => {
+                let local = PathBuf::from(spec);
+                let name = local
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .with_context(|| format!("--file {spec} names no file"))?;
+                (local, name)
+            }
+        };
+        let bytes = std::fs::read(&local)
+            .with_context(|| format!("could not read --file {}", local.display()))?;
+        files.push(json!({
+            "path": remote,
+            "content": base64::engine::general_purpose::STANDARD.encode(bytes),
+        }));
+    }
+    let mut env = serde_json::Map::new();
+    for pair in &args.env {
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair} must be K=V"))?;
+        env.insert(k.to_owned(), json!(v));
+    }
+    let mut request = json!({
+        "template": args.template,
+        "command": shell_join(&args.command),
+        "files": files,
+        "env": env,
+    });
+    if let Some(cwd) = &args.cwd {
+        request["cwd"] = json!(cwd);
+    }
+    if let Some(timeout) = &args.timeout {
+        request["timeout"] = json!(timeout);
+    }
+    Ok(request)
+}
+
+/// `words` as one bash command line: a lone word is taken as written (so `-- 'make && ls'`
+/// works), several are each quoted when they need it.
+fn shell_join(words: &[String]) -> String {
+    if words.len() == 1 {
+        return words[0].clone();
+    }
+    words
+        .iter()
+        .map(|w| {
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Copies the run's output to stdout as it arrives, until the run ended and all was read.
+async fn stream_output(client: &ApiClient, id: &str) -> anyhow::Result<()> {
+    let mut from = 0u64;
+    loop {
+        let chunk = client
+            .output(id, from, Some(OUTPUT_WAIT))
+            .await
+            .map_err(|f| anyhow::anyhow!(super::sentence(&f.to_string())))?;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&chunk.bytes)?;
+        stdout.flush()?;
+        from = chunk.next;
+        if chunk.finished {
+            return Ok(());
+        }
+    }
+}
+
+/// The run once it ended, with its case id when one is opened soon after.
+async fn final_run(client: &ApiClient, id: &str) -> anyhow::Result<Value> {
+    let path = format!("/runs/{id}");
+    let deadline = tokio::time::Instant::now() + CASE_PATIENCE;
+    loop {
+        let run = client
+            .json(Method::GET, &path, &[("wait", "10s".to_owned())], None)
+            .await
+            .map_err(|f| anyhow::anyhow!(super::sentence(&f.to_string())))?;
+        let ended = matches!(
+            run["status"].as_str(),
+            Some("finished" | "timed_out" | "failed")
+        );
+        let settled = ended && (run["case_id"].is_string() || run["handed_over"] == true);
+        if settled || (ended && tokio::time::Instant::now() >= deadline) {
+            return Ok(run);
+        }
+        if ended {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// `Run run_x finished: exit 0 after 1.2 s. Sandbox sbx: run case case_y is pending.`
+async fn outcome_line(client: &ApiClient, run: &Value) -> String {
+    let id = run["id"].as_str().unwrap_or("?");
+    let secs = run["duration_ms"].as_u64().map(|ms| ms as f64 / 1000.0);
+    let took = secs.map(|s| format!(" after {s:.1} s")).unwrap_or_default();
+    let what = match run["status"].as_str() {
+        Some("finished") => format!(
+            "finished: exit {}{took}",
+            run["exit_code"].as_i64().unwrap_or_default()
+        ),
+        Some("timed_out") => format!("was stopped at its timeout{took}"),
+        _ => format!(
+            "failed: {}",
+            run["error"].as_str().unwrap_or("no reason was given")
+        ),
+    };
+    let sandbox = run["sandbox_id"].as_str();
+    let case = match run["case_id"].as_str() {
+        Some(case) => {
+            let state = client
+                .json(Method::GET, &format!("/cases/{case}"), &[], None)
+                .await
+                .ok()
+                .and_then(|c| c["state"].as_str().map(str::to_owned));
+            match state {
+                Some(state) => format!(" Run case {case} is {state}."),
+                None => format!(" Run case {case} decides its sandbox's fate."),
+            }
+        }
+        None => match sandbox {
+            Some(_) => {
+                " No run case was opened (Steward's policy decides the sandbox's fate).".to_owned()
+            }
+            None => String::new(),
+        },
+    };
+    let sandbox = sandbox
+        .map(|s| format!(" Sandbox {s}."))
+        .unwrap_or_default();
+    format!("Run {id} {what}.{sandbox}{case}")
+}
+
+/// The command's exit code, 124 for a timeout, 1 for a failed run.
+fn exit_status(run: &Value) -> u8 {
+    match run["status"].as_str() {
+        Some("finished") => run["exit_code"]
+            .as_i64()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1),
+        Some("timed_out") => EXIT_TIMED_OUT,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_for_bash_only_when_they_need_it() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(shell_join(&words(&["make && ls"])), "make && ls");
+        assert_eq!(
+            shell_join(&words(&["python", "-c", "print('hi there')"])),
+            r"python -c 'print('\''hi there'\'')'"
+        );
+        assert_eq!(shell_join(&words(&["ls", "-la", "/tmp"])), "ls -la /tmp");
+    }
+
+    #[test]
+    fn the_exit_status_is_the_commands_or_124_or_1() {
+        assert_eq!(
+            exit_status(&json!({"status": "finished", "exit_code": 3})),
+            3
+        );
+        assert_eq!(
+            exit_status(&json!({"status": "finished", "exit_code": 0})),
+            0
+        );
+        assert_eq!(exit_status(&json!({"status": "timed_out"})), 124);
+        assert_eq!(exit_status(&json!({"status": "failed"})), 1);
+    }
+}

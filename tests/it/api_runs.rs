@@ -1,0 +1,343 @@
+//! Runs through the agent API, the MCP tools and `steward run`, against the E2B simulator
+//! executing real commands (`--exec local`): results come back, bad input is refused with the
+//! field named, and no refused request creates a sandbox.
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::api::{AGENT_TOKEN, READER_TOKEN, api_policy, expect_error};
+use crate::common::{TestApp, TestAppOptions, spawn_app_with};
+use crate::mcp::{call, http_client, stdio_client, text_of};
+
+async fn spawn_exec_app() -> TestApp {
+    spawn_app_with(TestAppOptions {
+        policy: Some(api_policy()),
+        exec_local: true,
+        ..TestAppOptions::default()
+    })
+    .await
+}
+
+async fn post_run(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
+    app.http
+        .post(app.url("/api/v1/runs"))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn creates(app: &TestApp) -> u64 {
+    app.e2b.hooks().calls_of("create").await.unwrap()
+}
+
+#[tokio::test]
+async fn a_run_through_the_api_returns_its_results_and_its_output() {
+    let app = spawn_exec_app().await;
+    let resp = post_run(
+        &app,
+        AGENT_TOKEN,
+        &json!({
+            "template": "base",
+            "command": "cat note.txt; echo to-stderr >&2; exit 3",
+            "files": [{"path": "note.txt", "content": "aGVsbG8gZnJvbSBhIGZpbGUK"}],
+        }),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let queued: Value = resp.json().await.unwrap();
+    assert_eq!(queued["status"], "queued");
+    assert_eq!(queued["requester"], "agent");
+    let id = queued["id"].as_str().unwrap().to_owned();
+
+    let run: Value = app
+        .http
+        .get(app.url(&format!("/api/v1/runs/{id}?wait=40s")))
+        .bearer_auth(READER_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "finished", "{run}");
+    assert_eq!(run["exit_code"], 3);
+
+    let resp = app
+        .http
+        .get(app.url(&format!("/api/v1/runs/{id}/output?from=0")))
+        .bearer_auth(AGENT_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-run-finished"], "true");
+    let next: u64 = resp.headers()["x-next-offset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("hello from a file") && text.contains("to-stderr"),
+        "{text}"
+    );
+    assert_eq!(next, text.len() as u64);
+}
+
+#[tokio::test]
+async fn bad_run_requests_are_refused_with_the_field_named_and_no_sandbox_is_created() {
+    let app = spawn_exec_app().await;
+    for (body, status, field) in [
+        (
+            json!({"template": "base"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "command",
+        ),
+        (
+            json!({"template": "base", "command": "ls", "colour": "red"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "colour",
+        ),
+        (
+            json!({"template": "base", "command": "ls", "timeout": "100h"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "timeout",
+        ),
+        (
+            json!({"template": "base", "command": "ls", "files": [{"path": "a", "content": 5}]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "files[0].content",
+        ),
+        (
+            json!({"template": "base", "command": "x".repeat(20_000)}),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "command",
+        ),
+    ] {
+        let resp = post_run(&app, AGENT_TOKEN, &body).await;
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "too_large"
+        } else {
+            "invalid"
+        };
+        let error = expect_error(resp, status, code).await;
+        assert_eq!(error["field"], field, "{error}");
+    }
+    let malformed = app
+        .http
+        .post(app.url("/api/v1/runs"))
+        .bearer_auth(AGENT_TOKEN)
+        .header("content-type", "application/json")
+        .body("{\"template\": \"base\", ")
+        .send()
+        .await
+        .unwrap();
+    let error = expect_error(malformed, StatusCode::UNPROCESSABLE_ENTITY, "invalid").await;
+    assert!(
+        error["message"].as_str().unwrap().contains("line 1"),
+        "{error}"
+    );
+    let huge = app
+        .http
+        .post(app.url("/api/v1/runs"))
+        .bearer_auth(AGENT_TOKEN)
+        .header("content-type", "application/json")
+        .body(vec![b' '; 17 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    expect_error(huge, StatusCode::PAYLOAD_TOO_LARGE, "too_large").await;
+    let reader = post_run(
+        &app,
+        READER_TOKEN,
+        &json!({"template": "base", "command": "ls"}),
+    )
+    .await;
+    let error = expect_error(reader, StatusCode::FORBIDDEN, "forbidden").await;
+    assert!(error["message"].as_str().unwrap().contains("`run`"));
+    let unknown = app
+        .http
+        .get(app.url("/api/v1/runs/run_nosuchrun"))
+        .bearer_auth(AGENT_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    expect_error(unknown, StatusCode::NOT_FOUND, "not_found").await;
+    assert_eq!(
+        creates(&app).await,
+        0,
+        "no refused request created a sandbox"
+    );
+}
+
+#[tokio::test]
+async fn with_redis_down_a_run_or_a_case_is_a_503_and_nothing_is_started() {
+    let redis = crate::common::ThrowawayRedis::start();
+    let app = spawn_app_with(TestAppOptions {
+        policy: Some(api_policy()),
+        redis_url: Some(redis.url()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    drop(redis);
+    let resp = post_run(
+        &app,
+        AGENT_TOKEN,
+        &json!({"template": "base", "command": "ls"}),
+    )
+    .await;
+    let error = expect_error(resp, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was started"),
+        "{error}"
+    );
+    let resp = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(AGENT_TOKEN)
+        .json(&json!({"action": "kill_sandbox", "sandbox_id": "anybox", "reason": "done"}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    assert_eq!(creates(&app).await, 0);
+    assert_eq!(app.e2b.hooks().calls_of("kill").await.unwrap_or(0), 0);
+}
+
+#[tokio::test]
+async fn run_code_over_mcp_http_and_stdio_returns_the_exit_code_and_the_output() {
+    let app = spawn_exec_app().await;
+    for client in [
+        http_client(&app, AGENT_TOKEN).await,
+        stdio_client(&app, AGENT_TOKEN).await,
+    ] {
+        let result = call(
+            &client,
+            "run_code",
+            json!({
+                "template": "base",
+                "command": "python3 -c 'print(6*7)' 2>/dev/null || echo 42; sh script.sh",
+                "files": [{"path": "script.sh", "content": "echo from-script\nexit 2\n"}],
+            }),
+        )
+        .await;
+        assert_ne!(result.is_error, Some(true), "{}", text_of(&result));
+        let body: Value = serde_json::from_str(&text_of(&result)).unwrap();
+        assert_eq!(body["run"]["status"], "finished", "{body}");
+        assert_eq!(body["run"]["exit_code"], 2);
+        let output = body["output"].as_str().unwrap();
+        assert!(
+            output.contains("42") && output.contains("from-script"),
+            "{output}"
+        );
+        let again = call(&client, "get_run", json!({"run_id": body["run"]["id"]})).await;
+        let again: Value = serde_json::from_str(&text_of(&again)).unwrap();
+        assert_eq!(again["run"]["exit_code"], 2);
+        client.cancel().await.ok();
+    }
+}
+
+#[tokio::test]
+async fn an_agents_kill_request_is_decided_by_a_person_and_the_long_poll_returns_the_decision() {
+    let app = crate::api::spawn_api_app().await;
+    app.seed_sandbox(json!({"sandboxID": "agentkill1", "templateID": "base", "state": "running"}))
+        .await;
+    let ask =
+        json!({"action": "kill_sandbox", "sandbox_id": "agentkill1", "reason": "my job is done"});
+    let post = || async {
+        app.http
+            .post(app.url("/api/v1/cases"))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&ask)
+            .send()
+            .await
+            .unwrap()
+    };
+    let resp = post().await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let case: Value = resp.json().await.unwrap();
+    assert_eq!(case["state"], "pending");
+    assert_eq!(case["existing"], false);
+    assert_eq!(case["opener"], json!({"kind": "agent", "name": "agent"}));
+    let id = case["id"].as_str().unwrap().to_owned();
+    let again = post().await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.json::<Value>().await.unwrap()["id"], id.as_str());
+
+    let waiting = {
+        let http = app.http.clone();
+        let url = app.url(&format!("/api/v1/cases/{id}?wait=30s"));
+        tokio::spawn(async move {
+            http.get(url)
+                .bearer_auth(AGENT_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    crate::api_cases::person_kills(&app, &id).await;
+    let decided = waiting.await.unwrap();
+    assert_eq!(decided["decision"]["option"], "kill", "{decided}");
+    assert_eq!(decided["decision"]["by"], "U0002");
+
+    // No token may ask for what it is not allowed, and a bad action names the field.
+    let resp = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(READER_TOKEN)
+        .json(&json!({"action": "delete_template", "template_id": "base"}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    let resp = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(AGENT_TOKEN)
+        .json(&json!({"action": "explode", "sandbox_id": "agentkill1"}))
+        .send()
+        .await
+        .unwrap();
+    let error = expect_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid").await;
+    assert_eq!(error["field"], "action");
+    let resp = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(AGENT_TOKEN)
+        .json(&json!({"action": "kill_sandbox", "sandbox_id": "nosuchbox"}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+}
+
+#[tokio::test]
+async fn steward_run_streams_the_output_and_exits_with_the_commands_code() {
+    let app = spawn_exec_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("job.sh");
+    std::fs::write(&script, "echo first line\necho second line\nexit 4\n").unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--template", "base", "--file"])
+        .arg(&script)
+        .args(["--env", "GREETING=hi", "--", "echo $GREETING; sh job.sh"])
+        .env("STEWARD_URL", &app.address)
+        .env("STEWARD_API_TOKEN", AGENT_TOKEN)
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "hi\nfirst line\nsecond line\n", "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("finished: exit 4"), "{stderr}");
+    assert!(!stderr.contains(AGENT_TOKEN));
+}
