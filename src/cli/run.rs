@@ -4,7 +4,7 @@
 //!
 //! Exit status: the command's own exit code when it ended by itself; 124 when Steward stopped it
 //! at its timeout (like `timeout(1)`); 1 when the run failed (sandbox or Steward trouble) or
-//! could not be started. Like every API client, it decides nothing: the server checks the
+//! could not be started (missing settings included). Like every API client, it decides nothing: the server checks the
 //! token and the limits.
 use std::io::Write;
 use std::path::PathBuf;
@@ -50,8 +50,20 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = ApiClient::from_env().map_err(|e| anyhow::anyhow!(super::sentence(&e)))?;
-    let request = build_request(&args)?;
+    let client = match ApiClient::from_env() {
+        Ok(client) => client,
+        Err(problem) => {
+            eprintln!("{}", super::sentence(&problem));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let request = match build_request(&args) {
+        Ok(request) => request,
+        Err(problem) => {
+            eprintln!("{}", super::sentence(&format!("{problem:#}")));
+            return Ok(ExitCode::from(1));
+        }
+    };
     let run = match client
         .json(Method::POST, "/runs", &[], Some(&request))
         .await

@@ -339,5 +339,53 @@ async fn steward_run_streams_the_output_and_exits_with_the_commands_code() {
     assert_eq!(stdout, "hi\nfirst line\nsecond line\n", "{stderr}");
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("finished: exit 4"), "{stderr}");
+    // The outcome line ends with the run case's state, or says that none was opened.
+    assert!(
+        stderr.contains("Run case case_") || stderr.contains("No run case"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(AGENT_TOKEN));
+}
+
+#[tokio::test]
+async fn steward_run_exits_124_when_steward_stops_the_command_at_its_timeout() {
+    let app = spawn_exec_app().await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--template", "base", "--timeout", "1s", "--"])
+        .arg("echo started; sleep 60")
+        .env("STEWARD_URL", &app.address)
+        .env("STEWARD_API_TOKEN", AGENT_TOKEN)
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("was stopped at its timeout"), "{stderr}");
+}
+
+#[tokio::test]
+async fn steward_run_without_a_token_or_with_a_bad_one_says_so_and_starts_nothing() {
+    let app = spawn_exec_app().await;
+    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--template", "base", "--", "ls"])
+        .env("STEWARD_URL", &app.address)
+        .env_remove("STEWARD_API_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("STEWARD_API_TOKEN is not set"));
+    let wrong = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--template", "base", "--", "ls"])
+        .env("STEWARD_URL", &app.address)
+        .env("STEWARD_API_TOKEN", "stw_not_a_token")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("not one Steward knows"), "{stderr}");
+    assert!(!stderr.contains("stw_not_a_token"), "{stderr}");
+    assert_eq!(creates(&app).await, 0);
 }
