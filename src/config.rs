@@ -209,10 +209,10 @@ pub struct Policy {
     pub hygiene: HygieneConfig,
     /// Per-user rate limit and follow-up bounds of the Slack surface (`[limits]`).
     pub limits: crate::slack::limits::LimitsConfig,
-    /// Who may call the agent API and the MCP server (`[api]`).
-    pub api: ApiConfig,
     /// Governed runs: bounds, timeouts, output cap and what happens after (`[runs]`).
     pub runs: RunsConfig,
+    /// Who may call the agent API and the MCP server (`[api]`).
+    pub api: ApiConfig,
 }
 
 /// `[runs]` as written in steward.toml; every key is optional (see [`RunLimits::default`] and
@@ -830,7 +830,7 @@ mod tests {
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `api`, `runs`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.
