@@ -45,6 +45,8 @@ pub struct TestAppOptions {
     pub stale_after: Duration,
     /// How often the expiry loop runs.
     pub expire_every: Duration,
+    /// Whether the E2B simulator runs envd commands as local processes (`--exec local`).
+    pub exec_local: bool,
 }
 
 impl Default for TestAppOptions {
@@ -65,6 +67,7 @@ impl Default for TestAppOptions {
             worker: true,
             stale_after: Duration::from_secs(120),
             expire_every: Duration::from_millis(200),
+            exec_local: false,
         }
     }
 }
@@ -142,6 +145,11 @@ pub async fn spawn_app_with(opts: TestAppOptions) -> TestApp {
     let e2b = SimServer::start(SimOptions {
         sandboxes: opts.sandboxes,
         api_key: Some(E2B_KEY.into()),
+        exec: if opts.exec_local {
+            sandbox_steward::sim::e2b::ExecMode::Local
+        } else {
+            sandbox_steward::sim::e2b::ExecMode::Off
+        },
         ..SimOptions::default()
     })
     .await
@@ -192,6 +200,8 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
         ("E2B_API_URL", e2b.base_url()),
         ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        // envd of the simulator's sandboxes (the data plane runs use).
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
         ("REDIS_URL", redis_url.clone()),
         ("STEWARD_REDIS_PREFIX", redis_prefix.clone()),
     ]
