@@ -5,7 +5,8 @@
 //! This file must not call Slack, E2B or the store: it turns values into messages.
 use serde::Serialize;
 
-use crate::cases::{Case, CaseState, DecisionOption, Opener, StepOutcome, Subject};
+use super::run_card::{self, RunCardParams};
+use crate::cases::{Case, CaseState, Decider, DecisionOption, Opener, StepOutcome, Subject};
 use crate::slack::format::{self, human_bytes, when};
 use crate::slack::payload::{
     CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RETRY, CASE_UNTIL_ACTION,
@@ -56,8 +57,10 @@ pub struct CaseCardParams {
     /// The header: the question while pending (`Sandbox x: kill it?`), the end state after
     /// (`Sandbox x killed after snapshot …`). Plain text.
     pub headline: String,
-    /// Who asked: a mention, or the sweep.
+    /// Who asked: a mention, the sweep, or `Agent <name>`.
     pub opener: Mrkdwn,
+    /// What they ask, after their name: `asks`, or for an agent `asks to kill this sandbox`.
+    pub asks: String,
     pub reason: String,
     pub evidence: Vec<KeyValue>,
     pub recommendation: String,
@@ -66,6 +69,13 @@ pub struct CaseCardParams {
     pub status: CardStatus,
     /// A mention of whoever decided.
     pub actor: Option<Mrkdwn>,
+    /// Set instead of the usual "X chose Y" line when a policy decided: the whole status line.
+    pub policy_line: Option<String>,
+    /// What happens if nobody decides by the deadline, when it is not "nothing": a run case's
+    /// sandbox is left to its E2B timeout.
+    pub unanswered: Option<String>,
+    /// The run section of a run case's card.
+    pub run: Option<RunCardParams>,
     pub option: Option<String>,
     pub decision_reason: Option<String>,
     pub error: Option<String>,
@@ -90,6 +100,9 @@ fn subject_parts(subject: &Subject) -> (&'static str, String) {
     }
 }
 
+/// The metadata a run puts on its sandbox, which a run case's run section already says.
+const RUN_METADATA_KEYS: [&str; 3] = ["steward.run", "steward.requester", "steward.purpose"];
+
 /// The evidence as card fields (at most ten: Slack's limit on section fields).
 fn evidence_fields(case: &Case) -> Vec<KeyValue> {
     let e = &case.evidence;
@@ -104,8 +117,10 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
     if let Some(state) = &e.state {
         push("State", state.clone());
     }
-    // People know a template by its alias; the id is only shown when there is none.
+    // People know a template by its alias; the id is only shown when there is none. A run
+    // case's run section already names it.
     match (&e.template_alias, &e.template) {
+        _ if e.run.is_some() => {}
         (Some(alias), _) => push("Template", format!("`{alias}`")),
         (None, Some(t)) => push("Template", format!("`{t}`")),
         (None, None) => {}
@@ -152,10 +167,12 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
         push("Used by", usage_words(usage).replace(" and ", " · "));
     }
     // The owner's entry is already the `Owner` field; the rest of the metadata follows.
+    // So are a run's own marks on its sandbox, for a run case.
     let metadata: Vec<String> = e
         .metadata
         .iter()
         .filter(|(_, v)| e.owner.as_deref() != Some(v.trim()))
+        .filter(|(k, _)| e.run.is_none() || !RUN_METADATA_KEYS.contains(&k.as_str()))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if !metadata.is_empty() {
@@ -220,10 +237,29 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
     };
     ButtonParams {
         action_id: case_option_action_id(option),
-        text: option.to_string(),
+        text: option_label(case, option),
         value: case.id.to_string(),
         style,
         confirm,
+    }
+}
+
+/// A button's words: the option's name, with the time for Keep running.
+pub fn option_label(case: &Case, option: DecisionOption) -> String {
+    match (option, case.keep_running_for_secs) {
+        (DecisionOption::KeepRunning, Some(secs)) => format!(
+            "Keep running for {}",
+            format::human_duration(std::time::Duration::from_secs(secs))
+        ),
+        _ => option.to_string(),
+    }
+}
+
+/// Who decided, as the card and replies name them: a mention, or the policy.
+pub fn decider(by: &Decider) -> Mrkdwn {
+    match by {
+        Decider::Person(user) => Mrkdwn::user(user),
+        Decider::Policy { policy } => Mrkdwn::text(&format!("policy ({policy})")),
     }
 }
 
@@ -240,6 +276,8 @@ fn question(case: &Case) -> &'static str {
         DecisionOption::SnapshotThenKill | DecisionOption::Kill => "kill it?",
         DecisionOption::Pause => "pause it?",
         DecisionOption::DeleteTemplate => "delete it?",
+        DecisionOption::SnapshotAndKeep => "snapshot and keep it?",
+        DecisionOption::KeepRunning => "keep it running?",
         DecisionOption::Leave | DecisionOption::Keep => "what now?",
     }
 }
@@ -252,7 +290,14 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
     let (kind, id) = subject_parts(&case.subject);
     let subject = format!("{kind} {id}");
     let text = match &case.state {
-        CaseState::Pending => format!("{subject}: {}", question(case)),
+        CaseState::Pending => match &case.evidence.run {
+            Some(run) => format!(
+                "{} in {} {id}: what now?",
+                run_card::ended(run),
+                kind.to_lowercase()
+            ),
+            None => format!("{subject}: {}", question(case)),
+        },
         CaseState::Decided { decision, .. } | CaseState::Executing { decision, .. } => {
             format!("{subject}: {} under way", decision.option)
         }
@@ -276,17 +321,77 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
                     (DecisionOption::DeleteTemplate, _) => format!("{subject} deleted"),
                     (DecisionOption::Leave, _) => format!("{subject} left as it is"),
                     (DecisionOption::Keep, _) => format!("{subject} kept"),
+                    (DecisionOption::SnapshotAndKeep, Some(snap)) => {
+                        format!("{subject} paused after snapshot {snap}")
+                    }
+                    (DecisionOption::SnapshotAndKeep, None) => format!("{subject} paused"),
+                    (DecisionOption::KeepRunning, _) => format!("{subject} kept running"),
                 }
             }
         }
         CaseState::Failed { decision, .. } => format!("{subject}: {} failed", decision.option),
+        CaseState::Expired { .. } if case.evidence.run.is_some() => {
+            format!("{subject}: no decision, left to its E2B timeout")
+        }
         CaseState::Expired { .. } => format!("{subject}: no decision, nothing done"),
+        CaseState::Left {
+            by: Decider::Policy { .. },
+            ..
+        } if case.evidence.run.is_some() => format!("{subject} left to its E2B timeout"),
         CaseState::Left { option, .. } => match option {
             DecisionOption::Keep => format!("{subject} kept"),
             _ => format!("{subject} left as it is"),
         },
     };
     format::cut(&text, HEADER_MAX_CHARS)
+}
+
+/// The status line of a case a policy decided (`Killed by policy ([runs] on_finish = …)`), or
+/// `None` when a person decided or nobody has yet.
+fn policy_line(case: &Case) -> Option<String> {
+    let (option, policy) = match &case.state {
+        CaseState::Left {
+            by: Decider::Policy { policy },
+            option,
+            ..
+        } => (*option, policy),
+        state => match state.decision()? {
+            crate::cases::Decision {
+                by: Decider::Policy { policy },
+                option,
+                ..
+            } => (*option, policy),
+            _ => return None,
+        },
+    };
+    let done = match option {
+        DecisionOption::SnapshotThenKill | DecisionOption::Kill => "Killed",
+        DecisionOption::Pause | DecisionOption::SnapshotAndKeep => "Paused",
+        DecisionOption::DeleteTemplate => "Deleted",
+        DecisionOption::KeepRunning => "Kept running",
+        DecisionOption::Leave | DecisionOption::Keep => "Left to its E2B timeout",
+    };
+    Some(match &case.state {
+        CaseState::Decided { .. } | CaseState::Executing { .. } => {
+            format!(":gear: {option} by policy ({policy}); Steward is doing it now.")
+        }
+        CaseState::Done { steps, at, .. } => {
+            if steps.iter().any(|r| r.outcome == StepOutcome::AlreadyGone) {
+                format!(
+                    ":ghost: {option} by policy ({policy}), but it was already gone: nothing was done."
+                )
+            } else {
+                format!(
+                    ":white_check_mark: {done} by policy ({policy}). Done {}.",
+                    when(*at)
+                )
+            }
+        }
+        CaseState::Failed { error, .. } => {
+            format!(":x: {option} by policy ({policy}) failed: {error}")
+        }
+        _ => format!(":leaves: {done} by policy ({policy})."),
+    })
 }
 
 /// What the `State` field says once the case is no longer open: the end state when Steward
@@ -302,6 +407,7 @@ fn state_after(case: &Case, asked: &str) -> Option<String> {
                 StepOutcome::Paused | StepOutcome::AlreadyPaused => Some("paused"),
                 StepOutcome::TemplateDeleted => Some("deleted"),
                 StepOutcome::AlreadyGone => Some("gone"),
+                StepOutcome::KeptRunning { .. } => Some("running"),
                 _ => None,
             });
             Some(match end {
@@ -332,6 +438,17 @@ fn result_lines(steps: &[crate::cases::StepRecord]) -> (Vec<String>, Option<Stri
             StepOutcome::AlreadyPaused => "It was already paused.".into(),
             StepOutcome::TemplateDeleted => "Template deleted.".into(),
             StepOutcome::AlreadyGone => "It was already gone.".into(),
+            StepOutcome::KeptRunning {
+                until,
+                extended: true,
+            } => format!("E2B timeout extended: it runs until {}.", when(*until)),
+            StepOutcome::KeptRunning {
+                until,
+                extended: false,
+            } => format!(
+                "Its E2B timeout already ran until {}, later than asked, so it was left as it was.",
+                when(*until)
+            ),
         };
         lines.push(format!("{} · {line}", when(record.at)));
     }
@@ -370,12 +487,24 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         Opener::Sweep => Mrkdwn::text("The hygiene sweep"),
         Opener::Agent { name } => Mrkdwn::text(&format!("Agent {name}")),
     };
+    // An agent is nobody people know by sight: its card says plainly what it asks for.
+    let asks = match (&case.opener, &case.subject) {
+        (Opener::Agent { .. }, Subject::Sandbox(_)) => "asks to kill this sandbox",
+        (Opener::Agent { .. }, Subject::Template(_)) => "asks to delete this template",
+        _ => "asks",
+    };
+    let run = case
+        .evidence
+        .run
+        .as_ref()
+        .map(|r| run_card::run_params(case, r));
     let mut params = CaseCardParams {
         case_id: case.id.to_string(),
         subject_kind,
         subject_id,
         headline: String::new(),
         opener,
+        asks: asks.to_owned(),
         reason: case.reason.clone(),
         evidence: evidence_fields(case),
         recommendation: case.recommendation.option.to_string(),
@@ -383,6 +512,11 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         notes: case.notes.iter().map(|n| n.text.clone()).collect(),
         status: CardStatus::Pending,
         actor: None,
+        policy_line: None,
+        unanswered: run
+            .is_some()
+            .then(|| "the sandbox is left to its E2B timeout".to_owned()),
+        run,
         option: None,
         decision_reason: None,
         error: None,
@@ -395,10 +529,11 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         block_id: format!("case:{}:{}", case.id, case.version),
     };
     if let Some(d) = case.state.decision() {
-        params.actor = Some(Mrkdwn::user(&d.by));
+        params.actor = Some(decider(&d.by));
         params.option = Some(d.option.to_string());
         params.decision_reason = d.reason.clone();
     }
+    params.policy_line = policy_line(case);
     match &case.state {
         CaseState::Pending => {
             params.buttons = option_buttons(case);
@@ -440,7 +575,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             at,
         } => {
             params.status = CardStatus::Left;
-            params.actor = Some(Mrkdwn::user(by));
+            params.actor = Some(decider(by));
             params.option = Some(option.to_string());
             params.decision_reason = reason.clone();
             params.until = until.map(when);
@@ -709,7 +844,7 @@ mod tests {
     fn decision(option: DecisionOption) -> Decision {
         Decision {
             option,
-            by: user("U2"),
+            by: user("U2").into(),
             at: t(60),
             reason: None,
         }
@@ -870,6 +1005,33 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_case_card_names_the_agent_and_says_what_it_asks() {
+        let mut case = sandbox_case();
+        case.opener = Opener::Agent {
+            name: "ci-bot <prod>".into(),
+        };
+        case.reason = "the nightly job is finished with it".into();
+        let json = render(&case);
+        assert_eq!(
+            json["blocks"][1]["text"]["text"],
+            "Agent ci-bot &lt;prod&gt; asks to kill this sandbox: the nightly job is finished with it"
+        );
+        insta::assert_json_snapshot!("case_card_agent", json);
+
+        case.subject = Subject::Template(TemplateId::parse("old-tpl").unwrap());
+        case.options = case.subject.default_options();
+        case.recommendation.option = DecisionOption::DeleteTemplate;
+        let json = render(&case);
+        assert!(
+            json["blocks"][1]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("asks to delete this template: "),
+            "{json}"
+        );
+    }
+
+    #[test]
     fn a_template_card_says_how_many_use_it_in_its_confirm() {
         let mut case = sandbox_case();
         case.subject = Subject::Template(TemplateId::parse("old-tpl").unwrap());
@@ -961,7 +1123,7 @@ mod tests {
                 "case_card_left",
                 CaseState::Left {
                     option: DecisionOption::Leave,
-                    by: user("U3"),
+                    by: user("U3").into(),
                     reason: Some("demo on Friday".into()),
                     until: Some(t(7 * 86_400)),
                     at: t(61),
@@ -1051,7 +1213,7 @@ mod tests {
             (
                 CaseState::Left {
                     option: DecisionOption::Leave,
-                    by: user("U3"),
+                    by: user("U3").into(),
                     reason: None,
                     until: None,
                     at: t(61),

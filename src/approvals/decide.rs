@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::{Services, audit, refresh_card};
-use crate::cases::{Case, CaseState, DecisionOption, Event, may_decide};
+use crate::cases::{Case, CaseState, Decider, DecisionOption, Event, may_decide};
 use crate::ids::{CaseId, SlackUserGroupId, SlackUserId};
 use crate::slack::render::Mrkdwn;
 use crate::store::Job;
@@ -71,9 +71,9 @@ fn store_sentence(e: StoreError) -> String {
 
 /// Says why a case no longer takes `option` from this person, naming who decided.
 pub fn already_sentence(case: &Case) -> Mrkdwn {
-    let decided = |by: &SlackUserId, option: DecisionOption| {
+    let decided = |by: &Decider, option: DecisionOption| {
         Mrkdwn::text("Already decided by ")
-            .and(Mrkdwn::user(by))
+            .and(super::card::decider(by))
             .and(format!(": {option}."))
     };
     match &case.state {
@@ -386,6 +386,12 @@ async fn follow_up(svc: &Services, case: Case) {
 /// card updates always land after this one).
 async fn after_decision(svc: &Services, case: Case) {
     refresh_card(&svc.store, &svc.slack, &svc.templates, &case).await;
+    queue_decision(svc, &case).await;
+}
+
+/// Queues the work of a Decided case (nothing for any other state). When the queue refuses it,
+/// the case fails at once with the reason, so people see it and can Retry.
+pub(super) async fn queue_decision(svc: &Services, case: &Case) {
     if let CaseState::Decided {
         decision, attempt, ..
     } = &case.state

@@ -22,6 +22,8 @@ pub mod history;
 pub mod lifetime;
 pub mod repair;
 pub mod request;
+pub mod run_card;
+pub mod run_case;
 pub mod worker;
 
 /// How long one replica may hold the right to post a case's card. Whoever opens or asks about a
@@ -94,6 +96,38 @@ pub enum ApprovalError {
     Slack(#[from] SlackError),
     #[error("The case card could not be formatted: {0}.")]
     Render(String),
+    #[error(
+        "No channel is configured for the card ([channels] runs or approvals in steward.toml), so no case was opened."
+    )]
+    NoChannel,
+    #[error("E2B is not configured (E2B_API_KEY is not set), so no case was opened.")]
+    E2bNotConfigured,
+    /// What is gone, e.g. `Sandbox sbx1`.
+    #[error("{0} is already gone, so there is nothing to decide and no case was opened.")]
+    Gone(String),
+    /// E2B could not be read; the sentence says why. `transient`: it may pass (a 429, a 5xx,
+    /// E2B unreachable).
+    #[error("{sentence} No case was opened.")]
+    E2b { sentence: String, transient: bool },
+}
+
+impl ApprovalError {
+    /// Whether asking again later may succeed (Redis, Slack or E2B briefly unavailable), as
+    /// opposed to a setting or a gone subject that no retry changes. A run's hand-over retries
+    /// on the first and gives up on the second.
+    pub fn worth_retrying(&self) -> bool {
+        match self {
+            ApprovalError::StoreUnavailable(_) | ApprovalError::Store(_) => true,
+            // `not_in_channel` too: once someone invites the app, the next try posts the card.
+            ApprovalError::Slack(_) => true,
+            ApprovalError::E2b { transient, .. } => *transient,
+            ApprovalError::Draft(_)
+            | ApprovalError::Render(_)
+            | ApprovalError::NoChannel
+            | ApprovalError::E2bNotConfigured
+            | ApprovalError::Gone(_) => false,
+        }
+    }
 }
 
 impl From<StoreError> for ApprovalError {

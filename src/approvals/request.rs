@@ -1,4 +1,5 @@
-//! `/sandbox kill` and `/sandbox delete-template`: a person asks, Steward opens a case.
+//! `/sandbox kill` and `/sandbox delete-template`: a person asks, Steward opens a case; and the
+//! same request made by an agent ([`request_by_agent`]), answered as data rather than a message.
 //!
 //! The database is asked first (an open case for the subject, which also proves Redis
 //! answers), so that when Redis is down nothing at all is sent to E2B. Only then is the
@@ -10,9 +11,9 @@ use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card}
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
 use crate::e2b::{E2bClient, E2bError};
 use crate::execute::sentence;
-use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 use crate::slack::render::{FailureParams, Message};
-use crate::store::{Opened, StoreError};
+use crate::store::{Opened, Store, StoreError};
 
 /// Who asked, where, and why.
 #[derive(Debug, Clone)]
@@ -43,7 +44,96 @@ fn opened_message(svc: &Services, case: &Case, existing: bool) -> Message {
     })
 }
 
-/// Opens (or points at) the case for `subject`, reading its evidence from E2B.
+/// What came of asking for a case, before it is worded for a Slack user or an agent.
+enum Asked {
+    /// The case (new, or the open one for the subject), its card posted.
+    Case { case: Case, existing: bool },
+    /// An open case whose card another request is posting at this moment.
+    BeingPosted(Case),
+}
+
+/// Why no case came of asking, before it is worded.
+enum AskError {
+    StoreUnavailable,
+    /// The check for an open case failed for another reason than Redis being down.
+    StoreCheck(StoreError),
+    E2bNotConfigured,
+    NotFound,
+    E2b(E2bError),
+    /// The case exists but its card could not be posted (or the store refused it).
+    Post(ApprovalError),
+}
+
+/// Opens (or points at) the case for `subject`, reading its evidence from E2B: the one path
+/// behind `/sandbox kill`, `delete-template` and an agent's request, so each opens the same
+/// case with the same evidence, recommendation, options, deadline and card.
+async fn ask(
+    svc: &Services,
+    subject: Subject,
+    opener: Opener,
+    reason: Option<String>,
+    target: CardTarget,
+    now: DateTime<Utc>,
+) -> Result<Asked, AskError> {
+    // Redis first: when it is down, E2B hears nothing.
+    match svc.store.case_for_subject(&subject).await {
+        Ok(Some(existing)) if existing.card.is_some() => {
+            return Ok(Asked::Case {
+                case: existing,
+                existing: true,
+            });
+        }
+        // Its card was never posted (Slack refused, or the app was not in the channel yet):
+        // asking again posts it now rather than pointing at nothing.
+        Ok(Some(existing)) => {
+            return match post_card(&svc.store, &svc.slack, &svc.templates, &existing, &target).await
+            {
+                Ok(Some(case)) => Ok(Asked::Case {
+                    case,
+                    existing: true,
+                }),
+                Ok(None) => Ok(Asked::BeingPosted(existing)),
+                Err(e) => Err(AskError::Post(e)),
+            };
+        }
+        Ok(None) => {}
+        Err(e @ StoreError::Unavailable(_)) => {
+            tracing::warn!(error = %e, "no case opened: Redis unavailable");
+            return Err(AskError::StoreUnavailable);
+        }
+        Err(e) => return Err(AskError::StoreCheck(e)),
+    }
+    let Some(e2b) = &svc.e2b else {
+        return Err(AskError::E2bNotConfigured);
+    };
+    let evidence = match read_evidence(e2b, &subject).await {
+        Ok(evidence) => evidence,
+        Err(E2bError::NotFound { .. }) => return Err(AskError::NotFound),
+        Err(e) => return Err(AskError::E2b(e)),
+    };
+    let draft = CaseDraft {
+        recommendation: requested_recommendation(&subject, &opener),
+        subject,
+        evidence,
+        options: None,
+        opener,
+        reason: reason.unwrap_or_else(|| "no reason given".into()),
+        decide_by: svc.policy.decide_by(now),
+    };
+    match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {
+        Ok(Opened::Created(case)) => Ok(Asked::Case {
+            case,
+            existing: false,
+        }),
+        Ok(Opened::Existing(case)) => Ok(Asked::Case {
+            case,
+            existing: true,
+        }),
+        Err(e) => Err(AskError::Post(e)),
+    }
+}
+
+/// A person's request from Slack, answered as a Slack message.
 async fn request(
     svc: &Services,
     req: CaseRequest,
@@ -58,65 +148,34 @@ async fn request(
         channel: svc.approvals_channel.clone().unwrap_or(req.channel.clone()),
         thread_ts: None,
     };
-    // Redis first: when it is down, E2B hears nothing.
-    match svc.store.case_for_subject(&subject).await {
-        Ok(Some(existing)) if existing.card.is_some() => {
-            return opened_message(svc, &existing, true);
+    let opener = Opener::Person {
+        user: req.user.clone(),
+    };
+    match ask(svc, subject, opener, req.reason, target, now).await {
+        Ok(Asked::Case { case, existing }) => opened_message(svc, &case, existing),
+        Ok(Asked::BeingPosted(case)) => failure(
+            svc,
+            format!(
+                "The card of case `{}` is being posted right now; it will appear in a moment.",
+                case.id
+            ),
+        ),
+        Err(AskError::StoreUnavailable) => failure(
+            svc,
+            "Steward can't reach its database (Redis), so no case was opened and nothing was sent to E2B. Try again in a minute.".into(),
+        ),
+        Err(AskError::StoreCheck(e)) => {
+            failure(svc, format!("Steward could not check for open cases: {e}."))
         }
-        // Its card was never posted (Slack refused, or the app was not in the channel yet):
-        // asking again posts it now rather than pointing at nothing.
-        Ok(Some(existing)) => {
-            return match post_card(&svc.store, &svc.slack, &svc.templates, &existing, &target).await
-            {
-                Ok(Some(case)) => opened_message(svc, &case, true),
-                Ok(None) => failure(
-                    svc,
-                    format!(
-                        "The card of case `{}` is being posted right now; it will appear in a moment.",
-                        existing.id
-                    ),
-                ),
-                Err(e) => post_failure(svc, e),
-            };
-        }
-        Ok(None) => {}
-        Err(e @ StoreError::Unavailable(_)) => {
-            tracing::warn!(error = %e, "no case opened: Redis unavailable");
-            return failure(
-                svc,
-                "Steward can't reach its database (Redis), so no case was opened and nothing was sent to E2B. Try again in a minute.".into(),
-            );
-        }
-        Err(e) => return failure(svc, format!("Steward could not check for open cases: {e}.")),
-    }
-    let Some(e2b) = &svc.e2b else {
-        return failure(
+        Err(AskError::E2bNotConfigured) => failure(
             svc,
             "E2B is not configured (E2B_API_KEY is not set), so no case was opened.".into(),
-        );
-    };
-    let evidence = match read_evidence(e2b, &subject).await {
-        Ok(evidence) => evidence,
-        Err(E2bError::NotFound { .. }) => {
-            return failure(svc, format!("{what} was not found, so no case was opened."));
+        ),
+        Err(AskError::NotFound) => {
+            failure(svc, format!("{what} was not found, so no case was opened."))
         }
-        Err(e) => return failure(svc, sentence(&what, &e)),
-    };
-    let draft = CaseDraft {
-        recommendation: person_recommendation(&subject),
-        subject,
-        evidence,
-        options: None,
-        opener: Opener::Person {
-            user: req.user.clone(),
-        },
-        reason: req.reason.unwrap_or_else(|| "no reason given".into()),
-        decide_by: svc.policy.decide_by(now),
-    };
-    match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {
-        Ok(Opened::Created(case)) => opened_message(svc, &case, false),
-        Ok(Opened::Existing(case)) => opened_message(svc, &case, true),
-        Err(e) => post_failure(svc, e),
+        Err(AskError::E2b(e)) => failure(svc, sentence(&what, &e)),
+        Err(AskError::Post(e)) => post_failure(svc, e),
     }
 }
 
@@ -159,8 +218,125 @@ pub async fn request_delete_template(
     request(svc, req, Subject::Template(id), now).await
 }
 
-/// What Steward recommends for a case a person asked for.
-fn person_recommendation(subject: &Subject) -> Recommendation {
+/// A gated action an agent asks for (through the API or MCP). A person decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentAction {
+    KillSandbox(SandboxId),
+    DeleteTemplate(TemplateId),
+}
+
+impl AgentAction {
+    fn subject(self) -> Subject {
+        match self {
+            AgentAction::KillSandbox(id) => Subject::Sandbox(id),
+            AgentAction::DeleteTemplate(id) => Subject::Template(id),
+        }
+    }
+}
+
+/// The case an agent's request opened, or the open case that already covered it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRequested {
+    pub case: Case,
+    /// An open case for the same subject already existed; nothing new was opened. Its card
+    /// may still be on its way when another request is posting it at this moment.
+    pub existing: bool,
+}
+
+/// Why an agent's request opened no case. `Display` is one sentence for the agent's operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentRequestError {
+    #[error(
+        "Steward can't reach its database (Redis), so no case was opened and nothing was sent to E2B. Try again in a minute."
+    )]
+    StoreUnavailable,
+    #[error("E2B is not configured (E2B_API_KEY is not set), so no case was opened.")]
+    E2bNotConfigured,
+    /// Cards have nowhere to go: an agent types in no channel, so `[channels] approvals` must
+    /// name one. Checked before anything else, so nothing was read or written.
+    #[error(
+        "No approvals channel is configured ([channels] approvals in steward.toml), so no case was opened."
+    )]
+    NoApprovalsChannel,
+    /// What was not found, e.g. `Sandbox sbx1`.
+    #[error("{0} was not found, so no case was opened.")]
+    NotFound(String),
+    /// E2B could not be read; the sentence says why. No case was opened.
+    #[error("{0} No case was opened.")]
+    E2b(String),
+    /// The case was opened (or found) but its card could not be posted; asking again posts it.
+    #[error(
+        "The case was opened but its card could not be posted to Slack ({0}). Ask again and Steward will post it."
+    )]
+    Slack(String),
+    /// The database refused or lost the write.
+    #[error("Steward could not open the case: {0}.")]
+    Store(String),
+}
+
+/// An agent named `agent` (its API token's name) asks for `action`: opens exactly the case
+/// `/sandbox kill` or `delete-template` opens, with the agent as its opener (the card names
+/// it; the audit records it). An agent is not a Slack user, so any approver may decide it.
+pub async fn request_by_agent(
+    svc: &Services,
+    agent: &str,
+    action: AgentAction,
+    reason: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<AgentRequested, AgentRequestError> {
+    let Some(channel) = svc.approvals_channel.clone() else {
+        return Err(AgentRequestError::NoApprovalsChannel);
+    };
+    let subject = action.subject();
+    let what = match &subject {
+        Subject::Sandbox(id) => format!("Sandbox {id}"),
+        Subject::Template(id) => format!("Template {id}"),
+    };
+    let opener = Opener::Agent {
+        name: agent.to_owned(),
+    };
+    let reason = reason
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    let target = CardTarget {
+        channel,
+        thread_ts: None,
+    };
+    match ask(svc, subject, opener, reason, target, now).await {
+        Ok(Asked::Case { case, existing }) => Ok(AgentRequested { case, existing }),
+        Ok(Asked::BeingPosted(case)) => Ok(AgentRequested {
+            case,
+            existing: true,
+        }),
+        Err(AskError::StoreUnavailable) => Err(AgentRequestError::StoreUnavailable),
+        Err(AskError::StoreCheck(e)) => Err(AgentRequestError::Store(e.to_string())),
+        Err(AskError::E2bNotConfigured) => Err(AgentRequestError::E2bNotConfigured),
+        Err(AskError::NotFound) => Err(AgentRequestError::NotFound(what)),
+        Err(AskError::E2b(e)) => Err(AgentRequestError::E2b(sentence(&what, &e))),
+        Err(AskError::Post(e)) => Err(match e {
+            ApprovalError::StoreUnavailable(_) => AgentRequestError::StoreUnavailable,
+            ApprovalError::Store(e) => AgentRequestError::Store(e.to_string()),
+            ApprovalError::Slack(e) if is_not_in_channel(&e) => AgentRequestError::Slack(
+                "the Steward app is not in the approvals channel; invite it there".into(),
+            ),
+            ApprovalError::Slack(e) => AgentRequestError::Slack(e.to_string()),
+            ApprovalError::Render(e) => AgentRequestError::Slack(e),
+            ApprovalError::Draft(e) => AgentRequestError::Store(e.to_string()),
+            ApprovalError::NoChannel => AgentRequestError::NoApprovalsChannel,
+            ApprovalError::E2bNotConfigured => AgentRequestError::E2bNotConfigured,
+            ApprovalError::Gone(what) => AgentRequestError::NotFound(what),
+            ApprovalError::E2b { sentence, .. } => AgentRequestError::E2b(sentence),
+        }),
+    }
+}
+
+/// The case as it stands now, for an agent waiting on a decision (`GET /api/v1/cases/{id}`).
+pub async fn decision_of(store: &Store, case: &CaseId) -> Result<Case, StoreError> {
+    store.get_case(case).await
+}
+
+/// What Steward recommends for a case a person or an agent asked for.
+fn requested_recommendation(subject: &Subject, opener: &Opener) -> Recommendation {
     match subject {
         Subject::Sandbox(_) => Recommendation {
             option: DecisionOption::SnapshotThenKill,
@@ -168,7 +344,11 @@ fn person_recommendation(subject: &Subject) -> Recommendation {
         },
         Subject::Template(_) => Recommendation {
             option: DecisionOption::DeleteTemplate,
-            reason: "asked for by a person; check who still uses it first".into(),
+            reason: match opener {
+                Opener::Agent { .. } => "asked for by an agent; check who still uses it first",
+                _ => "asked for by a person; check who still uses it first",
+            }
+            .into(),
         },
     }
 }

@@ -1,7 +1,7 @@
 //! The case life cycle as one pure function: `apply(case, event, now)`.
 //!
 //! ```text
-//! Pending ──Decide(action)──▶ Decided ──StartExecuting──▶ Executing ──StepDone*──▶ Executing ──Finish──▶ Done
+//! Pending ──Decide / DecideByPolicy(action)──▶ Decided ──StartExecuting──▶ Executing ──StepDone*──▶ Executing ──Finish──▶ Done
 //!    │  └─Decide(Leave/Keep)─▶ Left          │                      │
 //!    └──Expire (after decide_by)─▶ Expired   └──────Fail────────────┴──▶ Failed ──Retry──▶ Decided
 //! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline)
@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 
 use super::steps::{Step, StepOutcome, StepRecord, remaining_steps};
-use super::{Case, CaseState, Decision, DecisionOption, Evidence, Note, Retrying};
+use super::{Case, CaseState, Decider, Decision, DecisionOption, Evidence, Note, Retrying};
 use crate::ids::SlackUserId;
 
 /// Something that happens to a case.
@@ -25,6 +25,13 @@ pub enum Event {
         by: SlackUserId,
         reason: Option<String>,
         until: Option<DateTime<Utc>>,
+    },
+    /// A setting of `steward.toml` chose an option (a run's `[runs] on_finish`): recorded like a
+    /// person's decision, with `policy` (e.g. `[runs] on_finish = kill_on_success`) as decider.
+    /// The caller has checked the policy applies; no approver rule is involved.
+    DecideByPolicy {
+        option: DecisionOption,
+        policy: String,
     },
     /// The deadline passed with no decision.
     Expire,
@@ -53,7 +60,7 @@ impl Event {
     /// A short verb for messages.
     pub fn name(&self) -> &'static str {
         match self {
-            Event::Decide { .. } => "decide",
+            Event::Decide { .. } | Event::DecideByPolicy { .. } => "decide",
             Event::Expire => "expire",
             Event::StartExecuting => "start executing",
             Event::StepDone { .. } => "record a step of",
@@ -110,7 +117,11 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
                 reason,
                 until,
             },
-        ) => decide(case, option, by, reason, until, now)?,
+        ) => decide(case, option, Decider::Person(by), reason, until, now)?,
+
+        (CaseState::Pending, Event::DecideByPolicy { option, policy }) => {
+            decide(case, option, Decider::Policy { policy }, None, None, now)?
+        }
 
         (CaseState::Pending, Event::Expire) => {
             if now < case.decide_by {
@@ -268,7 +279,7 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
 fn decide(
     case: &Case,
     option: DecisionOption,
-    by: SlackUserId,
+    by: Decider,
     reason: Option<String>,
     until: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
@@ -350,7 +361,7 @@ mod tests {
     fn decision(option: DecisionOption) -> Decision {
         Decision {
             option,
-            by: alice(),
+            by: alice().into(),
             at: t(10),
             reason: None,
         }
@@ -415,7 +426,7 @@ mod tests {
     fn left() -> CaseState {
         CaseState::Left {
             option: DecisionOption::Leave,
-            by: alice(),
+            by: alice().into(),
             reason: None,
             until: None,
             at: t(10),
@@ -481,7 +492,7 @@ mod tests {
             10,
             Ok(CaseState::Left {
                 option: DecisionOption::Leave,
-                by: alice(),
+                by: alice().into(),
                 reason: Some("demo tomorrow".into()),
                 until: Some(t(500)),
                 at: t(10),
@@ -875,5 +886,69 @@ mod tests {
                 state: "left",
             }),
         );
+    }
+
+    #[test]
+    fn a_policy_decides_like_a_person_and_is_named_as_the_decider() {
+        let policy = "[runs] on_finish = kill_on_success".to_owned();
+        let mut case = pending();
+        case.options = DecisionOption::RUN.to_vec();
+        let decided = apply(
+            &case,
+            Event::DecideByPolicy {
+                option: DecisionOption::Kill,
+                policy: policy.clone(),
+            },
+            t(5),
+        )
+        .unwrap();
+        let decision = decided.state.decision().unwrap();
+        assert_eq!(decision.option, DecisionOption::Kill);
+        assert_eq!(decision.by, Decider::Policy { policy });
+        assert_eq!(decision.by.person(), None);
+        // It obeys the same rules: only offered options, only while pending, only before the deadline.
+        let not_offered = apply(
+            &case,
+            Event::DecideByPolicy {
+                option: DecisionOption::Pause,
+                policy: "x".into(),
+            },
+            t(5),
+        );
+        assert!(matches!(
+            not_offered,
+            Err(TransitionError::OptionNotOffered { .. })
+        ));
+        let again = apply(
+            &decided,
+            Event::DecideByPolicy {
+                option: DecisionOption::Kill,
+                policy: "x".into(),
+            },
+            t(6),
+        );
+        assert!(matches!(again, Err(TransitionError::Illegal { .. })));
+        let late = apply(
+            &case,
+            Event::DecideByPolicy {
+                option: DecisionOption::Kill,
+                policy: "x".into(),
+            },
+            t(100),
+        );
+        assert!(matches!(late, Err(TransitionError::DeadlinePassed { .. })));
+    }
+
+    #[test]
+    fn a_decision_stored_before_policies_could_decide_still_reads_as_a_persons() {
+        let stored = r#"{"option":"kill","by":"UALICE","at":"2025-01-01T00:00:00Z","reason":null}"#;
+        let decision: Decision = serde_json::from_str(stored).unwrap();
+        assert_eq!(decision.by, Decider::Person(alice()));
+        assert_eq!(serde_json::to_string(&decision).unwrap(), stored);
+        let by_policy = Decider::Policy {
+            policy: "[runs] on_finish = keep".into(),
+        };
+        let json = serde_json::to_string(&by_policy).unwrap();
+        assert_eq!(serde_json::from_str::<Decider>(&json).unwrap(), by_policy);
     }
 }

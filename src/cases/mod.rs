@@ -77,16 +77,31 @@ pub enum DecisionOption {
     Leave,
     DeleteTemplate,
     Keep,
+    /// A run's sandbox: snapshot it (a checkpoint), then pause it.
+    SnapshotAndKeep,
+    /// A run's sandbox: extend its E2B timeout (to the case's [`Case::keep_running_for_secs`]).
+    KeepRunning,
 }
 
 impl DecisionOption {
-    pub const ALL: [DecisionOption; 6] = [
+    pub const ALL: [DecisionOption; 8] = [
         DecisionOption::SnapshotThenKill,
         DecisionOption::Kill,
         DecisionOption::Pause,
         DecisionOption::Leave,
         DecisionOption::DeleteTemplate,
         DecisionOption::Keep,
+        DecisionOption::SnapshotAndKeep,
+        DecisionOption::KeepRunning,
+    ];
+
+    /// The options of a run case, in card order: a checkpoint that keeps the sandbox, a
+    /// checkpoint that ends it, the end without one, and more time.
+    pub const RUN: [DecisionOption; 4] = [
+        DecisionOption::SnapshotAndKeep,
+        DecisionOption::SnapshotThenKill,
+        DecisionOption::Kill,
+        DecisionOption::KeepRunning,
     ];
 
     /// The snake_case name used in config, payload values and logs.
@@ -98,6 +113,8 @@ impl DecisionOption {
             DecisionOption::Leave => "leave",
             DecisionOption::DeleteTemplate => "delete_template",
             DecisionOption::Keep => "keep",
+            DecisionOption::SnapshotAndKeep => "snapshot_and_keep",
+            DecisionOption::KeepRunning => "keep_running",
         }
     }
 
@@ -121,9 +138,14 @@ impl DecisionOption {
         matches!(self, DecisionOption::Leave | DecisionOption::Keep)
     }
 
-    /// Whether this option makes sense for `subject`.
+    /// Whether this option makes sense for `subject`: the run options apply to any sandbox too.
     pub fn applies_to(self, subject: &Subject) -> bool {
-        subject.default_options().contains(&self)
+        match subject {
+            Subject::Sandbox(_) => {
+                !matches!(self, DecisionOption::DeleteTemplate | DecisionOption::Keep)
+            }
+            Subject::Template(_) => subject.default_options().contains(&self),
+        }
     }
 }
 
@@ -136,6 +158,8 @@ impl fmt::Display for DecisionOption {
             DecisionOption::Leave => "Leave it",
             DecisionOption::DeleteTemplate => "Delete template",
             DecisionOption::Keep => "Keep",
+            DecisionOption::SnapshotAndKeep => "Snapshot and keep",
+            DecisionOption::KeepRunning => "Keep running",
         })
     }
 }
@@ -338,11 +362,64 @@ pub struct Card {
     pub ts: String,
 }
 
-/// A recorded human decision.
+/// Who made a decision: a person, or Steward applying a setting of `steward.toml`.
+///
+/// Stored untagged, so a person is the bare user id decisions have always been stored as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Decider {
+    Person(SlackUserId),
+    /// The setting that decided, as people would find it: `[runs] on_finish = kill_on_success`.
+    Policy {
+        policy: String,
+    },
+}
+
+impl Decider {
+    /// The person, if a person decided.
+    pub fn person(&self) -> Option<&SlackUserId> {
+        match self {
+            Decider::Person(user) => Some(user),
+            Decider::Policy { .. } => None,
+        }
+    }
+
+    /// The person's user id, or the policy setting (`[runs] on_finish = keep`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Decider::Person(user) => user.as_str(),
+            Decider::Policy { policy } => policy,
+        }
+    }
+}
+
+impl From<SlackUserId> for Decider {
+    fn from(user: SlackUserId) -> Self {
+        Decider::Person(user)
+    }
+}
+
+impl PartialEq<SlackUserId> for Decider {
+    fn eq(&self, other: &SlackUserId) -> bool {
+        self.person() == Some(other)
+    }
+}
+
+/// A user id, or `policy ([runs] on_finish = keep)`.
+impl fmt::Display for Decider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decider::Person(user) => write!(f, "{user}"),
+            Decider::Policy { policy } => write!(f, "policy ({policy})"),
+        }
+    }
+}
+
+/// A recorded decision, by a person or by policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     pub option: DecisionOption,
-    pub by: SlackUserId,
+    pub by: Decider,
     pub at: DateTime<Utc>,
     pub reason: Option<String>,
 }
@@ -388,10 +465,10 @@ pub enum CaseState {
     },
     /// Nobody decided by `decide_by`: nothing is done, ever.
     Expired { at: DateTime<Utc> },
-    /// A person chose Leave or Keep. `until` says when Steward may ask again.
+    /// A person (or a policy) chose Leave or Keep. `until` says when Steward may ask again.
     Left {
         option: DecisionOption,
-        by: SlackUserId,
+        by: Decider,
         reason: Option<String>,
         until: Option<DateTime<Utc>>,
         at: DateTime<Utc>,
@@ -450,6 +527,9 @@ pub struct Case {
     pub card: Option<Card>,
     pub state: CaseState,
     pub notes: Vec<Note>,
+    /// For a run case: what "Keep running" extends the sandbox's E2B timeout to, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_running_for_secs: Option<u64>,
     /// The step of the current attempt that is waiting out a transient failure (E2B briefly
     /// unavailable), and how many times it failed so. Cleared when a step finishes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -547,6 +627,7 @@ impl CaseDraft {
             card: None,
             state: CaseState::Pending,
             notes: Vec::new(),
+            keep_running_for_secs: None,
             retrying: None,
         })
     }

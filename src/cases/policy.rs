@@ -3,7 +3,8 @@
 //! Approvers are listed per option as Slack user ids and/or user-group ids. With the two-person
 //! rule on, whoever asked for a case may not approve its irreversible options themselves.
 //! Unset destructive options have no approvers (nothing irreversible happens by default);
-//! Pause, Leave and Keep default to anyone. This file must not call Slack: the caller resolves
+//! Pause, Leave and Keep default to anyone. A run case's Snapshot and keep and Keep running
+//! follow the Pause rule. This file must not call Slack: the caller resolves
 //! the deciding user's groups and passes them in.
 use std::time::Duration;
 
@@ -115,6 +116,9 @@ impl Approvers {
             DecisionOption::Leave => &self.leave,
             DecisionOption::DeleteTemplate => &self.delete_template,
             DecisionOption::Keep => &self.keep,
+            // Neither destroys anything: a snapshot and a pause, or more time. Whoever may
+            // pause may choose them.
+            DecisionOption::SnapshotAndKeep | DecisionOption::KeepRunning => &self.pause,
         }
     }
 
@@ -403,5 +407,27 @@ delete_template = { users = ["U1"] }
             policy.decide_by(now),
             DateTime::from_timestamp(1_000 + 24 * 3600, 0).unwrap()
         );
+    }
+
+    #[test]
+    fn snapshot_and_keep_and_keep_running_follow_the_pause_rule() {
+        let mut policy = ApprovalPolicy::default();
+        policy.approvers.pause = ApproverRule {
+            users: vec![SlackUserId::parse("UPAUSER").unwrap()],
+            ..ApproverRule::default()
+        };
+        let pauser = SlackUserId::parse("UPAUSER").unwrap();
+        let other = SlackUserId::parse("UOTHER").unwrap();
+        for option in [DecisionOption::SnapshotAndKeep, DecisionOption::KeepRunning] {
+            assert!(!option.is_irreversible());
+            assert_eq!(
+                may_decide(&policy, &pauser, &[], option, Some(&pauser)),
+                Ok(())
+            );
+            assert_eq!(
+                may_decide(&policy, &other, &[], option, None),
+                Err(Refusal::NotAnApprover { option })
+            );
+        }
     }
 }

@@ -18,6 +18,8 @@ pub enum Step {
     Kill,
     Pause,
     DeleteTemplate,
+    /// Extend the sandbox's E2B timeout ("Keep running"); never shortens it.
+    ExtendTimeout,
 }
 
 impl Step {
@@ -28,6 +30,7 @@ impl Step {
             Step::Kill => "kill",
             Step::Pause => "pause",
             Step::DeleteTemplate => "delete_template",
+            Step::ExtendTimeout => "extend_timeout",
         }
     }
 }
@@ -46,6 +49,12 @@ pub enum StepOutcome {
     Paused,
     AlreadyPaused,
     TemplateDeleted,
+    /// The sandbox's E2B timeout now ends at `until` (or already ended later than asked, and
+    /// was left alone: `extended` is false).
+    KeptRunning {
+        until: DateTime<Utc>,
+        extended: bool,
+    },
     /// The subject no longer exists: the remaining steps have nothing to act on.
     AlreadyGone,
 }
@@ -65,6 +74,8 @@ pub fn plan_for(option: DecisionOption) -> &'static [Step] {
         DecisionOption::Kill => &[Step::Kill],
         DecisionOption::Pause => &[Step::Pause],
         DecisionOption::DeleteTemplate => &[Step::DeleteTemplate],
+        DecisionOption::SnapshotAndKeep => &[Step::Snapshot, Step::VerifySnapshot, Step::Pause],
+        DecisionOption::KeepRunning => &[Step::ExtendTimeout],
         DecisionOption::Leave | DecisionOption::Keep => &[],
     }
 }
@@ -111,6 +122,18 @@ mod tests {
     fn nothing_remains_once_the_subject_is_already_gone() {
         let done = vec![rec(Step::Snapshot, StepOutcome::AlreadyGone)];
         assert!(remaining_steps(DecisionOption::SnapshotThenKill, &done).is_empty());
+    }
+
+    #[test]
+    fn snapshot_and_keep_pauses_only_after_the_snapshot_is_verified() {
+        assert_eq!(
+            plan_for(DecisionOption::SnapshotAndKeep),
+            &[Step::Snapshot, Step::VerifySnapshot, Step::Pause]
+        );
+        assert_eq!(
+            plan_for(DecisionOption::KeepRunning),
+            &[Step::ExtendTimeout]
+        );
     }
 
     #[test]

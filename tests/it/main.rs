@@ -3,6 +3,7 @@
 //! (the app, the E2B and Slack simulators) and uses its own Redis key prefix.
 mod common;
 
+mod agent_cases;
 mod approvals;
 mod cards;
 mod claims;
@@ -16,6 +17,7 @@ mod hygiene_slack;
 mod layering;
 mod no_side_door;
 mod recheck;
+mod run_cases;
 mod runs;
 mod sim_e2b;
 mod sim_envd;

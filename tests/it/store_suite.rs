@@ -249,6 +249,10 @@ fn outcome_of(step: Step) -> StepOutcome {
         Step::Kill => StepOutcome::Killed,
         Step::Pause => StepOutcome::Paused,
         Step::DeleteTemplate => StepOutcome::TemplateDeleted,
+        Step::ExtendTimeout => StepOutcome::KeptRunning {
+            until: chrono::DateTime::from_timestamp(2_000_000_000, 0).unwrap(),
+            extended: true,
+        },
     }
 }
 

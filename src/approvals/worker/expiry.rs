@@ -18,7 +18,14 @@ pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>
                 part: "expiry".into(),
             },
             "expire",
-            &format!("no decision by {}: no action was taken", case.decide_by),
+            &match case.evidence.run {
+                // A run case's sandbox is not ended by Steward: its E2B timeout ends it.
+                Some(_) => format!(
+                    "no decision by {}: no action was taken; the sandbox is left to its E2B timeout",
+                    case.decide_by
+                ),
+                None => format!("no decision by {}: no action was taken", case.decide_by),
+            },
         )
         .await;
         refresh_card(&svc.store, &svc.slack, &svc.templates, case).await;

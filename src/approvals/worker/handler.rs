@@ -9,7 +9,7 @@
 //! decision so a retry after a lost answer adopts it rather than taking another. Every E2B call
 //! made for a case is audited.
 //! This file must not decide who may do what: it only runs what the store says was decided.
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::approvals::{Services, audit, evidence, refresh_card};
 use crate::cases::{Case, CaseState, Evidence, Step, StepOutcome, StepRecord, Subject, recheck};
@@ -108,8 +108,9 @@ fn busiest_cpu(samples: &[SandboxMetric]) -> Option<f64> {
         .fold(None, |a, c| Some(a.map_or(c, |a: f64| a.max(c))))
 }
 
-/// Fresh metrics samples of a sandbox since the decision (at least the last minute). Empty when
-/// E2B has none; a failed read is an error, so nothing is killed on a guess.
+/// Fresh metrics samples of a sandbox since the decision (at least the last minute; for a run
+/// case, no earlier than the case). Empty when E2B has none; a failed read is an error, so
+/// nothing is killed on a guess.
 async fn fresh_metrics(
     svc: &Services,
     e2b: &E2bClient,
@@ -118,9 +119,14 @@ async fn fresh_metrics(
 ) -> Result<Vec<SandboxMetric>, E2bError> {
     let now = Utc::now();
     let decided = case.state.decision().map_or(now, |d| d.at);
-    let start = decided
+    let mut start = decided
         .min(now - chrono::Duration::seconds(RECHECK_METRICS_WINDOW_SECS))
         .max(now - chrono::Duration::seconds(RECHECK_METRICS_MAX_SECS));
+    // A run case opens as its run ends: the run's own CPU is what people decided on, not a
+    // sign that someone is using the sandbox again, so only samples since the case count.
+    if case.evidence.run.is_some() {
+        start = start.max(case.created_at);
+    }
     let read = e2b.sandbox_metrics(id, Some(start), Some(now)).await;
     audited(
         svc,
@@ -256,6 +262,61 @@ async fn take_snapshot(
     })
 }
 
+/// The Keep running step: sets the sandbox's E2B timeout to the case's `keep_running_for_secs`
+/// from now, unless it already runs longer (a shorter timeout would end it sooner than people
+/// chose to keep it). A paused sandbox has no timeout running, so it fails with a sentence.
+async fn keep_running(
+    svc: &Services,
+    e2b: &E2bClient,
+    case: &Case,
+    id: &SandboxId,
+) -> Result<StepOutcome, StepFailure> {
+    let Some(secs) = case.keep_running_for_secs else {
+        return Err(StepFailure::Permanent(
+            "this case does not say how long to keep the sandbox running".into(),
+        ));
+    };
+    let Some(detail) = reread_sandbox(svc, e2b, case, id).await.map_err(failure)? else {
+        return Ok(StepOutcome::AlreadyGone);
+    };
+    if detail.state == SandboxState::Paused {
+        return Err(StepFailure::Permanent(format!(
+            "sandbox {id} is paused, so it has no timeout to extend; resume it with `/sandbox resume {id}` first"
+        )));
+    }
+    let keep_for = std::time::Duration::from_secs(secs);
+    let wanted = chrono::Duration::from_std(keep_for)
+        .ok()
+        .and_then(|d| Utc::now().checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if detail.end_at >= wanted {
+        return Ok(StepOutcome::KeptRunning {
+            until: detail.end_at,
+            extended: false,
+        });
+    }
+    let set = e2b.set_timeout(id, keep_for).await;
+    let set = audited(svc, case, "set_timeout", set, |()| {
+        format!("asked to run until {wanted}")
+    })
+    .await;
+    match set {
+        Ok(()) => {}
+        Err(E2bError::NotFound { .. }) => return Ok(StepOutcome::AlreadyGone),
+        Err(e) => return Err(failure(e)),
+    }
+    // E2B caps a sandbox's whole life, so the end it set may be earlier than asked: the card
+    // says the end E2B reports. Unread, it says the one asked for.
+    let until = match reread_sandbox(svc, e2b, case, id).await {
+        Ok(Some(detail)) => detail.end_at,
+        _ => wanted,
+    };
+    Ok(StepOutcome::KeptRunning {
+        until,
+        extended: true,
+    })
+}
+
 /// Runs one step of `case`'s plan. `done` are the steps already finished.
 async fn run_step(
     svc: &Services,
@@ -330,6 +391,7 @@ async fn run_step(
                 )))
             }
         }
+        (Subject::Sandbox(id), Step::ExtendTimeout) => keep_running(svc, e2b, case, id).await,
         (Subject::Template(id), Step::DeleteTemplate) => {
             let read = e2b.get_template(id).await;
             match audited(svc, case, "get_template", read, |_| "found".into()).await {
