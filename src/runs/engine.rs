@@ -805,7 +805,7 @@ impl RunEngine {
         };
         let case = match self.hand_over.call(request).await {
             Ok(case) => case,
-            Err(error) if deliveries < MAX_HAND_OVER_DELIVERIES => {
+            Err(HandOverError::Retry(error)) if deliveries < MAX_HAND_OVER_DELIVERIES => {
                 tracing::warn!(run = %run.id, %error, "hand-over failed; it is retried");
                 return Err(JobError::Transient(format!(
                     "the hand-over of run {} failed: {error}",

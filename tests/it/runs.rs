@@ -730,3 +730,49 @@ async fn a_replica_killed_mid_run_leaves_a_run_another_replica_fails_with_the_ca
         "{audit:?}"
     );
 }
+
+#[tokio::test]
+async fn a_finished_run_hands_its_sandbox_to_a_run_case_in_the_runs_channel() {
+    let app = exec_app(TestAppOptions {
+        policy: Some("[channels]\nruns = \"C0RUNS\"\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let run = runs
+        .submit("agent-a", request("echo 'all tests passed'"))
+        .await
+        .unwrap();
+    let case_id = common::wait_until("the run's case", || async {
+        runs.get(&run.id).await.ok()?.case_id
+    })
+    .await;
+    let done = runs.get(&run.id).await.unwrap();
+    assert!(done.handed_over);
+    let case = app.state.store.get_case(&case_id).await.unwrap();
+    let sandbox = done.sandbox_id.clone().unwrap();
+    assert_eq!(
+        case.subject,
+        sandbox_steward::cases::Subject::Sandbox(sandbox.clone())
+    );
+    let report = case.evidence.run.clone().expect("the run is on the case");
+    assert_eq!(report.run_id, run.id);
+    assert_eq!(report.exit_code, Some(0));
+    assert!(
+        report
+            .output_tail
+            .iter()
+            .any(|l| l.contains("all tests passed")),
+        "{report:?}"
+    );
+    let card = app
+        .wait_for_message("the run card", |m| {
+            m.channel.as_deref() == Some("C0RUNS")
+                && common::visible_text(m).contains(run.id.as_str())
+        })
+        .await;
+    assert_eq!(card.method, "chat.postMessage");
+    // Steward never killed the sandbox on its own: a person decides.
+    let detail = app.state.e2b.clone().unwrap().get_sandbox(&sandbox).await;
+    assert!(detail.is_ok(), "{detail:?}");
+}
