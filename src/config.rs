@@ -211,6 +211,8 @@ pub struct Policy {
     pub limits: crate::slack::limits::LimitsConfig,
     /// Governed runs: bounds, timeouts, output cap and what happens after (`[runs]`).
     pub runs: RunsConfig,
+    /// Who may call the agent API and the MCP server (`[api]`).
+    pub api: ApiConfig,
 }
 
 /// `[runs]` as written in steward.toml; every key is optional (see [`RunLimits::default`] and
@@ -243,6 +245,175 @@ pub struct Channels {
     pub hygiene: Option<String>,
     /// Run cases; when unset, the approvals channel.
     pub runs: Option<String>,
+}
+
+/// `[api]`: the bearer tokens agents and scripts use for `/api/v1` and `/mcp`.
+///
+/// ```toml
+/// [api.tokens.ci-agent]
+/// sha256 = "<hex SHA-256 of the token>"   # or a list, to rotate
+/// allow = ["run", "read"]                  # the default
+/// rate = "60/min"                          # the default
+/// ```
+///
+/// Only hashes are stored, so the file holds no usable secret; `Debug` shows the names only.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    #[serde(deserialize_with = "api_tokens")]
+    pub tokens: std::collections::BTreeMap<String, ApiToken>,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// One `[api.tokens.NAME]`: the NAME is the requester on cards and in the audit log.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// SHA-256 digests of the token (several while one is rotated out).
+    #[serde(deserialize_with = "token_hashes")]
+    pub sha256: Vec<[u8; 32]>,
+    #[serde(default = "default_api_allow")]
+    pub allow: Vec<ApiAction>,
+    #[serde(default)]
+    pub rate: ApiRate,
+}
+
+/// What a token may do. `read` covers runs, cases and the read-only sandbox views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiAction {
+    Run,
+    Read,
+    RequestKill,
+    RequestDeleteTemplate,
+}
+
+impl ApiAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Read => "read",
+            Self::RequestKill => "request_kill",
+            Self::RequestDeleteTemplate => "request_delete_template",
+        }
+    }
+}
+
+fn default_api_allow() -> Vec<ApiAction> {
+    vec![ApiAction::Run, ApiAction::Read]
+}
+
+/// A token's request budget, written `"60/min"` (also `/s`, `/h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRate {
+    pub requests: u32,
+    pub per: Duration,
+}
+
+impl Default for ApiRate {
+    fn default() -> Self {
+        Self {
+            requests: 60,
+            per: Duration::from_secs(60),
+        }
+    }
+}
+
+impl std::str::FromStr for ApiRate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let wrong = || format!("rate {text:?} must look like \"60/min\" (per s, min or h)");
+        let (n, unit) = text.trim().split_once('/').ok_or_else(wrong)?;
+        let requests: u32 = n.trim().parse().map_err(|_| wrong())?;
+        let per = match unit.trim() {
+            "s" | "sec" | "second" => 1,
+            "m" | "min" | "minute" => 60,
+            "h" | "hour" => 3600,
+            _ => return Err(wrong()),
+        };
+        if requests == 0 {
+            return Err(format!("rate {text:?} allows no requests at all"));
+        }
+        Ok(Self {
+            requests,
+            per: Duration::from_secs(per),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ApiRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Token names become requester names on cards: short and plain.
+fn api_tokens<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, ApiToken>, D::Error> {
+    let tokens = std::collections::BTreeMap::<String, ApiToken>::deserialize(d)?;
+    let mut seen: Vec<(&[u8; 32], &str)> = Vec::new();
+    for (name, token) in &tokens {
+        let plain = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(serde::de::Error::custom(format!(
+                "token name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+            )));
+        }
+        for hash in &token.sha256 {
+            if let Some((_, other)) = seen.iter().find(|(h, _)| *h == hash) {
+                return Err(serde::de::Error::custom(format!(
+                    "tokens {other:?} and {name:?} share a sha256; each token must name one requester"
+                )));
+            }
+            seen.push((hash, name));
+        }
+    }
+    Ok(tokens)
+}
+
+fn token_hashes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<[u8; 32]>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let texts = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(t) => vec![t],
+        OneOrMany::Many(ts) => ts,
+    };
+    if texts.is_empty() {
+        return Err(serde::de::Error::custom(
+            "sha256 needs at least one hash (the hex SHA-256 of the token)",
+        ));
+    }
+    texts
+        .iter()
+        .map(|t| {
+            let mut out = [0u8; 32];
+            hex::decode_to_slice(t.trim(), &mut out).map_err(|_| {
+                serde::de::Error::custom(
+                    "sha256 must be 64 hex digits: the SHA-256 of the token (e.g. `printf %s TOKEN | sha256sum`), never the token itself",
+                )
+            })?;
+            Ok(out)
+        })
+        .collect()
 }
 
 impl Policy {
@@ -659,7 +830,7 @@ mod tests {
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.

@@ -19,6 +19,7 @@
 //! - [`store`]: the only module that knows Redis keys and scripts.
 //! - [`hygiene`]: idle detection (pure policy) and the fleet sweep.
 //! - [`jobs`]: the durable work queue and its workers.
+//! - [`mcp`]: the MCP tools agents use, over stdio (a client of the HTTP API) or `/mcp`.
 //! - [`runs`]: governed runs (an agent's code in a fresh sandbox, then a run case).
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
 pub mod approvals;
@@ -33,6 +34,7 @@ pub mod http;
 pub mod hygiene;
 pub mod ids;
 pub mod jobs;
+pub mod mcp;
 pub mod runs;
 pub mod sim;
 pub mod slack;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod audit;
 mod check;
 pub mod e2b;
+mod mcp;
 pub mod sweep;
 mod table;
 
@@ -47,6 +48,9 @@ pub enum Command {
     Check,
     /// Read the audit log of approval cases.
     Audit(audit::AuditArgs),
+    /// Serve Steward's MCP tools on stdin/stdout for a local agent, through the HTTP API of the
+    /// Steward at `STEWARD_URL` with the token in `STEWARD_API_TOKEN`.
+    Mcp,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +80,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(args) => sweep::run(args).await,
         Command::Check => check::run().await,
         Command::Audit(args) => audit::run(args).await,
+        Command::Mcp => mcp::run().await,
     }
 }
 

@@ -22,6 +22,7 @@ use crate::slack::client::SlackClient;
 use crate::slack::render::Templates;
 use crate::store::Store;
 
+pub mod api;
 pub mod edge;
 pub mod error;
 pub mod health;
@@ -86,8 +87,17 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             slack::verify_request,
         ));
+    let tokens = api::Tokens::from_config(&state.settings.policy.api);
+    let mcp = Router::new()
+        .nest_service("/mcp", api::mcp::service(&state))
+        .route_layer(middleware::from_fn_with_state(
+            tokens.clone(),
+            api::auth::authenticate,
+        ));
     Router::new()
         .merge(slack_routes)
+        .nest("/api/v1", api::routes(tokens))
+        .merge(mcp)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))

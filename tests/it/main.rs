@@ -4,6 +4,8 @@
 mod common;
 
 mod agent_cases;
+mod api;
+mod api_cases;
 mod approvals;
 mod cards;
 mod claims;
@@ -15,6 +17,7 @@ mod envd;
 mod hygiene;
 mod hygiene_slack;
 mod layering;
+mod mcp;
 mod no_side_door;
 mod recheck;
 mod run_cases;

@@ -1,0 +1,137 @@
+//! Cases for agents: `POST /api/v1/cases` asks for a gated action (a person decides it in Slack)
+//! and `GET /api/v1/cases/{id}?wait=30s` reads where it stands, long-polling until it moves.
+//!
+//! An agent never decides: these routes open exactly the case `/sandbox kill` or
+//! `delete-template` opens (`approvals::request::request_by_agent`) and read it back.
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiFailure, ApiPath, ApiQuery, Caller, wait_param};
+use crate::cases::{Case, CaseState};
+use crate::config::ApiAction;
+use crate::http::AppState;
+use crate::ids::CaseId;
+use crate::store::StoreError;
+
+/// How often a long-poll re-reads the case.
+const POLL_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitParams {
+    /// `30s`: hold the answer until the case's state changes, at most this long.
+    #[serde(default)]
+    pub wait: Option<String>,
+}
+
+/// The case as an agent reads it: its state, the decision once made, and the result once
+/// carried out.
+pub fn view(case: &Case) -> Value {
+    let decision = |d: &crate::cases::Decision| {
+        json!({
+            "option": d.option,
+            "by": d.by,
+            "at": d.at,
+            "reason": d.reason,
+        })
+    };
+    let (decision, result) = match &case.state {
+        CaseState::Pending => (Value::Null, Value::Null),
+        CaseState::Decided {
+            decision: d, steps, ..
+        }
+        | CaseState::Executing {
+            decision: d, steps, ..
+        } => (decision(d), json!({ "steps": steps, "finished": false })),
+        CaseState::Done {
+            decision: d,
+            steps,
+            at,
+        } => (
+            decision(d),
+            json!({ "steps": steps, "finished": true, "ok": true, "at": at }),
+        ),
+        CaseState::Failed {
+            decision: d,
+            steps,
+            error,
+            at,
+            ..
+        } => (
+            decision(d),
+            json!({ "steps": steps, "finished": true, "ok": false, "error": error, "at": at }),
+        ),
+        CaseState::Expired { at } => (
+            Value::Null,
+            json!({ "finished": true, "ok": false, "error": "nobody decided in time; nothing was done", "at": at }),
+        ),
+        CaseState::Left {
+            option,
+            by,
+            reason,
+            until,
+            at,
+        } => (
+            json!({ "option": option, "by": by, "at": at, "reason": reason, "until": until }),
+            json!({ "finished": true, "ok": true, "at": at }),
+        ),
+    };
+    json!({
+        "id": case.id,
+        "state": case.state.name(),
+        "open": case.state.is_open(),
+        "subject": case.subject,
+        "reason": case.reason,
+        "opener": case.opener,
+        "recommendation": case.recommendation,
+        "options": case.options,
+        "decide_by": case.decide_by,
+        "created_at": case.created_at,
+        "decision": decision,
+        "result": result,
+    })
+}
+
+/// A store failure as the agent reads it.
+pub(super) fn store_failure(what: &str, error: StoreError) -> ApiFailure {
+    match error {
+        StoreError::NotFound(_) => ApiFailure::not_found(format!("{what} was not found")),
+        StoreError::Unavailable(_) => ApiFailure::unavailable(
+            "Steward can't reach its database (Redis), so nothing was started; try again in a minute",
+        ),
+        other => ApiFailure::internal(format!("Steward could not read {what}: {other}")),
+    }
+}
+
+/// `GET /api/v1/cases/{id}?wait=30s`.
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<WaitParams>,
+) -> Result<Json<Value>, ApiFailure> {
+    caller.require(ApiAction::Read)?;
+    let id = CaseId::parse(&id).map_err(|e| ApiFailure::invalid("case_id", e.to_string()))?;
+    let wait = wait_param(params.wait.as_deref(), state.settings.edge.request_timeout)?;
+    let what = format!("Case {id}");
+    let first = state
+        .store
+        .get_case(&id)
+        .await
+        .map_err(|e| store_failure(&what, e))?;
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut case = first.clone();
+    while case.state.name() == first.state.name() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(POLL_EVERY.min(deadline - tokio::time::Instant::now())).await;
+        case = state
+            .store
+            .get_case(&id)
+            .await
+            .map_err(|e| store_failure(&what, e))?;
+    }
+    Ok(Json(view(&case)))
+}

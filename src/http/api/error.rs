@@ -1,0 +1,277 @@
+//! `ApiFailure`: how the agent API (`/api/v1`, `/mcp`) says no.
+//!
+//! Every refusal is `{"error":{"code","message","field"?}}` with a one-sentence message the agent's
+//! operator can act on. axum's own rejections (JSON, query, path, body limit) are mapped here, so
+//! no handler ever answers with axum's plain-text errors. Nothing here may echo a token.
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A refused or failed API request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiFailure {
+    pub status: StatusCode,
+    /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `too_large`,
+    /// `invalid`, `rate_limited`, `unavailable`, `upstream`, `timeout`, `internal`.
+    pub code: &'static str,
+    /// One sentence.
+    pub message: String,
+    /// The request field to fix (422 and 413).
+    pub field: Option<String>,
+    /// Seconds to wait before asking again (429).
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiFailure {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: end_sentence(message.into()),
+            field: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 422 naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", message)
+        }
+    }
+
+    /// 413, naming `field` when one part of the request is over its limit.
+    pub fn too_large(field: Option<String>, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            ..Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        }
+    }
+
+    pub fn rate_limited(retry_after: Duration) -> Self {
+        let secs = retry_after.as_secs().max(1);
+        Self {
+            retry_after: Some(Duration::from_secs(secs)),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("This token has used its request budget; try again in {secs} s"),
+            )
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    /// E2B (or another service Steward relies on) failed; the message says how.
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "upstream", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// The JSON body, as the API sends it.
+    pub fn body(&self) -> serde_json::Value {
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(field) = &self.field {
+            error["field"] = json!(field);
+        }
+        json!({ "error": error })
+    }
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl IntoResponse for ApiFailure {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "API request failed");
+        } else {
+            tracing::info!(
+                status = self.status.as_u16(),
+                code = self.code,
+                "API request refused"
+            );
+        }
+        let mut response = (self.status, Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"steward\""),
+            );
+        }
+        if let Some(wait) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiFailure {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonDataError(e) => {
+                let (field, problem) = split_serde_path(&e.body_text());
+                Self::invalid(field, format!("The request body does not fit: {problem}"))
+            }
+            JsonRejection::JsonSyntaxError(e) => {
+                let (_, problem) = split_serde_path(&e.body_text());
+                Self::invalid(
+                    "body",
+                    format!("The request body is not valid JSON: {problem}"),
+                )
+            }
+            JsonRejection::MissingJsonContentType(_) => Self::invalid(
+                "content-type",
+                "Send the body as JSON with `Content-Type: application/json`",
+            ),
+            JsonRejection::BytesRejection(e) => body_failure(e.status(), &e.body_text()),
+            other => body_failure(other.status(), &other.body_text()),
+        }
+    }
+}
+
+/// A body that could not be read: too large (413), too slow (408), or cut off (400).
+fn body_failure(status: StatusCode, text: &str) -> ApiFailure {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiFailure::too_large(
+            None,
+            format!(
+                "The request body is larger than {} MiB, the most Steward accepts",
+                MAX_BODY_BYTES / (1024 * 1024)
+            ),
+        ),
+        StatusCode::REQUEST_TIMEOUT => ApiFailure::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "The request body did not arrive in time",
+        ),
+        _ => ApiFailure::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("The request body could not be read: {text}"),
+        ),
+    }
+}
+
+impl From<QueryRejection> for ApiFailure {
+    fn from(rejection: QueryRejection) -> Self {
+        let (field, problem) = split_serde_path(&rejection.body_text());
+        let field = if field == "body" {
+            "query".into()
+        } else {
+            field
+        };
+        Self::invalid(field, format!("The query string does not fit: {problem}"))
+    }
+}
+
+impl From<PathRejection> for ApiFailure {
+    fn from(rejection: PathRejection) -> Self {
+        Self::invalid(
+            "path",
+            format!("The path does not fit: {}", rejection.body_text()),
+        )
+    }
+}
+
+/// `text` ending with exactly one full stop (or `?`/`!`).
+fn end_sentence(text: String) -> String {
+    let text = text.trim_end();
+    if text.ends_with(['.', '?', '!']) {
+        text.to_owned()
+    } else {
+        format!("{text}.")
+    }
+}
+
+/// The largest request body the API reads (files travel base64 in the run request).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Splits axum's "Failed to deserialize ...: files[0].path: missing field `x` at line 1 column 9"
+/// into the field to fix and the problem. A problem at the top level names the field serde
+/// mentions (`missing field `template``), else `body`.
+fn split_serde_path(text: &str) -> (String, String) {
+    let rest = text.split_once(": ").map(|(_, r)| r).unwrap_or(text).trim();
+    let (path, problem) = match rest.split_once(": ") {
+        Some((path, problem)) if !path.contains(' ') && path != "." => {
+            (Some(path.to_owned()), problem.to_owned())
+        }
+        Some((".", problem)) => (None, problem.to_owned()),
+        _ => (None, rest.to_owned()),
+    };
+    let field = path
+        .or_else(|| quoted_field(&problem))
+        .unwrap_or_else(|| "body".into());
+    (field, problem)
+}
+
+/// The field in serde's "missing field `x`" or "unknown field `x`, expected ...".
+fn quoted_field(problem: &str) -> Option<String> {
+    let start = problem.find(" field `")? + " field `".len();
+    let end = problem[start..].find('`')?;
+    Some(problem[start..start + end].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_paths_name_the_field_to_fix() {
+        assert_eq!(
+            split_serde_path(
+                "Failed to deserialize the JSON body into the target type: files[0].path: invalid type: integer `3`, expected a string at line 1 column 40"
+            ),
+            (
+                "files[0].path".into(),
+                "invalid type: integer `3`, expected a string at line 1 column 40".into()
+            )
+        );
+        assert_eq!(
+            split_serde_path(
+                "Failed to deserialize the JSON body into the target type: missing field `command` at line 1 column 20"
+            )
+            .0,
+            "command"
+        );
+        assert_eq!(
+            split_serde_path("Failed to parse the request body as JSON: EOF while parsing an object at line 1 column 9").0,
+            "body"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_one_json_error_with_a_sentence() {
+        let failure = ApiFailure::invalid("timeout", "is 2h; the limit is 1h");
+        assert_eq!(
+            failure.body(),
+            json!({"error": {"code": "invalid", "message": "is 2h; the limit is 1h.", "field": "timeout"}})
+        );
+    }
+}
