@@ -10,16 +10,20 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
 use crate::approvals::BusyThreshold;
+use crate::approvals::run_case::{RunCaseSettings, open_run_case};
 use crate::approvals::worker::{self, LoopSettings};
+use crate::approvals::{ApprovalError, Services};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
 use crate::hygiene::{Scheduler, SweepContext, run_scheduler, schedule};
-use crate::runs::{HandOver, RunEngine, Runner};
+use crate::ids::SlackChannelId;
+use crate::runs::{HandOver, HandOverError, HandOverRequest, RunEngine, RunPolicy, Runner};
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
 use crate::slack::render::Templates;
@@ -159,7 +163,7 @@ impl Application {
         if self.loops.worker_enabled {
             for n in 0..self.loops.workers.max(1) {
                 let config = self.loops.worker_config(n);
-                let runs = run_engine(&self.state, &config.consumer, self.loops.run_lease);
+                let runs = run_engine(&self.state, &config.consumer, self.loops.run_lease)?;
                 loops.push(tokio::spawn(worker::run_worker(
                     svc.clone(),
                     runs,
@@ -220,29 +224,71 @@ impl Application {
 
 /// The engine this replica's worker runs `Job::Run` with, from the state as it is when serving
 /// starts (tests adjust the E2B client first); `None` when E2B is not configured.
-fn run_engine(state: &AppState, consumer: &str, lease: Duration) -> Option<RunEngine> {
+fn run_engine(
+    state: &AppState,
+    consumer: &str,
+    lease: Duration,
+) -> anyhow::Result<Option<RunEngine>> {
     let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
-        return None;
+        return Ok(None);
     };
     let policy = Arc::new(runner.policy().clone());
-    Some(
+    let hand_over = run_hand_over(state.services(), &policy)?;
+    Ok(Some(
         RunEngine::new(
             state.store.clone(),
             e2b.clone(),
             policy,
             state.settings.sandbox_url.clone(),
             consumer,
-            run_hand_over(),
+            hand_over,
         )
         .with_lease(lease),
-    )
+    ))
 }
 
-/// Where a finished run's sandbox goes. Until the run case exists (`approvals`), the sandbox
-/// is left to its E2B timeout (the run's timeout plus `[runs] sandbox_margin`) and the run's
-/// end is audited on it.
-fn run_hand_over() -> HandOver {
-    HandOver::leave_to_timeout()
+/// Where a finished run's sandbox goes: the run case (`approvals::run_case::open_run_case`) in
+/// `[channels] runs` (or the approvals channel), under `[runs] on_finish`.
+fn run_hand_over(svc: Services, policy: &RunPolicy) -> anyhow::Result<HandOver> {
+    let channel = policy
+        .channel
+        .as_deref()
+        .map(SlackChannelId::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("[channels] runs in steward.toml is not a channel id: {e}"))?;
+    let settings = RunCaseSettings {
+        channel,
+        keep_running_for: policy.keep_running_for,
+        decide_within: policy.decide_within,
+    };
+    Ok(HandOver::new(move |req: HandOverRequest| {
+        let svc = svc.clone();
+        let settings = settings.clone();
+        async move {
+            let opened = open_run_case(
+                &svc,
+                &req.sandbox,
+                req.report,
+                req.on_finish,
+                &settings,
+                Utc::now(),
+            )
+            .await;
+            match opened {
+                Ok(case) => Ok(Some(case.id)),
+                // Waiting helps: Redis, Slack or E2B briefly unavailable.
+                Err(
+                    e @ (ApprovalError::StoreUnavailable(_)
+                    | ApprovalError::Store(_)
+                    | ApprovalError::Slack(_)
+                    | ApprovalError::E2b {
+                        transient: true, ..
+                    }),
+                ) => Err(HandOverError::Retry(e.to_string())),
+                Err(e) => Err(HandOverError::GiveUp(e.to_string())),
+            }
+        }
+    }))
 }
 
 /// How long shutdown waits for replies and card updates that are still in flight.

@@ -504,6 +504,11 @@ impl RunEngine {
                     }
                     Ok(Some(ProcessEvent::End(end))) => {
                         let timed_out = term_at.is_some();
+                        // A process ended by a signal we did not send may have gone with its
+                        // sandbox (killed or paused behind our back): that is no exit code.
+                        if !timed_out && (end.exit_code != 0 || !end.exited) {
+                            self.check_sandbox_still_there(envd.sandbox_id()).await?;
+                        }
                         return Ok(Ended {
                             exit_code: (!timed_out).then_some(end.exit_code),
                             timed_out,
@@ -546,6 +551,23 @@ impl RunEngine {
                     }
                 }
             }
+        }
+    }
+
+    /// Fails the run when E2B says its sandbox is gone or paused; any other answer lets the
+    /// run's end stand.
+    async fn check_sandbox_still_there(&self, sandbox: &SandboxId) -> Result<(), Stop> {
+        let gone = match self.e2b.get_sandbox(sandbox).await {
+            Err(crate::e2b::E2bError::NotFound { .. }) => true,
+            Ok(detail) => detail.listed.state == crate::e2b::SandboxState::Paused,
+            Err(_) => false,
+        };
+        if gone {
+            Err(Stop::Failed(
+                "the sandbox is gone or paused: it was killed, paused or timed out while the command ran".into(),
+            ))
+        } else {
+            Ok(())
         }
     }
 
@@ -783,7 +805,7 @@ impl RunEngine {
         };
         let case = match self.hand_over.call(request).await {
             Ok(case) => case,
-            Err(error) if deliveries < MAX_HAND_OVER_DELIVERIES => {
+            Err(HandOverError::Retry(error)) if deliveries < MAX_HAND_OVER_DELIVERIES => {
                 tracing::warn!(run = %run.id, %error, "hand-over failed; it is retried");
                 return Err(JobError::Transient(format!(
                     "the hand-over of run {} failed: {error}",

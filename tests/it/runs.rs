@@ -429,3 +429,350 @@ async fn a_replica_killed_before_its_sandbox_existed_leaves_a_run_that_is_just_f
     assert!(done.sandbox_id.is_none());
     assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 0);
 }
+
+// ----- end to end, with the simulator running commands (`--exec local`) -----
+
+/// An app whose E2B simulator runs commands as local processes, with envd at the simulator's
+/// data-plane URL.
+async fn exec_app(opts: TestAppOptions) -> common::TestApp {
+    common::spawn_app_with(TestAppOptions {
+        exec_local: true,
+        ..opts
+    })
+    .await
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every byte of the run's kept output, read the way a client follows it.
+async fn all_output(runs: &Runner, id: &RunId) -> (String, bool) {
+    let mut from = 0;
+    let mut out = Vec::new();
+    loop {
+        let chunk = runs.output(id, from).await.unwrap();
+        out.extend_from_slice(&chunk.bytes);
+        from = chunk.next;
+        if chunk.finished {
+            return (text(&out), chunk.truncated);
+        }
+        assert!(
+            !chunk.bytes.is_empty(),
+            "a read of a finished run's output made no progress"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_passing_script_finishes_with_exit_0_its_output_and_a_profile() {
+    let app = exec_app(TestAppOptions::default()).await;
+    let runs = runner(&app);
+    let mut req = request(
+        "echo hello from the run; cat data/in.txt; echo to-stderr >&2; echo \"token=$TOKEN\"",
+    );
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "data/in.txt".into(),
+        content: b"uploaded-content\n".to_vec(),
+    });
+    req.env.insert("TOKEN".into(), "abc123".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Finished, "{done:?}");
+    assert_eq!(done.exit_code, Some(0));
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Succeeded)
+    );
+    assert!(done.duration_ms.is_some() && done.started_at.is_some() && done.finished_at.is_some());
+    assert!(done.error.is_none(), "{done:?}");
+    assert!(!done.output_truncated);
+
+    let (output, truncated) = all_output(&runs, &run.id).await;
+    assert!(!truncated);
+    for expected in [
+        "hello from the run",
+        "uploaded-content",
+        "to-stderr",
+        "token=abc123",
+    ] {
+        assert!(
+            output.contains(expected),
+            "{expected:?} missing from {output:?}"
+        );
+    }
+    assert_eq!(done.output_bytes, output.len() as u64);
+    // File contents and env values left Redis once they reached the sandbox.
+    assert_eq!(app.state.store.run_files(&run.id).await.unwrap(), None);
+    // The evidence follows the result, before the hand-over.
+    common::eventually("the hand-over", || async {
+        runs.get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let handed = runs.get(&run.id).await.unwrap();
+    let profile = handed
+        .profile
+        .expect("a resource profile from the sandbox's metrics");
+    assert!(profile.samples >= 1);
+}
+
+#[tokio::test]
+async fn a_failing_script_ends_with_exit_1_and_its_stderr_lines() {
+    let app = exec_app(TestAppOptions::default()).await;
+    let runs = runner(&app);
+    let run = runs
+        .submit(
+            "agent-a",
+            request("echo step one; echo 'error: the widget broke' >&2; exit 1"),
+        )
+        .await
+        .unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Finished, "{done:?}");
+    assert_eq!(done.exit_code, Some(1));
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::ExitedNonZero)
+    );
+    let (output, _) = all_output(&runs, &run.id).await;
+    assert!(output.contains("error: the widget broke"), "{output}");
+    assert!(output.contains("step one"), "{output}");
+}
+
+/// The pid a command printed as `pid=N`.
+fn printed_pid(output: &str) -> Option<u32> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix("pid="))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn a_run_past_its_timeout_is_stopped_and_marked_timed_out() {
+    let app = exec_app(TestAppOptions {
+        policy: Some("[runs]\nkill_grace = \"1s\"\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let mut req = request("echo pid=$$; exec sleep 120");
+    req.timeout = Some("2s".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::TimedOut, "{done:?}");
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::TimedOut)
+    );
+    assert_eq!(done.exit_code, None);
+    let (output, _) = all_output(&runs, &run.id).await;
+    let pid = printed_pid(&output).expect("the command printed its pid");
+    common::eventually("the timed-out process is gone", || async move {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_process_that_ignores_sigterm_is_killed_after_the_grace() {
+    let app = exec_app(TestAppOptions {
+        policy: Some("[runs]\nkill_grace = \"1s\"\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let mut req = request("trap '' TERM; echo pid=$$; while true; do sleep 1; done");
+    req.timeout = Some("1s".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::TimedOut, "{done:?}");
+    let (output, _) = all_output(&runs, &run.id).await;
+    let pid = printed_pid(&output).expect("the command printed its pid");
+    common::eventually("the process that ignored SIGTERM is gone", || async move {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn output_over_the_cap_is_truncated_and_counted() {
+    let app = exec_app(TestAppOptions {
+        policy: Some("[runs]\noutput_cap_bytes = 1000\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let run = runs
+        .submit("agent-a", request("head -c 5000 /dev/zero | tr '\\0' 'a'"))
+        .await
+        .unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Finished, "{done:?}");
+    assert_eq!(done.output_bytes, 5000);
+    assert!(done.output_truncated);
+    let (output, truncated) = all_output(&runs, &run.id).await;
+    assert!(truncated);
+    assert_eq!(output, "a".repeat(1000));
+}
+
+#[tokio::test]
+async fn a_sandbox_killed_mid_run_fails_the_run_saying_it_is_gone() {
+    let app = exec_app(TestAppOptions::default()).await;
+    let runs = runner(&app);
+    let run = runs
+        .submit("agent-a", request("echo started; sleep 120"))
+        .await
+        .unwrap();
+    let sandbox = common::wait_until("the run is running with output", || async {
+        let run = runs.get(&run.id).await.ok()?;
+        (run.status == RunStatus::Running && run.output_bytes > 0)
+            .then_some(run.sandbox_id)
+            .flatten()
+    })
+    .await;
+    app.state
+        .e2b
+        .clone()
+        .unwrap()
+        .kill_sandbox(&sandbox)
+        .await
+        .unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert!(done.status.is_terminal(), "{done:?}");
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    assert_eq!(
+        done.outcome,
+        Some(sandbox_steward::cases::RunOutcome::Failed)
+    );
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.starts_with("the sandbox is gone or paused"),
+        "{error}"
+    );
+    // What it printed before is kept.
+    let (output, _) = all_output(&runs, &run.id).await;
+    assert!(output.contains("started"), "{output}");
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_run_leaves_a_run_another_replica_fails_with_the_cause() {
+    // Replica A: no worker of its own; its engine runs by hand so the test can kill it.
+    let a = exec_app(TestAppOptions {
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&a);
+    let engine = sandbox_steward::runs::RunEngine::new(
+        a.state.store.clone(),
+        a.state.e2b.clone().unwrap(),
+        std::sync::Arc::new(runs.policy().clone()),
+        Some(a.e2b.envd_url()),
+        "replica-a-doomed",
+        sandbox_steward::runs::HandOver::leave_to_timeout(),
+    )
+    .with_lease(Duration::from_secs(1));
+    let store = a.state.store.clone();
+    let mut config = sandbox_steward::jobs::WorkerConfig::new("replica-a-doomed");
+    config.block = Duration::from_millis(200);
+    let doomed = tokio::spawn(sandbox_steward::jobs::run_queue(
+        store,
+        config,
+        move |claimed| {
+            let engine = engine.clone();
+            async move { engine.handle(claimed).await }
+        },
+        std::future::pending::<()>(),
+    ));
+    let run = runs
+        .submit("agent-a", request("echo started; sleep 120"))
+        .await
+        .unwrap();
+    let sandbox = common::wait_until("replica A is running the command", || async {
+        let run = runs.get(&run.id).await.ok()?;
+        (run.status == RunStatus::Running && run.output_bytes > 0)
+            .then_some(run.sandbox_id)
+            .flatten()
+    })
+    .await;
+    // Replica A dies: its task is gone mid-run, its lease runs out.
+    doomed.abort();
+    let _ = doomed.await;
+
+    let b = a
+        .spawn_peer(TestAppOptions {
+            exec_local: true,
+            stale_after: Duration::from_millis(300),
+            ..TestAppOptions::default()
+        })
+        .await;
+    let done = runner(&b).wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("replica replica-a-doomed stopped while the run was running"),
+        "{error}"
+    );
+    assert_eq!(done.sandbox_id.as_ref(), Some(&sandbox));
+    // Its output up to then is kept, and the sandbox was handed over.
+    let (output, _) = all_output(&runner(&b), &run.id).await;
+    assert!(output.contains("started"), "{output}");
+    common::eventually("the sandbox's hand-over", || async {
+        runner(&b).get(&run.id).await.unwrap().handed_over
+    })
+    .await;
+    let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
+    let audit = b.state.store.audit_for_subject(&subject).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "run" && e.outcome.contains("failed")),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_run_hands_its_sandbox_to_a_run_case_in_the_runs_channel() {
+    let app = exec_app(TestAppOptions {
+        policy: Some("[channels]\nruns = \"C0RUNS\"\n".into()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let runs = runner(&app);
+    let run = runs
+        .submit("agent-a", request("echo 'all tests passed'"))
+        .await
+        .unwrap();
+    let case_id = common::wait_until("the run's case", || async {
+        runs.get(&run.id).await.ok()?.case_id
+    })
+    .await;
+    let done = runs.get(&run.id).await.unwrap();
+    assert!(done.handed_over);
+    let case = app.state.store.get_case(&case_id).await.unwrap();
+    let sandbox = done.sandbox_id.clone().unwrap();
+    assert_eq!(
+        case.subject,
+        sandbox_steward::cases::Subject::Sandbox(sandbox.clone())
+    );
+    let report = case.evidence.run.clone().expect("the run is on the case");
+    assert_eq!(report.run_id, run.id);
+    assert_eq!(report.exit_code, Some(0));
+    assert!(
+        report
+            .output_tail
+            .iter()
+            .any(|l| l.contains("all tests passed")),
+        "{report:?}"
+    );
+    let card = app
+        .wait_for_message("the run card", |m| {
+            m.channel.as_deref() == Some("C0RUNS")
+                && common::visible_text(m).contains(run.id.as_str())
+        })
+        .await;
+    assert_eq!(card.method, "chat.postMessage");
+    // Steward never killed the sandbox on its own: a person decides.
+    let detail = app.state.e2b.clone().unwrap().get_sandbox(&sandbox).await;
+    assert!(detail.is_ok(), "{detail:?}");
+}

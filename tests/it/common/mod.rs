@@ -201,9 +201,10 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
         ("E2B_API_URL", e2b.base_url()),
         ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        // envd of the simulator's sandboxes (the data plane runs use).
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
         ("REDIS_URL", redis_url.clone()),
         ("STEWARD_REDIS_PREFIX", redis_prefix.clone()),
-        ("E2B_SANDBOX_URL", e2b.envd_url()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
