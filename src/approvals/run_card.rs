@@ -11,6 +11,9 @@ use crate::cases::{Case, Opener, RunOutcome, RunReport};
 use crate::slack::format::{self, human_bytes, human_duration};
 use crate::slack::render::{KeyValue, Mrkdwn};
 
+/// How often E2B samples a sandbox's metrics.
+const SAMPLE_INTERVAL_MS: u64 = 5_000;
+
 /// The run section of `case_card.json.j2`.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunCardParams {
@@ -167,6 +170,12 @@ pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
         },
     );
     match &run.profile {
+        // A run shorter than E2B's sampling interval is usually missed by every sample: saying
+        // "0 B peak memory" would read as a measurement.
+        Some(p) if run.duration_ms < SAMPLE_INTERVAL_MS && p.peak_memory_bytes == 0 => push(
+            "Resource use",
+            "too short to measure (E2B samples every 5 s)".to_owned(),
+        ),
         Some(p) => {
             push(
                 "CPU",
@@ -405,6 +414,31 @@ mod tests {
         assert!(text.contains("none: stopped at its timeout"), "{text}");
         assert!(text.contains("no metrics samples"), "{text}");
         insta::assert_json_snapshot!("run_card_timed_out", json);
+    }
+
+    #[test]
+    fn a_run_shorter_than_one_metrics_sample_is_not_shown_as_using_nothing() {
+        let mut run = report(RunOutcome::Succeeded, Some(0), &["ok"]);
+        run.duration_ms = 900;
+        if let Some(p) = run.profile.as_mut() {
+            p.samples = 1;
+            p.peak_memory_bytes = 0;
+            p.cpu_p95_pct = 0.0;
+            p.cpu_max_pct = 0.0;
+        }
+        let text = render(&run_case(run.clone())).to_string();
+        assert!(
+            text.contains("too short to measure (E2B samples every 5 s)"),
+            "{text}"
+        );
+        assert!(!text.contains("Peak memory"), "{text}");
+        // A sample that did catch the process is shown as measured.
+        if let Some(p) = run.profile.as_mut() {
+            p.peak_memory_bytes = 12 * 1024 * 1024;
+        }
+        let text = render(&run_case(run)).to_string();
+        assert!(text.contains("Peak memory"), "{text}");
+        assert!(!text.contains("too short to measure"), "{text}");
     }
 
     #[test]

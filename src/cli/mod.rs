@@ -60,7 +60,7 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
-    /// An HTTP server on 127.0.0.1 that behaves like E2B's control-plane API.
+    /// An HTTP server on 127.0.0.1 that behaves like E2B's control-plane API and envd.
     E2b(crate::sim::e2b::SimOptions),
     /// An HTTP server on 127.0.0.1 that records what Steward posts to Slack.
     ///
