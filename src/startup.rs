@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::approvals::BusyThreshold;
@@ -160,10 +161,18 @@ impl Application {
         };
         let svc = self.state.services();
         let mut loops = Vec::new();
+        // Runs still executing at shutdown are stopped and failed with that cause (and their
+        // sandboxes handed over), so a deploy never waits out a long run.
+        let stopping = CancellationToken::new();
         if self.loops.worker_enabled {
             for n in 0..self.loops.workers.max(1) {
                 let config = self.loops.worker_config(n);
-                let runs = run_engine(&self.state, &config.consumer, self.loops.run_lease)?;
+                let runs = run_engine(
+                    &self.state,
+                    &config.consumer,
+                    self.loops.run_lease,
+                    &stopping,
+                )?;
                 loops.push(tokio::spawn(worker::run_worker(
                     svc.clone(),
                     runs,
@@ -191,9 +200,11 @@ impl Application {
             (None, _) => tracing::info!("scheduled sweeps are off: E2B is not configured"),
             (_, None) => {}
         }
+        let stop_runs = stopping.clone();
         tokio::spawn(async move {
             shutdown.await;
             let _ = stop.send(true);
+            stop_runs.cancel();
         });
         let tasks = self.state.tasks.clone();
         let limits = self.state.settings.edge;
@@ -228,6 +239,7 @@ fn run_engine(
     state: &AppState,
     consumer: &str,
     lease: Duration,
+    stopping: &CancellationToken,
 ) -> anyhow::Result<Option<RunEngine>> {
     let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
         return Ok(None);
@@ -243,7 +255,8 @@ fn run_engine(
             consumer,
             hand_over,
         )
-        .with_lease(lease),
+        .with_lease(lease)
+        .with_stopping(stopping.clone()),
     ))
 }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
 
 use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample};
 use super::record::{self, RunInputs};
@@ -117,6 +118,9 @@ pub struct RunEngine {
     worker: String,
     hand_over: HandOver,
     lease: Duration,
+    /// Cancelled when this replica is shutting down: a command still running is stopped and
+    /// the run failed with that cause, rather than holding the shutdown for up to `max_timeout`.
+    stopping: CancellationToken,
 }
 
 /// The name of the lease a worker holds while it runs `run_id`.
@@ -177,7 +181,15 @@ impl RunEngine {
             worker: worker.into(),
             hand_over,
             lease: RUN_LEASE,
+            stopping: CancellationToken::new(),
         }
+    }
+
+    /// Ties running commands to this replica's shutdown: once `stopping` is cancelled, a
+    /// command still running gets SIGKILL, and its run fails with the cause and is handed over.
+    pub fn with_stopping(mut self, stopping: CancellationToken) -> Self {
+        self.stopping = stopping;
+        self
     }
 
     /// A shorter (or longer) run lease; tests shorten it so a takeover comes quickly.
@@ -528,6 +540,20 @@ impl RunEngine {
                         return Err(Stop::Failed(format!("the command's stream broke: {}", envd_sentence(&e))));
                     }
                 },
+                () = self.stopping.cancelled(), if term_at.is_none() => {
+                    tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
+                    self.stop_process(envd, pid, Signal::Kill).await;
+                    return Ok(Ended {
+                        exit_code: None,
+                        timed_out: false,
+                        error: Some(format!(
+                            "replica {} was shut down while the command ran, so Steward stopped the command; its output up to then is kept",
+                            self.worker
+                        )),
+                        whole_tail: produced <= TAIL_BYTES as u64,
+                        tail: tail.into(),
+                    });
+                }
                 () = tokio::time::sleep_until(alarm) => {
                     match (term_at, kill_at) {
                         (None, _) => {

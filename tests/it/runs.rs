@@ -776,3 +776,65 @@ async fn a_finished_run_hands_its_sandbox_to_a_run_case_in_the_runs_channel() {
     let detail = app.state.e2b.clone().unwrap().get_sandbox(&sandbox).await;
     assert!(detail.is_ok(), "{detail:?}");
 }
+
+#[tokio::test]
+async fn a_replica_shut_down_mid_run_stops_the_command_fails_the_run_and_hands_it_over() {
+    let policy = Some("[channels]\nruns = \"C0RUNS\"\n".to_owned());
+    // The first replica only watches (and owns the key prefix); the second runs the job.
+    let app = exec_app(TestAppOptions {
+        policy: policy.clone(),
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let replica = app
+        .spawn_peer(TestAppOptions {
+            policy,
+            ..TestAppOptions::default()
+        })
+        .await;
+    let runs = runner(&app);
+    let store = app.state.store.clone();
+    let mut req = request("echo pid=$$; sleep 600");
+    req.timeout = Some("1h".into());
+    let run = runs.submit("agent-a", req).await.unwrap();
+    common::wait_until("the run is running with output", || async {
+        let run = runs.get(&run.id).await.ok()?;
+        (run.status == RunStatus::Running && run.output_bytes > 0).then_some(())
+    })
+    .await;
+    let output = runs.output(&run.id, 0).await.unwrap().bytes;
+    let pid = printed_pid(&text(&output)).expect("the command printed its pid");
+
+    // SIGTERM to the replica: it must not wait out the hour-long run.
+    tokio::time::timeout(common::PATIENCE, replica.shutdown())
+        .await
+        .expect("shutdown does not wait for a running command to end");
+
+    let done = runs.get(&run.id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let error = done.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("was shut down while the command ran"),
+        "{error}"
+    );
+    assert!(
+        done.handed_over,
+        "the sandbox went to its run case: {done:?}"
+    );
+    let case = store
+        .get_case(&done.case_id.clone().unwrap())
+        .await
+        .unwrap();
+    let report = case.evidence.run.expect("the run is on its case");
+    assert_eq!(report.outcome, sandbox_steward::cases::RunOutcome::Failed);
+    assert!(
+        report.output_tail.iter().any(|l| l.contains("pid=")),
+        "the output up to the stop is kept: {:?}",
+        report.output_tail
+    );
+    common::eventually("the stopped command is gone", || async move {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    })
+    .await;
+}
