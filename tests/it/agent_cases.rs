@@ -55,43 +55,6 @@ fn posts(app: &TestApp) -> usize {
         .count()
 }
 
-/// The latest modal Steward opened, once there are more than `before`.
-async fn opened_modal(app: &TestApp, before: usize) -> Value {
-    let views = || -> Vec<Value> {
-        app.slack
-            .messages()
-            .into_iter()
-            .filter(|m| m.method == "views.open")
-            .map(|m| m.body["view"].clone())
-            .collect()
-    };
-    eventually("a modal opens", || async { views().len() > before }).await;
-    match views().pop().unwrap() {
-        Value::String(s) => serde_json::from_str(&s).unwrap(),
-        v => v,
-    }
-}
-
-async fn submit_reason(app: &TestApp, view: &Value, user: &str, reason: &str) {
-    let payload = json!({
-        "type": "view_submission",
-        "user": {"id": user},
-        "view": {
-            "id": format!("V{}", hook()),
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "hash": "h1",
-            "state": {"values": {
-                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
-                "until": {"until_date": {"type": "datepicker", "selected_date": null}},
-            }},
-        },
-    });
-    let resp = app.post_interaction(&payload).await;
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.text().await.unwrap(), "", "the modal closes");
-}
-
 #[tokio::test]
 async fn an_agents_kill_request_posts_a_card_naming_it_and_a_persons_kill_ends_the_sandbox() {
     let app = spawn_app_with(options()).await;
@@ -161,8 +124,11 @@ async fn an_agents_kill_request_posts_a_card_naming_it_and_a_persons_kill_ends_t
         .click_case(&case, "case_kill", "U0002", &hook(), &hook())
         .await;
     assert_eq!(resp.status(), 200);
-    let view = opened_modal(&app, before).await;
-    submit_reason(&app, &view, "U0002", "the agent is right").await;
+    let view = app.opened_modal(before).await;
+    let answer = app
+        .submit_reason(&view, "U0002", "the agent is right", None)
+        .await;
+    assert_eq!(answer, Value::Null, "the modal closes");
 
     eventually("the case is done", || async {
         matches!(

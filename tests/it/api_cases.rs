@@ -4,63 +4,19 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::api::{AGENT_TOKEN, RUNNER_TOKEN, api_get, expect_error, spawn_api_app};
-use crate::common::{TestApp, eventually, hook, visible_text};
-
-/// The latest modal Steward opened, once there are more than `before`.
-pub async fn opened_modal(app: &TestApp, before: usize) -> Value {
-    let views = || -> Vec<Value> {
-        app.slack
-            .messages()
-            .into_iter()
-            .filter(|m| m.method == "views.open")
-            .map(|m| m.body["view"].clone())
-            .collect()
-    };
-    eventually("a modal opens", || async { views().len() > before }).await;
-    match views().pop().unwrap() {
-        Value::String(s) => serde_json::from_str(&s).unwrap(),
-        v => v,
-    }
-}
-
-pub fn modals(app: &TestApp) -> usize {
-    app.slack
-        .messages()
-        .iter()
-        .filter(|m| m.method == "views.open")
-        .count()
-}
-
-/// A person submits the reason modal `view`.
-pub async fn submit_reason(app: &TestApp, view: &Value, user: &str, reason: &str) {
-    let payload = json!({
-        "type": "view_submission",
-        "user": {"id": user},
-        "view": {
-            "id": format!("V{}", hook()),
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "hash": "h1",
-            "state": {"values": {
-                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
-                "until": {"until_date": {"type": "datepicker", "selected_date": null}},
-            }},
-        },
-    });
-    let resp = app.post_interaction(&payload).await;
-    assert_eq!(resp.status(), 200);
-}
+use crate::common::{TestApp, hook, visible_text};
 
 /// A person (U0002) chooses Kill on the case's card and gives a reason.
 pub async fn person_kills(app: &TestApp, case: &str) {
     let case = sandbox_steward::ids::CaseId::parse(case).unwrap();
-    let before = modals(app);
+    let before = app.modals_opened().len();
     let resp = app
         .click_case(&case, "case_kill", "U0002", &hook(), &hook())
         .await;
     assert_eq!(resp.status(), 200);
-    let view = opened_modal(app, before).await;
-    submit_reason(app, &view, "U0002", "the agent is right").await;
+    let view = app.opened_modal(before).await;
+    app.submit_reason(&view, "U0002", "the agent is right", None)
+        .await;
 }
 
 /// `/sandbox kill <id>` from U0001: the id of the case it opened.

@@ -128,61 +128,6 @@ async fn click_with_ts(
     resp
 }
 
-/// The `private_metadata` of the latest modal Steward opened, once it has opened one more
-/// than `before`.
-async fn opened_modal(app: &TestApp, before: usize) -> Value {
-    eventually("a modal opens", || async {
-        views_opened(app).len() > before
-    })
-    .await;
-    let view = views_opened(app).pop().unwrap();
-    match view {
-        Value::String(s) => serde_json::from_str(&s).unwrap(),
-        v => v,
-    }
-}
-
-fn views_opened(app: &TestApp) -> Vec<Value> {
-    app.slack
-        .messages()
-        .into_iter()
-        .filter(|m| m.method == "views.open")
-        .map(|m| m.body["view"].clone())
-        .collect()
-}
-
-/// Submits the reason modal `view` as `user`.
-async fn submit(
-    app: &TestApp,
-    view: &Value,
-    user: &str,
-    reason: &str,
-    until: Option<&str>,
-) -> Value {
-    let payload = json!({
-        "type": "view_submission",
-        "user": {"id": user},
-        "view": {
-            "id": format!("V{}", hook()),
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "hash": "h1",
-            "state": {"values": {
-                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
-                "until": {"until_date": {"type": "datepicker", "selected_date": until}},
-            }},
-        },
-    });
-    let resp = app.post_interaction(&payload).await;
-    assert_eq!(resp.status(), 200);
-    let body = resp.text().await.unwrap();
-    if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&body).unwrap()
-    }
-}
-
 async fn sandbox_exists(app: &TestApp, id: &str) -> bool {
     let e2b = app.state.e2b.as_ref().unwrap();
     e2b.get_sandbox(&SandboxId::parse(id).unwrap())
@@ -258,16 +203,18 @@ async fn a_kill_command_opens_a_card_and_an_approved_kill_kills_the_sandbox() {
         "nothing is killed by asking"
     );
 
-    let before = views_opened(&app).len();
+    let before = app.modals_opened().len();
     click(&app, &case, "case_kill", "U0002", &hook()).await;
-    let view = opened_modal(&app, before).await;
+    let view = app.opened_modal(before).await;
     assert!(view.to_string().contains("Reason"), "{view}");
     assert_eq!(
         state_of(&app, &case).await,
         CaseState::Pending,
         "the modal decides, not the click"
     );
-    let answer = submit(&app, &view, "U0002", "it is broken beyond repair", None).await;
+    let answer = app
+        .submit_reason(&view, "U0002", "it is broken beyond repair", None)
+        .await;
     assert_eq!(answer, Value::Null, "the modal closes");
 
     wait_done(&app, &case).await;
@@ -620,18 +567,20 @@ async fn leave_with_a_reason_closes_the_case_and_remembers_until_when() {
     let app = spawn_app_with(options("")).await;
     seed(&app, "keeper1", "base").await;
     let case = open_kill_case(&app, "keeper1").await;
-    let before = views_opened(&app).len();
+    let before = app.modals_opened().len();
     click(&app, &case, "case_leave", "U0005", &hook()).await;
-    let view = opened_modal(&app, before).await;
+    let view = app.opened_modal(before).await;
 
-    let refused = submit(&app, &view, "U0005", "   ", None).await;
+    let refused = app.submit_reason(&view, "U0005", "   ", None).await;
     assert_eq!(refused["response_action"], "errors", "{refused}");
     assert_eq!(state_of(&app, &case).await, CaseState::Pending);
 
     let until = (chrono::Utc::now() + chrono::Duration::days(7))
         .format("%Y-%m-%d")
         .to_string();
-    let answer = submit(&app, &view, "U0005", "demo on Friday", Some(&until)).await;
+    let answer = app
+        .submit_reason(&view, "U0005", "demo on Friday", Some(&until))
+        .await;
     assert_eq!(answer, Value::Null);
     let CaseState::Left {
         reason,
@@ -884,10 +833,12 @@ async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kil
     .await;
     seed(&first, "victim15", "base").await;
     let case = open_kill_case(&first, "victim15").await;
-    let before = views_opened(&first).len();
+    let before = first.modals_opened().len();
     click(&first, &case, "case_kill", "U0002", &hook()).await;
-    let view = opened_modal(&first, before).await;
-    submit(&first, &view, "U0002", "it costs too much", None).await;
+    let view = first.opened_modal(before).await;
+    first
+        .submit_reason(&view, "U0002", "it costs too much", None)
+        .await;
 
     let store = &first.state.store;
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -1065,11 +1016,11 @@ async fn a_reason_form_is_answered_while_a_slow_slack_holds_up_the_decision() {
     app.slack.add_usergroup("S0KILLERS", &["U0042"]);
     seed(&app, "slowpoke1", "base").await;
     let case = open_kill_case(&app, "slowpoke1").await;
-    let before = views_opened(&app).len();
+    let before = app.modals_opened().len();
     // U0002 is an approver by name, so opening the form needs no group lookup; U0042, who
     // submits it, is one only through S0KILLERS, which Slack is about to be slow to list.
     click(&app, &case, "case_kill", "U0002", &hook()).await;
-    let view = opened_modal(&app, before).await;
+    let view = app.opened_modal(before).await;
 
     // Slack now rate-limits the approver-group lookup for longer than it waits for an answer.
     app.slack.add_fault(sandbox_steward::sim::slack::Fault {
@@ -1079,7 +1030,9 @@ async fn a_reason_form_is_answered_while_a_slow_slack_holds_up_the_decision() {
         count: 1,
         error: None,
     });
-    let answer = submit(&app, &view, "U0042", "the load test is over", None).await;
+    let answer = app
+        .submit_reason(&view, "U0042", "the load test is over", None)
+        .await;
     assert_eq!(answer, Value::Null, "the form is closed");
     assert_eq!(
         state_of(&app, &case).await,

@@ -286,37 +286,12 @@ async fn a_run_that_failed_before_finishing_recommends_kill_and_an_approvers_kil
         buttons(&app, &case)[0],
         ("case_kill".into(), Some("danger".into()))
     );
-    let views = || {
-        app.slack
-            .messages()
-            .into_iter()
-            .filter(|m| m.method == "views.open")
-            .map(|m| m.body["view"].clone())
-            .collect::<Vec<_>>()
-    };
     // Not an approver: nothing changes.
     click(&app, &case.id, "case_kill", "U0007").await;
     click(&app, &case.id, "case_kill", "U0002").await;
-    eventually("the reason modal opens", || async { !views().is_empty() }).await;
-    let view = match views().pop().unwrap() {
-        Value::String(s) => serde_json::from_str::<Value>(&s).unwrap(),
-        v => v,
-    };
-    let payload = json!({
-        "type": "view_submission",
-        "user": {"id": "U0002"},
-        "view": {
-            "id": format!("V{}", hook()),
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "hash": "h1",
-            "state": {"values": {
-                "reason": {"reason_text": {"type": "plain_text_input", "value": "nothing to keep"}},
-                "until": {"until_date": {"type": "datepicker", "selected_date": null}},
-            }},
-        },
-    });
-    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+    let view = app.opened_modal(0).await;
+    app.submit_reason(&view, "U0002", "nothing to keep", None)
+        .await;
     let done = wait_done(&app, &case.id).await;
     assert_eq!(done.state.decision().unwrap().by.as_str(), "U0002");
     assert_eq!(state_in_e2b(&app, "runbox3").await, None);

@@ -640,6 +640,61 @@ pub fn hook() -> String {
 }
 
 impl TestApp {
+    /// Every modal Steward opened (`views.open`), oldest first.
+    pub fn modals_opened(&self) -> Vec<Value> {
+        self.slack
+            .messages()
+            .into_iter()
+            .filter(|m| m.method == "views.open")
+            .map(|m| match m.body["view"].clone() {
+                Value::String(s) => serde_json::from_str(&s).unwrap(),
+                v => v,
+            })
+            .collect()
+    }
+
+    /// The latest modal Steward opened, once it has opened more than `before`.
+    pub async fn opened_modal(&self, before: usize) -> Value {
+        eventually("a modal opens", || async {
+            self.modals_opened().len() > before
+        })
+        .await;
+        self.modals_opened().pop().unwrap()
+    }
+
+    /// `user` submits the reason modal `view` (with an optional "keep until" date); returns
+    /// Steward's answer, `Null` when the modal simply closes.
+    pub async fn submit_reason(
+        &self,
+        view: &Value,
+        user: &str,
+        reason: &str,
+        until: Option<&str>,
+    ) -> Value {
+        let payload = serde_json::json!({
+            "type": "view_submission",
+            "user": {"id": user},
+            "view": {
+                "id": format!("V{}", hook()),
+                "callback_id": view["callback_id"],
+                "private_metadata": view["private_metadata"],
+                "hash": "h1",
+                "state": {"values": {
+                    "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
+                    "until": {"until_date": {"type": "datepicker", "selected_date": until}},
+                }},
+            },
+        });
+        let resp = self.post_interaction(&payload).await;
+        assert_eq!(resp.status(), 200);
+        let body = resp.text().await.unwrap();
+        if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&body).unwrap()
+        }
+    }
+
     /// A signed click on a case card's button, sent from the case's own card as Slack does (the
     /// container names the card's channel and ts); replies go to `hooks/<reply_hook>`.
     pub async fn click_case(
