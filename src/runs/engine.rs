@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample};
+use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample, Scrubber};
 use super::record::{self, RunInputs};
 use crate::cases::{RunOutcome, RunReport, Subject};
 use crate::e2b::{E2bClient, ListQuery, LogsDirection, LogsQuery, NewSandbox, StateFilter};
@@ -400,8 +400,14 @@ impl RunEngine {
                     )
                 })?;
         }
+        let scrubber = Scrubber::new(
+            inputs
+                .secret_env
+                .iter()
+                .filter_map(|name| inputs.env.get(name).cloned()),
+        );
         let ended = self
-            .run_command(run, &envd, inputs.env)
+            .run_command(run, &envd, inputs.env, scrubber)
             .await
             .map_err(|stop| (sandbox.clone(), stop))?;
         Ok((sandbox_id, ended))
@@ -473,6 +479,7 @@ impl RunEngine {
         run: &Run,
         envd: &EnvdClient,
         env: BTreeMap<String, String>,
+        mut scrubber: Scrubber,
     ) -> Result<Ended, Stop> {
         let mut spec = ProcessSpec::shell(run.command.clone());
         spec.envs = env;
@@ -507,6 +514,8 @@ impl RunEngine {
                 event = stream.next_event() => match event {
                     Ok(Some(ProcessEvent::Start { pid: p })) => pid = Some(p),
                     Ok(Some(ProcessEvent::Stdout(bytes) | ProcessEvent::Stderr(bytes) | ProcessEvent::Pty(bytes))) => {
+                        // Secret values never reach the store, the tail or the report.
+                        let bytes = scrubber.push(&bytes);
                         produced += bytes.len() as u64;
                         keep_tail(&mut tail, &bytes);
                         if let Err(e) = self.store.append_run_output(&run.id, &bytes, cap).await {
@@ -521,6 +530,7 @@ impl RunEngine {
                         if !timed_out && (end.exit_code != 0 || !end.exited) {
                             self.check_sandbox_still_there(envd.sandbox_id()).await?;
                         }
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                         return Ok(Ended {
                             exit_code: (!timed_out).then_some(end.exit_code),
                             timed_out,
@@ -531,6 +541,7 @@ impl RunEngine {
                     }
                     Ok(Some(ProcessEvent::Keepalive)) => {}
                     Ok(None) if term_at.is_some() => {
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                         return Ok(Ended { exit_code: None, timed_out: true, error: None, whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
                     }
                     Ok(None) => {
@@ -543,6 +554,7 @@ impl RunEngine {
                 () = self.stopping.cancelled(), if term_at.is_none() => {
                     tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
                     self.stop_process(envd, pid, Signal::Kill).await;
+                    self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                     return Ok(Ended {
                         exit_code: None,
                         timed_out: false,
@@ -572,12 +584,32 @@ impl RunEngine {
                         }
                         (Some(_), Some(_)) => {
                             // The process never reported its end; the sandbox's own timeout ends it.
+                            self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                             return Ok(Ended { exit_code: None, timed_out: true, error: Some("the command did not end after SIGKILL".into()), whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Stores what the scrubber still holds back (the end of the output) once the command ended.
+    async fn flush_scrubbed(
+        &self,
+        run: &RunId,
+        scrubber: &mut Scrubber,
+        tail: &mut VecDeque<u8>,
+        produced: &mut u64,
+        cap: u64,
+    ) -> Result<(), Stop> {
+        let rest = scrubber.finish();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        *produced += rest.len() as u64;
+        keep_tail(tail, &rest);
+        self.store.append_run_output(run, &rest, cap).await?;
+        Ok(())
     }
 
     /// Fails the run when E2B says its sandbox is gone or paused; any other answer lets the
