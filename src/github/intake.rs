@@ -120,6 +120,12 @@ async fn start(
     let supersedes = store
         .set_latest_push_run(&rule.repository, &branch, &run.id)
         .await?;
+    if let Some(older) = &supersedes {
+        // The older run stops at its next check (its sandbox goes to its hand-over).
+        store
+            .request_run_stop(older, &format!("superseded by {}", event.after))
+            .await?;
+    }
     tracing::info!(run = %run.id, repository = %rule.repository, branch, "push test queued");
     Ok(Outcome::Started {
         run: run.id,

@@ -46,6 +46,8 @@ const TAIL_BYTES: usize = 8 * 1024;
 const METRICS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How long to wait for the process's end after SIGKILL before giving up on it.
 const AFTER_KILL_WAIT: Duration = Duration::from_secs(10);
+/// How often a running command's run is checked for a stop request (a superseded push test).
+const STOP_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Deliveries of a finished run's job after which a failing hand-over is given up (logged).
 const MAX_HAND_OVER_DELIVERIES: u64 = 5;
 
@@ -320,6 +322,17 @@ impl RunEngine {
                 r.error = None;
             })
             .await?;
+        // A run asked to stop before it began (a newer push superseded it) gets no sandbox.
+        if let Ok(Some(reason)) = self.store.run_stop_requested(&id).await {
+            let ended = Ended {
+                exit_code: None,
+                timed_out: false,
+                error: Some(reason),
+                tail: Vec::new(),
+                whole_tail: true,
+            };
+            return self.finish(&id, None, ended, deliveries).await;
+        }
         let inputs = record::inputs(&self.store, &id).await?;
         let result = self.create_and_run(&run, inputs, deliveries).await;
         match result {
@@ -504,6 +517,8 @@ impl RunEngine {
         let mut kill_at: Option<tokio::time::Instant> = None;
         let mut tail: VecDeque<u8> = VecDeque::with_capacity(TAIL_BYTES);
         let mut produced: u64 = 0;
+        let mut stop_check = tokio::time::interval(STOP_CHECK_EVERY);
+        stop_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let alarm = match (term_at, kill_at) {
                 (None, _) => deadline,
@@ -551,6 +566,22 @@ impl RunEngine {
                         return Err(Stop::Failed(format!("the command's stream broke: {}", envd_sentence(&e))));
                     }
                 },
+                _ = stop_check.tick(), if term_at.is_none() => {
+                    // Someone asked for this run to end (a newer push superseded it). A store
+                    // that cannot be read now is asked again at the next tick.
+                    if let Ok(Some(reason)) = self.store.run_stop_requested(&run.id).await {
+                        tracing::info!(run = %run.id, %reason, "run asked to stop; stopping its command");
+                        self.stop_process(envd, pid, Signal::Kill).await;
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
+                        return Ok(Ended {
+                            exit_code: None,
+                            timed_out: false,
+                            error: Some(reason),
+                            whole_tail: produced <= TAIL_BYTES as u64,
+                            tail: tail.into(),
+                        });
+                    }
+                }
                 () = self.stopping.cancelled(), if term_at.is_none() => {
                     tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
                     self.stop_process(envd, pid, Signal::Kill).await;

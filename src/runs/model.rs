@@ -45,7 +45,8 @@ pub struct RunRequest {
 pub const SCRUBBED: &str = "[scrubbed]";
 
 /// Replaces secret values in a stream of output chunks, even when a value is split across
-/// chunks: the last `longest - 1` bytes are held back until the next chunk (or [`Scrubber::finish`]).
+/// chunks: an end of a chunk that could begin a secret is held back until the next chunk (or
+/// [`Scrubber::finish`]); everything else goes out at once.
 #[derive(Default)]
 pub struct Scrubber {
     secrets: Vec<Vec<u8>>,
@@ -101,8 +102,18 @@ impl Scrubber {
         }
         self.held.extend_from_slice(chunk);
         self.replace_all();
-        let keep = self.secrets[0].len() - 1;
-        let out = self.held.len().saturating_sub(keep);
+        // Hold back only an end that could be the start of a secret.
+        let keep = self
+            .secrets
+            .iter()
+            .filter_map(|secret| {
+                (1..secret.len())
+                    .rev()
+                    .find(|&l| self.held.ends_with(&secret[..l]))
+            })
+            .max()
+            .unwrap_or(0);
+        let out = self.held.len() - keep;
         self.held.drain(..out).collect()
     }
 
@@ -525,6 +536,7 @@ mod tests {
     fn secrets_are_scrubbed_even_across_chunks() {
         let mut s = Scrubber::new(["hunter2".to_owned(), String::new()]);
         let mut out = s.push(b"pass=hun");
+        assert_eq!(out, b"pass=", "only a possible start of a secret waits");
         out.extend(s.push(b"ter2 and hunter"));
         out.extend(s.push(b"2!"));
         out.extend(s.finish());

@@ -36,6 +36,7 @@
 //!
 //! - `P:push-test:{<run_id>}` (string, JSON): what a push-test run was started for.
 //! - `P:push-latest:<owner/name>:<branch>` (string): the latest push-test run of a branch.
+//! - `P:run-stop:{<run_id>}` (string): why a run was asked to stop (a newer push superseded it).
 //!
 //! A run's three keys share the run id's hash tag, so one script or pipeline touches them all.
 //!
@@ -190,6 +191,11 @@ impl Keys {
     /// What a push-test run was started for, in the run's slot.
     pub fn push_test(&self, id: &RunId) -> String {
         format!("{}:push-test:{{{}}}", self.prefix, id)
+    }
+
+    /// Why a run was asked to stop, in the run's slot.
+    pub fn run_stop(&self, id: &RunId) -> String {
+        format!("{}:run-stop:{{{}}}", self.prefix, id)
     }
 
     /// The latest push-test run of a repository's branch.

@@ -47,6 +47,7 @@ struct State {
     audit: Vec<AuditEvent>,
     runs: HashMap<RunId, MemoryRun>,
     push_tests: HashMap<RunId, String>,
+    run_stops: HashMap<RunId, String>,
     /// `owner/name` and branch -> the latest push-test run.
     push_latest: HashMap<(String, String), RunId>,
 }
@@ -334,6 +335,22 @@ impl MemoryStore {
             .push_latest
             .insert(key, run.clone())
             .map(|r| r.to_string()))
+    }
+
+    pub(crate) async fn request_run_stop(
+        &self,
+        run: &RunId,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.lock().run_stops.insert(run.clone(), reason.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn run_stop_requested(
+        &self,
+        run: &RunId,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().run_stops.get(run).cloned())
     }
 
     pub(crate) async fn latest_push_run(

@@ -102,6 +102,23 @@ impl Store {
             .transpose()
     }
 
+    /// Asks whoever executes `run` to stop its command and fail it with `reason` (a newer push
+    /// superseded it). The run engine looks for this while the command runs.
+    pub async fn request_run_stop(&self, run: &RunId, reason: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Redis(s) => s.request_run_stop(run, reason).await,
+            Store::Memory(s) => s.request_run_stop(run, reason).await,
+        }
+    }
+
+    /// Why `run` was asked to stop, if it was.
+    pub async fn run_stop_requested(&self, run: &RunId) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Redis(s) => s.run_stop_requested(run).await,
+            Store::Memory(s) => s.run_stop_requested(run).await,
+        }
+    }
+
     /// The latest push-test run of `repository`'s `branch`.
     pub async fn latest_push_run(
         &self,

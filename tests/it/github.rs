@@ -36,7 +36,7 @@ fn make_repo(dir: &Path) -> (String, String) {
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(
         repo.join("check.sh"),
-        "echo \"tests ran at $(git rev-parse HEAD)\"\n",
+        "echo \"tests ran at $(git rev-parse HEAD)\"\nif [ -f slow ]; then echo started-slow; sleep 120; fi\n",
     )
     .unwrap();
     git(&["add", "check.sh"]);
@@ -439,34 +439,40 @@ async fn a_body_over_25_mib_is_refused_with_413() {
 }
 
 #[tokio::test]
-async fn a_newer_push_to_the_same_branch_supersedes_the_older_run() {
+async fn a_newer_push_to_the_same_branch_supersedes_and_stops_the_older_run() {
     let dir = tempfile::tempdir().unwrap();
-    let (origin, first) = make_repo(dir.path());
-    let second = commit(&origin, "b.txt");
+    let (origin, quick) = make_repo(dir.path());
+    // The older push's suite hangs (sleeps) until it is stopped.
+    let slow = commit(&origin, "slow");
     let app = spawn(&origin).await;
-    let one: Value = push(&app, "d-1", &push_body("refs/heads/main", &first, &["a"]))
+    let one: Value = push(&app, "d-1", &push_body("refs/heads/main", &slow, &["slow"]))
         .await
         .json()
         .await
         .unwrap();
+    let older = RunId::parse(one["run"].as_str().unwrap()).unwrap();
+    crate::common::eventually("the older suite is running", || async {
+        output_of(&app, &older).await.contains("started-slow")
+    })
+    .await;
+
     let two: Value = push(
         &app,
         "d-2",
-        &push_body("refs/heads/main", &second, &["b.txt"]),
+        &push_body("refs/heads/main", &quick, &["check.sh"]),
     )
     .await
     .json()
     .await
     .unwrap();
     assert_eq!(two["supersedes"], one["run"]);
-    let older = RunId::parse(one["run"].as_str().unwrap()).unwrap();
     let newer = RunId::parse(two["run"].as_str().unwrap()).unwrap();
     let store = &app.state.store;
     assert_eq!(
         sandbox_steward::github::superseded(store, &older)
             .await
             .unwrap(),
-        Some(second.clone())
+        Some(quick.clone())
     );
     assert_eq!(
         sandbox_steward::github::superseded(store, &newer)
@@ -474,6 +480,18 @@ async fn a_newer_push_to_the_same_branch_supersedes_the_older_run() {
             .unwrap(),
         None
     );
+
+    let stopped = runner(&app)
+        .wait(&older, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(stopped.status, RunStatus::Failed, "{stopped:?}");
+    assert_eq!(stopped.error, Some(format!("superseded by {quick}")));
+    let done = runner(&app)
+        .wait(&newer, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(done.exit_code, Some(0), "{done:?}");
     let audit = audit_outcomes(&app).await;
     assert!(
         audit

@@ -56,4 +56,29 @@ impl RedisStore {
         self.query(redis::cmd("GET").arg(self.keys().push_latest(repository, branch)))
             .await
     }
+
+    pub(crate) async fn request_run_stop(
+        &self,
+        run: &RunId,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let _: () = self
+            .query(
+                redis::cmd("SET")
+                    .arg(self.keys().run_stop(run))
+                    .arg(reason)
+                    .arg("PX")
+                    .arg(ms(RUN_RETENTION)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn run_stop_requested(
+        &self,
+        run: &RunId,
+    ) -> Result<Option<String>, StoreError> {
+        self.query(redis::cmd("GET").arg(self.keys().run_stop(run)))
+            .await
+    }
 }
