@@ -213,6 +213,68 @@ pub struct Policy {
     pub runs: RunsConfig,
     /// Who may call the agent API and the MCP server (`[api]`).
     pub api: ApiConfig,
+    /// GitHub webhook secrets (`[github]`); prefer `GITHUB_WEBHOOK_SECRET`.
+    pub github: GithubConfig,
+    /// What a GitHub push runs, per repository (`[[push_tests]]`); checked by [`Settings::load`].
+    pub push_tests: Vec<crate::github::PushTestEntry>,
+}
+
+/// `[github]`: `secrets = ["..."]`, accepted besides `GITHUB_WEBHOOK_SECRET`'s. `Debug` hides them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GithubConfig {
+    pub secrets: Vec<SecretString>,
+}
+
+/// `GITHUB_WEBHOOK_SECRET` (a comma-separated list, so one can be rotated), `[github] secrets`,
+/// `GITHUB_TOKEN`, and the checked `[[push_tests]]` (errors name the entry and the key).
+pub fn github_settings(
+    env: &dyn Env,
+    policy: &Policy,
+) -> Result<crate::github::GithubSettings, ConfigError> {
+    let mut webhook_secrets: Vec<SecretString> = env
+        .var("GITHUB_WEBHOOK_SECRET")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| SecretString::from(s.to_owned()))
+        .collect();
+    {
+        use secrecy::ExposeSecret;
+        webhook_secrets.extend(
+            policy
+                .github
+                .secrets
+                .iter()
+                .filter(|s| !s.expose_secret().trim().is_empty())
+                .cloned(),
+        );
+    }
+    let token = env
+        .var("GITHUB_TOKEN")
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .map(SecretString::from);
+    let max_timeout = policy
+        .runs()
+        .map(|p| p.limits.max_timeout)
+        .unwrap_or(RunLimits::default().max_timeout);
+    let push_tests = policy
+        .push_tests
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| entry.check(i + 1, max_timeout))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|reason| ConfigError::Invalid {
+            name: "steward.toml".into(),
+            reason,
+        })?;
+    Ok(crate::github::GithubSettings {
+        webhook_secrets,
+        token,
+        push_tests,
+    })
 }
 
 /// `[runs]` as written in steward.toml; every key is optional (see [`RunLimits::default`] and
@@ -569,6 +631,8 @@ pub struct Settings {
     /// `E2B_SANDBOX_URL`: when set, every envd call goes to this one URL with headers naming
     /// the sandbox (self-hosted E2B, or the simulator); unset, each sandbox's own host.
     pub sandbox_url: Option<String>,
+    /// Webhook secrets, the clone token and the checked `[[push_tests]]`.
+    pub github: crate::github::GithubSettings,
     pub policy: Policy,
 }
 
@@ -597,6 +661,7 @@ impl Settings {
                 .var("HOSTNAME")
                 .unwrap_or_else(|| DEFAULT_REPLICA_NAME.to_owned()),
             sandbox_url: sandbox_url(env)?,
+            github: github_settings(env, &policy)?,
             policy,
         })
     }
@@ -671,6 +736,7 @@ const DURATION_KEYS: &[&str] = &[
     "kill_grace",
     "sandbox_margin",
     "keep_running_for",
+    "timeout",
 ];
 
 /// A value error without repeating the key the sentence already names, and serde's
@@ -773,6 +839,54 @@ mod tests {
     }
 
     #[test]
+    fn github_settings_combine_env_and_file_secrets_and_check_push_tests() {
+        let policy = Policy::parse(
+            r#"
+[github]
+secrets = ["from-file"]
+
+[[push_tests]]
+repository = "acme/api"
+branches = ["main"]
+template = "base"
+command = "cargo test"
+timeout = "10m"
+channel = "C0ENG"
+authors = { "alice@example.com" = "U0ALICE" }
+"#,
+        )
+        .unwrap();
+        let gh = github_settings(
+            &env(&[
+                ("GITHUB_WEBHOOK_SECRET", " old , new ,"),
+                ("GITHUB_TOKEN", "ghp_tokenvalue"),
+            ]),
+            &policy,
+        )
+        .unwrap();
+        let secrets: Vec<&str> = gh
+            .webhook_secrets
+            .iter()
+            .map(|s| s.expose_secret())
+            .collect();
+        assert_eq!(secrets, ["old", "new", "from-file"]);
+        assert_eq!(gh.push_tests.len(), 1);
+        assert_eq!(gh.push_tests[0].timeout, Duration::from_secs(600));
+        let shown = format!("{gh:?} {policy:?}");
+        for secret in ["old", "new", "from-file", "ghp_tokenvalue"] {
+            assert!(!shown.contains(&format!("\"{secret}\"")), "{shown}");
+        }
+        assert!(!shown.contains("ghp_tokenvalue"));
+
+        let bad = Policy::parse(
+            "[[push_tests]]\nrepository = \"acme/api\"\ntemplate = \"base\"\ncommand = \"x\"\ntimeout = \"2h\"\n",
+        )
+        .unwrap();
+        let err = github_settings(&env(&[]), &bad).unwrap_err().to_string();
+        assert!(err.contains("[[push_tests]] acme/api: timeout"), "{err}");
+    }
+
+    #[test]
     fn edge_limits_have_defaults_and_refuse_nonsense() {
         assert_eq!(
             EdgeSettings::from_env(&env(&[])).unwrap(),
@@ -830,7 +944,7 @@ mod tests {
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.

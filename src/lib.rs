@@ -20,6 +20,7 @@
 //! - [`hygiene`]: idle detection (pure policy) and the fleet sweep.
 //! - [`jobs`]: the durable work queue and its workers.
 //! - [`mcp`]: the MCP tools agents use, over stdio (a client of the HTTP API) or `/mcp`.
+//! - [`github`]: GitHub push webhooks become push-test runs (signature, plan, intake).
 //! - [`runs`]: governed runs (an agent's code in a fresh sandbox, then a run case).
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
 pub mod approvals;
@@ -30,6 +31,7 @@ pub mod duration;
 pub mod e2b;
 pub mod envd;
 pub mod execute;
+pub mod github;
 pub mod http;
 pub mod hygiene;
 pub mod ids;

@@ -25,6 +25,7 @@ use crate::store::Store;
 pub mod api;
 pub mod edge;
 pub mod error;
+pub mod github;
 pub mod health;
 pub mod slack;
 
@@ -98,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .merge(slack_routes)
         .nest("/api/v1", api::routes(tokens))
         .merge(mcp)
+        .route("/github/webhook", post(github::webhook))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample};
+use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample, Scrubber};
 use super::record::{self, RunInputs};
 use crate::cases::{RunOutcome, RunReport, Subject};
 use crate::e2b::{E2bClient, ListQuery, LogsDirection, LogsQuery, NewSandbox, StateFilter};
@@ -46,6 +46,8 @@ const TAIL_BYTES: usize = 8 * 1024;
 const METRICS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How long to wait for the process's end after SIGKILL before giving up on it.
 const AFTER_KILL_WAIT: Duration = Duration::from_secs(10);
+/// How often a running command's run is checked for a stop request (a superseded push test).
+const STOP_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Deliveries of a finished run's job after which a failing hand-over is given up (logged).
 const MAX_HAND_OVER_DELIVERIES: u64 = 5;
 
@@ -320,6 +322,17 @@ impl RunEngine {
                 r.error = None;
             })
             .await?;
+        // A run asked to stop before it began (a newer push superseded it) gets no sandbox.
+        if let Ok(Some(reason)) = self.store.run_stop_requested(&id).await {
+            let ended = Ended {
+                exit_code: None,
+                timed_out: false,
+                error: Some(reason),
+                tail: Vec::new(),
+                whole_tail: true,
+            };
+            return self.finish(&id, None, ended, deliveries).await;
+        }
         let inputs = record::inputs(&self.store, &id).await?;
         let result = self.create_and_run(&run, inputs, deliveries).await;
         match result {
@@ -400,8 +413,14 @@ impl RunEngine {
                     )
                 })?;
         }
+        let scrubber = Scrubber::new(
+            inputs
+                .secret_env
+                .iter()
+                .filter_map(|name| inputs.env.get(name).cloned()),
+        );
         let ended = self
-            .run_command(run, &envd, inputs.env)
+            .run_command(run, &envd, inputs.env, scrubber)
             .await
             .map_err(|stop| (sandbox.clone(), stop))?;
         Ok((sandbox_id, ended))
@@ -473,6 +492,7 @@ impl RunEngine {
         run: &Run,
         envd: &EnvdClient,
         env: BTreeMap<String, String>,
+        mut scrubber: Scrubber,
     ) -> Result<Ended, Stop> {
         let mut spec = ProcessSpec::shell(run.command.clone());
         spec.envs = env;
@@ -497,6 +517,8 @@ impl RunEngine {
         let mut kill_at: Option<tokio::time::Instant> = None;
         let mut tail: VecDeque<u8> = VecDeque::with_capacity(TAIL_BYTES);
         let mut produced: u64 = 0;
+        let mut stop_check = tokio::time::interval(STOP_CHECK_EVERY);
+        stop_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let alarm = match (term_at, kill_at) {
                 (None, _) => deadline,
@@ -507,6 +529,8 @@ impl RunEngine {
                 event = stream.next_event() => match event {
                     Ok(Some(ProcessEvent::Start { pid: p })) => pid = Some(p),
                     Ok(Some(ProcessEvent::Stdout(bytes) | ProcessEvent::Stderr(bytes) | ProcessEvent::Pty(bytes))) => {
+                        // Secret values never reach the store, the tail or the report.
+                        let bytes = scrubber.push(&bytes);
                         produced += bytes.len() as u64;
                         keep_tail(&mut tail, &bytes);
                         if let Err(e) = self.store.append_run_output(&run.id, &bytes, cap).await {
@@ -521,6 +545,7 @@ impl RunEngine {
                         if !timed_out && (end.exit_code != 0 || !end.exited) {
                             self.check_sandbox_still_there(envd.sandbox_id()).await?;
                         }
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                         return Ok(Ended {
                             exit_code: (!timed_out).then_some(end.exit_code),
                             timed_out,
@@ -531,6 +556,7 @@ impl RunEngine {
                     }
                     Ok(Some(ProcessEvent::Keepalive)) => {}
                     Ok(None) if term_at.is_some() => {
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                         return Ok(Ended { exit_code: None, timed_out: true, error: None, whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
                     }
                     Ok(None) => {
@@ -540,9 +566,26 @@ impl RunEngine {
                         return Err(Stop::Failed(format!("the command's stream broke: {}", envd_sentence(&e))));
                     }
                 },
+                _ = stop_check.tick(), if term_at.is_none() => {
+                    // Someone asked for this run to end (a newer push superseded it). A store
+                    // that cannot be read now is asked again at the next tick.
+                    if let Ok(Some(reason)) = self.store.run_stop_requested(&run.id).await {
+                        tracing::info!(run = %run.id, %reason, "run asked to stop; stopping its command");
+                        self.stop_process(envd, pid, Signal::Kill).await;
+                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
+                        return Ok(Ended {
+                            exit_code: None,
+                            timed_out: false,
+                            error: Some(reason),
+                            whole_tail: produced <= TAIL_BYTES as u64,
+                            tail: tail.into(),
+                        });
+                    }
+                }
                 () = self.stopping.cancelled(), if term_at.is_none() => {
                     tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
                     self.stop_process(envd, pid, Signal::Kill).await;
+                    self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                     return Ok(Ended {
                         exit_code: None,
                         timed_out: false,
@@ -572,12 +615,32 @@ impl RunEngine {
                         }
                         (Some(_), Some(_)) => {
                             // The process never reported its end; the sandbox's own timeout ends it.
+                            self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
                             return Ok(Ended { exit_code: None, timed_out: true, error: Some("the command did not end after SIGKILL".into()), whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Stores what the scrubber still holds back (the end of the output) once the command ended.
+    async fn flush_scrubbed(
+        &self,
+        run: &RunId,
+        scrubber: &mut Scrubber,
+        tail: &mut VecDeque<u8>,
+        produced: &mut u64,
+        cap: u64,
+    ) -> Result<(), Stop> {
+        let rest = scrubber.finish();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        *produced += rest.len() as u64;
+        keep_tail(tail, &rest);
+        self.store.append_run_output(run, &rest, cap).await?;
+        Ok(())
     }
 
     /// Fails the run when E2B says its sandbox is gone or paused; any other answer lets the

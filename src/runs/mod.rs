@@ -16,6 +16,7 @@ pub mod service;
 
 pub use engine::{HandOver, HandOverError, HandOverRequest, RunEngine};
 pub use model::{
-    FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPolicy, RunRequest, RunStatus, ValidRun,
+    FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPolicy, RunRequest, RunStatus, SCRUBBED,
+    Scrubber, ValidRun,
 };
 pub use service::{OutputChunk, RunError, Runner};

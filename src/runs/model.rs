@@ -35,6 +35,93 @@ pub struct RunRequest {
     /// `90s`, `10m`, ... (see `duration`); the policy's default when absent.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Names of `env` entries whose values are secrets: each value is replaced by
+    /// [`SCRUBBED`] wherever it appears in the run's output.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+}
+
+/// What a secret value in a run's output is replaced with.
+pub const SCRUBBED: &str = "[scrubbed]";
+
+/// Replaces secret values in a stream of output chunks, even when a value is split across
+/// chunks: an end of a chunk that could begin a secret is held back until the next chunk (or
+/// [`Scrubber::finish`]); everything else goes out at once.
+#[derive(Default)]
+pub struct Scrubber {
+    secrets: Vec<Vec<u8>>,
+    held: Vec<u8>,
+}
+
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrubber")
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scrubber {
+    /// Scrubs `secrets` (empty values are ignored; longer ones first, so a value that contains
+    /// another is replaced whole).
+    pub fn new<I: IntoIterator<Item = String>>(secrets: I) -> Self {
+        let mut secrets: Vec<Vec<u8>> = secrets
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(String::into_bytes)
+            .collect();
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        Self {
+            secrets,
+            held: Vec::new(),
+        }
+    }
+
+    fn replace_all(&mut self) {
+        for secret in &self.secrets {
+            let mut out = Vec::with_capacity(self.held.len());
+            let mut i = 0;
+            while i < self.held.len() {
+                if self.held[i..].starts_with(secret) {
+                    out.extend_from_slice(SCRUBBED.as_bytes());
+                    i += secret.len();
+                } else {
+                    out.push(self.held[i]);
+                    i += 1;
+                }
+            }
+            self.held = out;
+        }
+    }
+
+    /// The scrubbed bytes of `chunk` that can be let out now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.secrets.is_empty() {
+            return chunk.to_vec();
+        }
+        self.held.extend_from_slice(chunk);
+        self.replace_all();
+        // Hold back only an end that could be the start of a secret.
+        let keep = self
+            .secrets
+            .iter()
+            .filter_map(|secret| {
+                (1..secret.len())
+                    .rev()
+                    .find(|&l| self.held.ends_with(&secret[..l]))
+            })
+            .max()
+            .unwrap_or(0);
+        let out = self.held.len() - keep;
+        self.held.drain(..out).collect()
+    }
+
+    /// Whatever was held back, scrubbed.
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.replace_all();
+        std::mem::take(&mut self.held)
+    }
 }
 
 /// Bounds on what a run may ask for (`[runs]` in steward.toml).
@@ -229,6 +316,12 @@ impl RunRequest {
                     "is not a variable name (letters, digits and '_', not starting with a digit)",
                 ));
             }
+        }
+        if let Some(name) = self.secret_env.iter().find(|n| !self.env.contains_key(*n)) {
+            return Err(RunInputError::invalid(
+                format!("secret_env.{name}"),
+                "names no variable of env",
+            ));
         }
         if let Some(cwd) = &self.cwd
             && (!cwd.starts_with('/') || cwd.contains('\0'))
@@ -435,7 +528,38 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             timeout: None,
+            secret_env: Vec::new(),
         }
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_even_across_chunks() {
+        let mut s = Scrubber::new(["hunter2".to_owned(), String::new()]);
+        let mut out = s.push(b"pass=hun");
+        assert_eq!(out, b"pass=", "only a possible start of a secret waits");
+        out.extend(s.push(b"ter2 and hunter"));
+        out.extend(s.push(b"2!"));
+        out.extend(s.finish());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "pass=[scrubbed] and [scrubbed]!"
+        );
+        let mut none = Scrubber::new(Vec::new());
+        assert_eq!(none.push(b"abc"), b"abc");
+        assert!(none.finish().is_empty());
+    }
+
+    #[test]
+    fn secret_env_must_name_an_env_variable() {
+        check(
+            |r| r.secret_env = vec!["TOKEN".into()],
+            "secret_env.TOKEN",
+            false,
+        );
+        let mut req = ok();
+        req.env.insert("TOKEN".into(), "x".into());
+        req.secret_env = vec!["TOKEN".into()];
+        assert!(req.validate(&limits()).is_ok());
     }
 
     fn file(path: &str, bytes: usize) -> FileSpec {

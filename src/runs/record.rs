@@ -18,6 +18,9 @@ const MAX_UPDATE_ATTEMPTS: usize = 32;
 pub(crate) struct RunInputs {
     pub files: Vec<FileSpec>,
     pub env: BTreeMap<String, String>,
+    /// Names of `env` entries whose values are scrubbed from the output.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
 }
 
 /// The stored run with its output counters filled in from the store.

@@ -135,6 +135,7 @@ impl Runner {
         let inputs = RunInputs {
             files: request.files,
             env: request.env,
+            secret_env: request.secret_env,
         };
         record::create(&self.store, &run, &inputs).await?;
         if let Err(e) = self.store.enqueue(&Job::Run { run_id: id.clone() }).await {

@@ -34,6 +34,10 @@
 //! - `P:run-files:{<run_id>}` (string, JSON): the files of a run not yet uploaded; deleted once
 //!   they are in the sandbox.
 //!
+//! - `P:push-test:{<run_id>}` (string, JSON): what a push-test run was started for.
+//! - `P:push-latest:<owner/name>:<branch>` (string): the latest push-test run of a branch.
+//! - `P:run-stop:{<run_id>}` (string): why a run was asked to stop (a newer push superseded it).
+//!
 //! A run's three keys share the run id's hash tag, so one script or pipeline touches them all.
 //!
 //! This file must not talk to Redis; it only names things.
@@ -182,6 +186,21 @@ impl Keys {
     /// One run's files until they are uploaded, in the run's slot.
     pub fn run_files(&self, id: &RunId) -> String {
         format!("{}:run-files:{{{}}}", self.prefix, id)
+    }
+
+    /// What a push-test run was started for, in the run's slot.
+    pub fn push_test(&self, id: &RunId) -> String {
+        format!("{}:push-test:{{{}}}", self.prefix, id)
+    }
+
+    /// Why a run was asked to stop, in the run's slot.
+    pub fn run_stop(&self, id: &RunId) -> String {
+        format!("{}:run-stop:{{{}}}", self.prefix, id)
+    }
+
+    /// The latest push-test run of a repository's branch.
+    pub fn push_latest(&self, repository: &str, branch: &str) -> String {
+        format!("{}:push-latest:{repository}:{branch}", self.prefix)
     }
 
     /// Case cards whose last update failed: case id -> failed repairs in a row (a hash).

@@ -46,6 +46,10 @@ struct State {
     queue: Queue,
     audit: Vec<AuditEvent>,
     runs: HashMap<RunId, MemoryRun>,
+    push_tests: HashMap<RunId, String>,
+    run_stops: HashMap<RunId, String>,
+    /// `owner/name` and branch -> the latest push-test run.
+    push_latest: HashMap<(String, String), RunId>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -303,6 +307,59 @@ impl MemoryStore {
         // Keep the map from growing without bound in a long demo.
         s.dedupe.retain(|_, until| *until > now);
         Ok(true)
+    }
+
+    pub(crate) async fn forget_first_time(&self, key: &str) -> Result<(), StoreError> {
+        self.lock().dedupe.remove(key);
+        Ok(())
+    }
+
+    pub(crate) async fn put_push_test(&self, run: &RunId, json: &str) -> Result<(), StoreError> {
+        self.lock().push_tests.insert(run.clone(), json.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn push_test_json(&self, run: &RunId) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().push_tests.get(run).cloned())
+    }
+
+    pub(crate) async fn swap_latest_push_run(
+        &self,
+        repository: &str,
+        branch: &str,
+        run: &RunId,
+    ) -> Result<Option<String>, StoreError> {
+        let key = (repository.to_owned(), branch.to_owned());
+        Ok(self
+            .lock()
+            .push_latest
+            .insert(key, run.clone())
+            .map(|r| r.to_string()))
+    }
+
+    pub(crate) async fn request_run_stop(
+        &self,
+        run: &RunId,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.lock().run_stops.insert(run.clone(), reason.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn run_stop_requested(
+        &self,
+        run: &RunId,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().run_stops.get(run).cloned())
+    }
+
+    pub(crate) async fn latest_push_run(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let key = (repository.to_owned(), branch.to_owned());
+        Ok(self.lock().push_latest.get(&key).map(|r| r.to_string()))
     }
 
     pub(crate) async fn acquire_lease(

@@ -18,8 +18,10 @@ use crate::ids::{CaseId, RunId, SlackUserId};
 
 pub mod keys;
 mod memory;
+pub mod push_tests;
 mod redis;
 mod settings;
+pub use push_tests::PushTest;
 pub use settings::RedisSettings;
 
 pub use memory::MemoryStore;

@@ -77,6 +77,19 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         ],
         "runs never posts to Slack and sits below the surfaces; the run case is handed over by startup",
     ),
+    (
+        "github",
+        &[
+            "approvals",
+            "slack",
+            "cli",
+            "sim",
+            "http",
+            "startup",
+            "config",
+        ],
+        "github turns pushes into runs; alerts and the HTTP surface sit above it",
+    ),
 ];
 
 const EXTERNAL: &[&str] = &["tokio", "reqwest", "redis", "axum", "hyper"];

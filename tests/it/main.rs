@@ -15,6 +15,7 @@ mod e2b_cli;
 mod e2b_client;
 mod edge;
 mod envd;
+mod github;
 mod hygiene;
 mod hygiene_slack;
 mod layering;

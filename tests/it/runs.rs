@@ -16,6 +16,7 @@ fn request(command: &str) -> RunRequest {
         env: Default::default(),
         cwd: None,
         timeout: None,
+        secret_env: Vec::new(),
     }
 }
 
