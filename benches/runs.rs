@@ -16,8 +16,12 @@
 //!    finished, read with `GET /api/v1/runs/{id}?wait=30s` (the server checks every 200 ms).
 //! 3. **concurrent**: C runs submitted at once, then waited for: wall time from the first submit to
 //!    the last finish, runs/s, p50/p95 submit → finished, and failures (anything not `finished`
-//!    with exit code 0; each is printed). A run holds one queue worker for its whole length, so
-//!    the replica's worker count (printed) bounds how many run at once.
+//!    with exit code 0; each is printed). The run records split submit -> finished into created
+//!    -> command started (waiting for a worker, creating the sandbox) and the command itself.
+//!    A run holds one queue worker for its whole length, including the evidence and hand-over
+//!    after its end (for a run shorter than E2B's metrics sampling, the engine waits one sample
+//!    interval, 5 s, for a profile), so the replica's worker count (printed) bounds runs/s;
+//!    `worker time per run` (wall x workers / runs) is how long each run held its worker.
 //! 4. **peak RSS**: the process's VmHWM, which includes both simulators and Steward.
 //!
 //! One unmeasured warm-up run of each kind opens the connections first. The simulators (E2B
@@ -196,10 +200,25 @@ struct Api {
     base: String,
 }
 
-/// One run through Steward, as timed from the client.
+/// One run through Steward, as timed from the client, and its own record's timeline.
 struct Timed {
     first_byte: Option<Duration>,
     finished: Duration,
+    /// `created_at` → `started_at`: waiting for a free worker, creating the sandbox, starting
+    /// the command.
+    queued: Option<Duration>,
+    /// `started_at` → `finished_at`: the command running.
+    working: Option<Duration>,
+}
+
+/// The time from `from` to `to`, both RFC 3339 timestamps of a run record.
+fn between(run: &Value, from: &str, to: &str) -> Option<Duration> {
+    let at = |key: &str| {
+        run[key]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    };
+    (at(to)? - at(from)?).to_std().ok()
 }
 
 impl Api {
@@ -247,7 +266,7 @@ impl Api {
     }
 
     /// Long-polls the run until it ends; an error unless it finished with exit code 0.
-    async fn finished(&self, id: &str) -> anyhow::Result<()> {
+    async fn finished(&self, id: &str) -> anyhow::Result<Value> {
         loop {
             let resp = self
                 .http
@@ -259,7 +278,7 @@ impl Api {
             let run: Value = resp.json().await?;
             anyhow::ensure!(status.is_success(), "run answered {status}: {run}");
             match run["status"].as_str() {
-                Some("finished") if run["exit_code"] == 0 => return Ok(()),
+                Some("finished") if run["exit_code"] == 0 => return Ok(run),
                 Some("finished" | "timed_out" | "failed") => {
                     anyhow::bail!(
                         "run {id} ended {}: exit code {}, error {}",
@@ -283,10 +302,12 @@ impl Api {
         } else {
             None
         };
-        self.finished(&id).await?;
+        let run = self.finished(&id).await?;
         Ok(Timed {
             first_byte,
             finished: started.elapsed(),
+            queued: between(&run, "created_at", "started_at"),
+            working: between(&run, "started_at", "finished_at"),
         })
     }
 }
@@ -441,10 +462,16 @@ async fn measure(
         })
         .collect();
     let mut latencies = Vec::with_capacity(concurrent);
+    let mut queued = Vec::with_capacity(concurrent);
+    let mut working = Vec::with_capacity(concurrent);
     let mut failures = Vec::new();
     for task in tasks {
         match task.await {
-            Ok(Ok(timed)) => latencies.push(timed.finished),
+            Ok(Ok(timed)) => {
+                latencies.push(timed.finished);
+                queued.extend(timed.queued);
+                working.extend(timed.working);
+            }
             Ok(Err(e)) => failures.push(e.to_string()),
             Err(e) => failures.push(format!("the client task failed: {e}")),
         }
@@ -458,6 +485,17 @@ async fn measure(
         ms(median(&latencies)),
         ms(p95(&latencies)),
         failures.len()
+    );
+    println!(
+        "   from the run records: created -> command started p50 {:>8.1} ms  p95 {:>8.1} ms; \
+         command started -> finished p50 {:>6.1} ms",
+        ms(median(&queued)),
+        ms(p95(&queued)),
+        ms(median(&working)),
+    );
+    println!(
+        "   worker time per run (wall x {workers} workers / runs) {:>8.2} s",
+        wall.as_secs_f64() * workers as f64 / latencies.len().max(1) as f64
     );
     for failure in &failures {
         println!("   failed: {failure}");
