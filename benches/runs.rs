@@ -13,7 +13,9 @@
 //!    `GET /api/v1/runs/{id}/output?from=0&wait=5s` (the server answers as soon as bytes are
 //!    stored, checking every 200 ms, so the figure includes that check interval but no client
 //!    polling interval); the overhead is this minus the baseline, median and p95. Also submit →
-//!    finished, read with `GET /api/v1/runs/{id}?wait=30s` (the server checks every 200 ms).
+//!    finished, read with `GET /api/v1/runs/{id}?wait=30s` (the server checks every 200 ms), and
+//!    from the run records, created -> command started (Steward's own path, without either
+//!    check interval; a run that found every worker busy waits here).
 //! 3. **concurrent**: C runs submitted at once, then waited for: wall time from the first submit to
 //!    the last finish, runs/s, p50/p95 submit → finished, and failures (anything not `finished`
 //!    with exit code 0; each is printed). The run records split submit -> finished into created
@@ -433,10 +435,12 @@ async fn measure(
 
     let mut first = Vec::with_capacity(runs);
     let mut finished = Vec::with_capacity(runs);
+    let mut to_command = Vec::with_capacity(runs);
     for _ in 0..runs {
         let timed = api.run(true).await?;
         first.extend(timed.first_byte);
         finished.push(timed.finished);
+        to_command.extend(timed.queued);
     }
     println!(
         "2. through Steward        submit -> first output byte   median {:>8.1} ms  p95 {:>8.1} ms",
@@ -452,6 +456,12 @@ async fn measure(
         "   through Steward        submit -> finished            median {:>8.1} ms  p95 {:>8.1} ms",
         ms(median(&finished)),
         ms(p95(&finished))
+    );
+
+    println!(
+        "   from the run records   created -> command started   median {:>8.1} ms  p95 {:>8.1} ms",
+        ms(median(&to_command)),
+        ms(p95(&to_command))
     );
 
     let started = Instant::now();
