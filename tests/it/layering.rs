@@ -77,6 +77,11 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         ],
         "runs never posts to Slack and sits below the surfaces; the run case is handed over by startup",
     ),
+    (
+        "alerts",
+        &["approvals", "runs", "http", "cli", "sim", "github"],
+        "alerts posts what it is handed; callers glue runs and pushes to it",
+    ),
 ];
 
 const EXTERNAL: &[&str] = &["tokio", "reqwest", "redis", "axum", "hyper"];
