@@ -1,0 +1,351 @@
+//! Test-failure alerts over HTTP: `POST /api/v1/test-failures` posts the alert to
+//! `[channels] engineering` with the failing lines, and the whole output lands as a file in the
+//! alert's thread (read back through the Slack simulator); refusals post nothing. Also the
+//! simulator's own upload flow.
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::api::{AGENT_TOKEN, expect_error, sha256_hex};
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+
+/// May report test failures only.
+const CI_TOKEN: &str = "stw_ci_4c0e9a7d21b64f88";
+
+const ENGINEERING: &str = "C0ENGINEER";
+
+fn policy(with_channel: bool) -> String {
+    format!(
+        r#"[channels]
+approvals = "C0APPROVALS"
+{channel}
+
+[api.tokens.ci]
+sha256 = "{ci}"
+allow = ["report_test_failure"]
+
+[api.tokens.agent]
+sha256 = "{agent}"
+allow = ["run", "read"]
+"#,
+        channel = if with_channel {
+            format!("engineering = \"{ENGINEERING}\"")
+        } else {
+            String::new()
+        },
+        ci = sha256_hex(CI_TOKEN),
+        agent = sha256_hex(AGENT_TOKEN),
+    )
+}
+
+async fn spawn(with_channel: bool) -> TestApp {
+    spawn_app_with(TestAppOptions {
+        policy: Some(policy(with_channel)),
+        with_e2b: false,
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await
+}
+
+const PYTEST_OUTPUT: &str = "\
+============================= test session starts ==============================
+platform linux -- Python 3.12.3, pytest-8.2.0, pluggy-1.5.0
+collected 12 items
+
+tests/test_invoice.py ..F.                                               [ 33%]
+tests/test_tax.py ........                                               [100%]
+
+=================================== FAILURES ===================================
+____________________________ test_total_with_discount ____________________________
+
+    def test_total_with_discount():
+        invoice = Invoice(lines=[Line(100), Line(50)], discount=0.1)
+>       assert invoice.total() == 135
+E       assert 150.0 == 135
+
+tests/test_invoice.py:27: AssertionError
+=========================== short test summary info ============================
+FAILED tests/test_invoice.py::test_total_with_discount - assert 150.0 == 135
+========================= 1 failed, 11 passed in 0.34s =========================
+";
+
+fn report() -> Value {
+    json!({
+        "repository": "acme/billing",
+        "branch": "main",
+        "commit": "9f3c2a1b7e4d5c6a8b9f0e1d2c3b4a5f6e7d8c9b",
+        "author": {"name": "Sam Lee", "email": "sam@example.com", "slack_user": "U0SAM0001"},
+        "command": "pytest -q",
+        "exit_code": 1,
+        "output": PYTEST_OUTPUT,
+        "commit_url": "https://github.com/acme/billing/commit/9f3c2a1b7e4d5c6a8b9f0e1d2c3b4a5f6e7d8c9b",
+        "message": "Apply the discount once\n\nIt was applied per line.",
+        "duration_secs": 75,
+    })
+}
+
+async fn post(app: &TestApp, token: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut req = app.http.post(app.url("/api/v1/test-failures")).json(body);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send().await.expect("the API answers")
+}
+
+fn posts(app: &TestApp) -> usize {
+    app.slack
+        .messages()
+        .iter()
+        .filter(|m| m.method == "chat.postMessage" || m.method.starts_with("files."))
+        .count()
+}
+
+#[tokio::test]
+async fn a_reported_failure_posts_the_failing_lines_and_the_whole_output_in_its_thread() {
+    let app = spawn(true).await;
+    let resp = post(&app, Some(CI_TOKEN), &report()).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["channel"], ENGINEERING);
+    let ts = body["ts"].as_str().unwrap();
+
+    let alert = app.slack.message(ENGINEERING, ts).expect("the alert");
+    let text = visible_text(&alert);
+    assert!(
+        text.contains("*Tests failed* in *acme/billing* on `main`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<https://github.com/acme/billing/commit/9f3c2a1b7e4d5c6a8b9f0e1d2c3b4a5f6e7d8c9b|9f3c2a1>"),
+        "{text}"
+    );
+    assert!(text.contains("Apply the discount once"), "{text}");
+    assert!(
+        !text.contains("applied per line"),
+        "first line only: {text}"
+    );
+    assert!(text.contains("*Author* <@U0SAM0001>"), "{text}");
+    assert!(
+        text.contains("`pytest -q`") && text.contains("*Exit code* 1"),
+        "{text}"
+    );
+    assert!(text.contains("*Took* 1 min 15 s"), "{text}");
+    // The failing lines, in a code block; the passing preamble is not there.
+    let code = text
+        .split("```")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a code block: {text}"));
+    assert!(code.contains("E       assert 150.0 == 135"), "{code}");
+    assert!(
+        code.contains("FAILED tests/test_invoice.py::test_total_with_discount"),
+        "{code}"
+    );
+    assert!(!code.contains("platform linux"), "{code}");
+
+    // The whole output, as a file in the alert's thread, byte for byte.
+    let file_id = body["output_file"].as_str().expect("a file id");
+    let shared = app
+        .slack
+        .messages()
+        .into_iter()
+        .find(|m| m.method == "files.completeUploadExternal")
+        .expect("the file was shared");
+    assert_eq!(shared.channel.as_deref(), Some(ENGINEERING));
+    assert_eq!(shared.thread_ts.as_deref(), Some(ts));
+    assert_eq!(shared.body["files"][0]["id"], file_id);
+    let bytes = app
+        .http
+        .get(format!("{}/_sim/files/{file_id}", app.slack.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bytes.status(), 200);
+    assert_eq!(bytes.bytes().await.unwrap(), PYTEST_OUTPUT.as_bytes());
+    // `GET /_sim/messages` lists the share as a message in the thread.
+    let listed: Vec<Value> = app
+        .http
+        .get(format!("{}/_sim/messages", app.slack.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|m| m["method"] == "files.completeUploadExternal"
+                && m["thread_ts"] == ts
+                && m["body"]["files"][0]["id"] == file_id)
+    );
+}
+
+#[tokio::test]
+async fn a_missing_field_is_a_422_that_names_it_and_posts_nothing() {
+    let app = spawn(true).await;
+    for field in ["repository", "commit", "exit_code", "output", "author"] {
+        let mut body = report();
+        body.as_object_mut().unwrap().remove(field);
+        let error = expect_error(
+            post(&app, Some(CI_TOKEN), &body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        )
+        .await;
+        assert_eq!(error["field"], field, "{error}");
+    }
+    let mut passed = report();
+    passed["exit_code"] = json!(0);
+    let error = expect_error(
+        post(&app, Some(CI_TOKEN), &passed).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid",
+    )
+    .await;
+    assert_eq!(error["field"], "exit_code");
+    let mut bad_link = report();
+    bad_link["commit_url"] = json!("https://x.example/a|<!channel>");
+    let error = expect_error(
+        post(&app, Some(CI_TOKEN), &bad_link).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid",
+    )
+    .await;
+    assert_eq!(error["field"], "commit_url");
+    assert_eq!(posts(&app), 0);
+}
+
+#[tokio::test]
+async fn no_token_is_a_401_and_a_token_without_the_permission_is_a_403() {
+    let app = spawn(true).await;
+    expect_error(
+        post(&app, None, &report()).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let error = expect_error(
+        post(&app, Some(AGENT_TOKEN), &report()).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("report_test_failure"),
+        "{error}"
+    );
+    assert_eq!(posts(&app), 0);
+}
+
+#[tokio::test]
+async fn without_an_engineering_channel_the_report_is_a_503_that_says_what_to_set() {
+    let app = spawn(false).await;
+    let error = expect_error(
+        post(&app, Some(CI_TOKEN), &report()).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    )
+    .await;
+    assert!(
+        error["message"].as_str().unwrap().contains("[channels]"),
+        "{error}"
+    );
+    assert_eq!(posts(&app), 0);
+}
+
+#[tokio::test]
+async fn the_slack_simulator_serves_the_external_upload_flow() {
+    let app = spawn(true).await;
+    let api = app.slack.api_url();
+    let http = &app.http;
+    let auth = format!("Bearer {}", crate::common::BOT_TOKEN);
+    let parent: Value = http
+        .post(format!("{api}/chat.postMessage"))
+        .header("Authorization", &auth)
+        .json(&json!({"channel": "C0FILES", "text": "parent"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let parent_ts = parent["ts"].as_str().unwrap();
+
+    let got: Value = http
+        .get(format!(
+            "{api}/files.getUploadURLExternal?filename=out.txt&length=5"
+        ))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["ok"], true, "{got}");
+    let file_id = got["file_id"].as_str().unwrap();
+    let upload_url = got["upload_url"].as_str().unwrap();
+
+    // Completing before the bytes arrived is refused, like Slack.
+    let early: Value = http
+        .post(format!("{api}/files.completeUploadExternal"))
+        .header("Authorization", &auth)
+        .json(&json!({"files": [{"id": file_id}], "channel_id": "C0FILES"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(early["error"], "file_not_found");
+
+    let uploaded = http.post(upload_url).body("hello").send().await.unwrap();
+    assert_eq!(uploaded.status(), 200);
+    // A thread in another channel is refused.
+    let elsewhere: Value = http
+        .post(format!("{api}/files.completeUploadExternal"))
+        .header("Authorization", &auth)
+        .json(&json!({"files": [{"id": file_id}], "channel_id": "C0OTHER", "thread_ts": parent_ts}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere["error"], "thread_not_found");
+    let done: Value = http
+        .post(format!("{api}/files.completeUploadExternal"))
+        .header("Authorization", &auth)
+        .json(
+            &json!({"files": [{"id": file_id, "title": "Output"}], "channel_id": "C0FILES",
+                      "thread_ts": parent_ts, "initial_comment": "the whole output"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["ok"], true, "{done}");
+    assert_eq!(done["files"][0]["title"], "Output");
+
+    let file = app.slack.file(file_id).expect("the file");
+    assert!(file.completed);
+    assert_eq!(file.bytes.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(file.thread_ts.as_deref(), Some(parent_ts));
+    let read = http
+        .get(format!("{}/_sim/files/{file_id}", app.slack.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.bytes().await.unwrap(), &b"hello"[..]);
+    let missing = http
+        .get(format!("{}/_sim/files/F404", app.slack.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
