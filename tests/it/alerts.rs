@@ -3,6 +3,9 @@
 //! alert's thread (read back through the Slack simulator); refusals post nothing. Also the
 //! simulator's own upload flow.
 use reqwest::StatusCode;
+use sandbox_steward::alerts::{self, Person, Step, TestFailure, TestRunError};
+use sandbox_steward::ids::SlackChannelId;
+use sandbox_steward::sim::slack::Fault;
 use serde_json::{Value, json};
 
 use crate::api::{AGENT_TOKEN, expect_error, sha256_hex};
@@ -75,6 +78,7 @@ fn report() -> Value {
         "branch": "main",
         "commit": "9f3c2a1b7e4d5c6a8b9f0e1d2c3b4a5f6e7d8c9b",
         "author": {"name": "Sam Lee", "email": "sam@example.com", "slack_user": "U0SAM0001"},
+        "pusher": "Dana <!here> Ops",
         "command": "pytest -q",
         "exit_code": 1,
         "output": PYTEST_OUTPUT,
@@ -125,6 +129,10 @@ async fn a_reported_failure_posts_the_failing_lines_and_the_whole_output_in_its_
         "first line only: {text}"
     );
     assert!(text.contains("*Author* <@U0SAM0001>"), "{text}");
+    assert!(
+        text.contains("*Pushed by* Dana &lt;!here&gt; Ops"),
+        "{text}"
+    );
     assert!(
         text.contains("`pytest -q`") && text.contains("*Exit code* 1"),
         "{text}"
@@ -348,4 +356,131 @@ async fn the_slack_simulator_serves_the_external_upload_flow() {
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
+}
+
+fn failure(output: Vec<u8>) -> TestFailure {
+    TestFailure {
+        repository: "acme/parser".into(),
+        branch: "main".into(),
+        commit_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+        commit_url: None,
+        commit_message: Some("Speed up the lexer".into()),
+        pusher: Some(Person {
+            login: Some("dana".into()),
+            ..Person::default()
+        }),
+        author: None,
+        command: "cargo test".into(),
+        exit_code: 101,
+        duration: None,
+        output,
+        sandbox_id: None,
+    }
+}
+
+fn channel() -> SlackChannelId {
+    SlackChannelId::parse(ENGINEERING).unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_upload_leaves_the_alert_and_says_so_in_its_thread() {
+    let app = spawn(true).await;
+    app.slack.add_fault(Fault {
+        method: "files.getUploadURLExternal".into(),
+        status: 200,
+        retry_after_secs: None,
+        count: 1,
+        error: Some("not_allowed_token_type".into()),
+    });
+    let posted = alerts::post_test_failure(
+        &app.state.slack,
+        &app.state.templates,
+        &channel(),
+        &failure(b"test a ... FAILED\n".to_vec()),
+    )
+    .await
+    .expect("the alert is posted");
+    assert_eq!(posted.output_file, None);
+    assert!(app.slack.message(ENGINEERING, &posted.ts).is_some());
+    let note = app
+        .slack
+        .messages()
+        .into_iter()
+        .find(|m| m.method == "chat.postMessage" && m.thread_ts.as_deref() == Some(&posted.ts))
+        .expect("a note in the thread");
+    let text = visible_text(&note);
+    assert!(
+        text.contains("could not attach the full output")
+            && text.contains("not_allowed_token_type"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_output_over_the_upload_cap_keeps_both_ends_and_the_thread_says_so() {
+    let app = spawn(true).await;
+    let mut output = b"FIRST LINE\n".to_vec();
+    output.resize(alerts::MAX_UPLOAD_BYTES + 4096, b'.');
+    output.extend_from_slice(b"\ntest result: FAILED. 0 passed; 1 failed\n");
+    let posted = alerts::post_test_failure(
+        &app.state.slack,
+        &app.state.templates,
+        &channel(),
+        &failure(output.clone()),
+    )
+    .await
+    .unwrap();
+    let file = app
+        .slack
+        .file(posted.output_file.as_deref().expect("uploaded"))
+        .unwrap();
+    let bytes = file.bytes.unwrap();
+    assert!(bytes.len() < output.len());
+    assert!(bytes.starts_with(b"FIRST LINE\n"));
+    assert!(bytes.ends_with(b"test result: FAILED. 0 passed; 1 failed\n"));
+    let share = app
+        .slack
+        .messages()
+        .into_iter()
+        .find(|m| m.method == "files.completeUploadExternal")
+        .unwrap();
+    let comment = share.text.unwrap_or_default();
+    assert!(comment.contains("first and last 5 MiB"), "{comment}");
+    // The alert names the pusher by login (no Slack user mapped) and keeps the summary line.
+    let text = visible_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
+    assert!(text.contains("*Pushed by* dana"), "{text}");
+    assert!(text.contains("test result: FAILED"), "{text}");
+}
+
+#[tokio::test]
+async fn a_run_that_could_not_happen_posts_the_error_alert_not_a_test_failure() {
+    let app = spawn(true).await;
+    let error = TestRunError {
+        repository: "acme/parser".into(),
+        branch: "release/2.0".into(),
+        commit_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+        commit_url: None,
+        step: Step::CreateSandbox,
+        why: "E2B has no template `python-tests`; create it or fix `template` under [[push_tests]]"
+            .into(),
+        sandbox_id: None,
+    };
+    let posted = alerts::post_error(&app.state.slack, &app.state.templates, &channel(), &error)
+        .await
+        .unwrap();
+    let text = visible_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
+    assert!(text.contains("*Push test could not run*"), "{text}");
+    assert!(text.contains("*Step* Starting the sandbox"), "{text}");
+    assert!(text.contains("no template `python-tests`"), "{text}");
+    assert!(
+        !text.contains(":x:") && !text.contains("Tests failed"),
+        "{text}"
+    );
+    assert!(
+        !app.slack
+            .messages()
+            .iter()
+            .any(|m| m.method.starts_with("files.")),
+        "nothing to upload"
+    );
 }

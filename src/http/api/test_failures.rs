@@ -36,6 +36,9 @@ pub struct TestFailureReport {
     pub commit: String,
     /// A name, or `{name, email, login, slack_user}`.
     pub author: Author,
+    /// Who pushed, when it is not the author; the same shape as `author`.
+    #[serde(default)]
+    pub pusher: Option<Author>,
     pub command: String,
     /// Non-zero: a zero exit code is a pass, not a failure.
     pub exit_code: i32,
@@ -101,10 +104,11 @@ fn optional(field: &str, value: Option<String>, max: usize) -> Result<Option<Str
     }
 }
 
-fn person(author: Author) -> Result<Person, ApiFailure> {
+fn person(field: &str, author: Author) -> Result<Person, ApiFailure> {
+    let at = |part: &str| format!("{field}.{part}");
     let person = match author {
         Author::Name(name) => Person {
-            name: Some(required("author", &name, NAME_MAX_CHARS)?),
+            name: Some(required(field, &name, NAME_MAX_CHARS)?),
             ..Person::default()
         },
         Author::Detailed {
@@ -113,21 +117,21 @@ fn person(author: Author) -> Result<Person, ApiFailure> {
             login,
             slack_user,
         } => Person {
-            name: optional("author.name", name, NAME_MAX_CHARS)?,
-            email: optional("author.email", email, NAME_MAX_CHARS)?,
-            login: optional("author.login", login, NAME_MAX_CHARS)?,
-            slack_user: optional("author.slack_user", slack_user, NAME_MAX_CHARS)?
+            name: optional(&at("name"), name, NAME_MAX_CHARS)?,
+            email: optional(&at("email"), email, NAME_MAX_CHARS)?,
+            login: optional(&at("login"), login, NAME_MAX_CHARS)?,
+            slack_user: optional(&at("slack_user"), slack_user, NAME_MAX_CHARS)?
                 .map(|u| {
                     SlackUserId::parse(u)
-                        .map_err(|e| ApiFailure::invalid("author.slack_user", e.to_string()))
+                        .map_err(|e| ApiFailure::invalid(at("slack_user"), e.to_string()))
                 })
                 .transpose()?,
         },
     };
     if person == Person::default() {
         return Err(ApiFailure::invalid(
-            "author",
-            "`author` needs a name, an email, a login or a slack_user",
+            field,
+            format!("`{field}` needs a name, an email, a login or a slack_user"),
         ));
     }
     Ok(person)
@@ -173,8 +177,8 @@ pub fn test_failure(report: TestFailureReport) -> Result<TestFailure, ApiFailure
         commit_sha: commit.to_ascii_lowercase(),
         commit_url,
         commit_message: optional("message", report.message, MESSAGE_MAX_CHARS)?,
-        pusher: None,
-        author: Some(person(report.author)?),
+        pusher: report.pusher.map(|p| person("pusher", p)).transpose()?,
+        author: Some(person("author", report.author)?),
         command,
         exit_code: report.exit_code,
         duration: report.duration_secs.map(Duration::from_secs),
