@@ -83,6 +83,10 @@ pub fn failing_lines(output: &str, bounds: Bounds) -> FailingLines {
                     if kind(next) == Kind::Block || ends_block(next) || taken == BLOCK_LINES {
                         break;
                     }
+                    // cargo's hint about backtraces is the same in every failure.
+                    if next.starts_with("note: run with `RUST_BACKTRACE=") {
+                        continue;
+                    }
                     failing.insert(offset);
                     taken += 1;
                 }
@@ -576,6 +580,19 @@ AssertionError: expected -3 to be -1 // Object.is equality
         assert!(chars <= bounds.max_chars, "{chars}");
         assert!(picked.lines[0].contains("case_0"), "first failures first");
         assert!(picked.lines.last().unwrap().ends_with('…'), "long line cut");
+    }
+
+    #[test]
+    fn cargo_s_backtrace_hint_is_left_out_of_a_failure_block() {
+        let mut output = String::from(
+            "---- a::t stdout ----\nthread 'a::t' panicked at src/a.rs:3:5:\nboom\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
+        );
+        for i in 0..20 {
+            output.push_str(&format!("test b::t{i} ... ok\n"));
+        }
+        let lines = pick(&output);
+        assert!(has(&lines, "panicked at src/a.rs:3:5") && has(&lines, "boom"));
+        assert!(!has(&lines, "RUST_BACKTRACE"), "{lines:#?}");
     }
 
     #[test]
