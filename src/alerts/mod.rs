@@ -3,6 +3,9 @@
 //! uploaded as a file in the alert's thread; and the error alert for a test run that could not
 //! happen at all (no sandbox, no clone, the sandbox died), which reads and looks different.
 //!
+//! A test failure's details hang under a red (`danger`) attachment bar; the error alert has no
+//! colour and never the `:x:` marker, so nobody mistakes one for the other.
+//!
 //! Callers hand over plain data ([`TestFailure`], [`TestRunError`]); `failures` picks the failing
 //! lines (pure), `message` renders the two templates. This module must never import
 //! `approvals`, `runs`, `http`, `cli`, `sim` or `github`: it knows Slack and text, nothing of
@@ -22,6 +25,9 @@ pub use message::{render_test_failure, render_test_run_error, short_sha};
 /// The most output uploaded to the thread. A longer output keeps its first and last halves,
 /// and the thread says so.
 pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
+
+/// The colour of a test failure's bar: Slack's red.
+pub const DANGER: &str = "danger";
 
 /// Someone behind a commit: the push's author or pusher. Any part may be missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -154,8 +160,13 @@ pub async fn post_test_failure(
     channel: &SlackChannelId,
     failure: &TestFailure,
 ) -> Result<PostedAlert, AlertError> {
-    let message = render_test_failure(templates, failure)?;
-    let (channel, ts) = slack.post_message(channel, message).await?;
+    let mut message = render_test_failure(templates, failure)?;
+    // The headline stays on top; the details hang under a red bar, which only a test failure
+    // gets (the error alert has none).
+    let details = message.blocks.split_off(message.blocks.len().min(1));
+    let (channel, ts) = slack
+        .post_message_with_bar(channel, message, details, DANGER)
+        .await?;
     let mut posted = PostedAlert {
         channel,
         ts,

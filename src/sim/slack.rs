@@ -145,6 +145,9 @@ pub struct Recorded {
     pub ts: Option<String>,
     pub text: Option<String>,
     pub blocks: Option<Value>,
+    /// Legacy attachments (a coloured bar with blocks), as sent.
+    #[serde(default)]
+    pub attachments: Option<Value>,
     pub thread_ts: Option<String>,
     pub response_type: Option<String>,
     pub replace_original: Option<bool>,
@@ -454,6 +457,7 @@ fn record(method: &str, body: &Value, authorized: bool) -> Recorded {
         ts: str_field(body, "ts"),
         text: str_field(body, "text"),
         blocks: body.get("blocks").cloned(),
+        attachments: body.get("attachments").cloned(),
         thread_ts: str_field(body, "thread_ts"),
         response_type: str_field(body, "response_type"),
         replace_original: body.get("replace_original").and_then(Value::as_bool),

@@ -9,7 +9,8 @@ use sandbox_steward::sim::slack::Fault;
 use serde_json::{Value, json};
 
 use crate::api::{AGENT_TOKEN, expect_error, sha256_hex};
-use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_json_text, visible_text};
+use sandbox_steward::sim::slack::Recorded;
 
 /// May report test failures only.
 const CI_TOKEN: &str = "stw_ci_4c0e9a7d21b64f88";
@@ -88,6 +89,26 @@ fn report() -> Value {
     })
 }
 
+/// Everything an alert shows: its blocks and those under its coloured bar.
+fn alert_text(rec: &Recorded) -> String {
+    let mut text = visible_text(rec);
+    for attachment in rec
+        .attachments
+        .iter()
+        .flat_map(|a| a.as_array().cloned().unwrap_or_default())
+    {
+        text.push_str(&visible_json_text(&attachment));
+    }
+    text
+}
+
+/// The colour of an alert's bar, if it has one.
+fn bar(rec: &Recorded) -> Option<String> {
+    rec.attachments.as_ref()?[0]["color"]
+        .as_str()
+        .map(str::to_owned)
+}
+
 async fn post(app: &TestApp, token: Option<&str>, body: &Value) -> reqwest::Response {
     let mut req = app.http.post(app.url("/api/v1/test-failures")).json(body);
     if let Some(token) = token {
@@ -114,7 +135,8 @@ async fn a_reported_failure_posts_the_failing_lines_and_the_whole_output_in_its_
     let ts = body["ts"].as_str().unwrap();
 
     let alert = app.slack.message(ENGINEERING, ts).expect("the alert");
-    let text = visible_text(&alert);
+    assert_eq!(bar(&alert).as_deref(), Some("danger"), "a red bar");
+    let text = alert_text(&alert);
     assert!(
         text.contains("*Tests failed* in *acme/billing* on `main`"),
         "{text}"
@@ -447,7 +469,7 @@ async fn an_output_over_the_upload_cap_keeps_both_ends_and_the_thread_says_so() 
     let comment = share.text.unwrap_or_default();
     assert!(comment.contains("first and last 5 MiB"), "{comment}");
     // The alert names the pusher by login (no Slack user mapped) and keeps the summary line.
-    let text = visible_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
+    let text = alert_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
     assert!(text.contains("*Pushed by* dana"), "{text}");
     assert!(text.contains("test result: FAILED"), "{text}");
 }
@@ -468,7 +490,9 @@ async fn a_run_that_could_not_happen_posts_the_error_alert_not_a_test_failure() 
     let posted = alerts::post_error(&app.state.slack, &app.state.templates, &channel(), &error)
         .await
         .unwrap();
-    let text = visible_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
+    let alert = app.slack.message(ENGINEERING, &posted.ts).unwrap();
+    assert_eq!(bar(&alert), None, "no test-failure colour");
+    let text = alert_text(&alert);
     assert!(text.contains("*Push test could not run*"), "{text}");
     assert!(text.contains("*Step* Starting the sandbox"), "{text}");
     assert!(text.contains("no template `python-tests`"), "{text}");
