@@ -655,7 +655,7 @@ async fn api(
         "files.getUploadURLExternal" => {
             let filename = str_field(&value, "filename").unwrap_or_default();
             let length = str_field(&value, "length").and_then(|l| l.parse::<usize>().ok());
-            let (false, Some(length)) = (filename.trim().is_empty(), length) else {
+            let Some(length) = length.filter(|_| !filename.trim().is_empty()) else {
                 world.calls.push(rec);
                 return api_error("invalid_arguments");
             };
@@ -881,6 +881,7 @@ pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     println!("  SLACK_API_URL={}", sim.api_url());
     println!("  response URLs: {}", sim.response_url("<name>"));
     println!("  recorded calls: GET {}/_sim/messages", sim.base_url());
+    println!("  uploaded files: GET {}/_sim/files/<id>", sim.base_url());
     tokio::signal::ctrl_c().await?;
     Ok(ExitCode::SUCCESS)
 }
