@@ -307,6 +307,8 @@ pub struct Channels {
     pub hygiene: Option<String>,
     /// Run cases; when unset, the approvals channel.
     pub runs: Option<String>,
+    /// Test-failure alerts from `POST /api/v1/test-failures`; unset, that route answers 503.
+    pub engineering: Option<String>,
 }
 
 /// `[api]`: the bearer tokens agents and scripts use for `/api/v1` and `/mcp`.
@@ -355,6 +357,7 @@ pub enum ApiAction {
     Read,
     RequestKill,
     RequestDeleteTemplate,
+    ReportTestFailure,
 }
 
 impl ApiAction {
@@ -364,6 +367,7 @@ impl ApiAction {
             Self::Read => "read",
             Self::RequestKill => "request_kill",
             Self::RequestDeleteTemplate => "request_delete_template",
+            Self::ReportTestFailure => "report_test_failure",
         }
     }
 }

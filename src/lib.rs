@@ -14,6 +14,7 @@
 //! - [`slack`]: request signatures, payloads, the Web API client, message templates.
 //! - [`e2b`]: the typed client for E2B's control-plane API.
 //! - [`envd`]: the typed client for envd, the agent inside a sandbox (run processes, move files).
+//! - [`alerts`]: test-failure alerts (the failing lines, the message, the output in its thread).
 //! - [`approvals`]: opening cases, deciding on clicks, the decision worker, expiry, audit.
 //! - [`cases`]: the approval-case state machine (pure, no I/O).
 //! - [`store`]: the only module that knows Redis keys and scripts.
@@ -23,6 +24,7 @@
 //! - [`github`]: GitHub push webhooks become push-test runs (signature, plan, intake).
 //! - [`runs`]: governed runs (an agent's code in a fresh sandbox, then a run case).
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
+pub mod alerts;
 pub mod approvals;
 pub mod cases;
 pub mod cli;

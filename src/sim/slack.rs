@@ -1,8 +1,11 @@
 //! A fake Slack Web API on 127.0.0.1, served by `steward sim slack` and started by tests.
 //!
 //! It answers the Web API methods Steward calls (`chat.postMessage`, `chat.update`,
-//! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`, and `users.info` /
-//! `users.list` for seeded users) and `response_url`
+//! `chat.postEphemeral`, `views.open`, `usergroups.users.list`, `auth.test`, `users.info` /
+//! `users.list` for seeded users, and the file upload: `files.getUploadURLExternal` hands out
+//! an upload URL this fake serves, which stores the bytes, and `files.completeUploadExternal`
+//! shares the file as a message in the channel or thread; `GET /_sim/files/{id}` reads the
+//! bytes back) and `response_url`
 //! hooks with minimal valid bodies, records every call, keeps the current state of each posted
 //! message (so `chat.update` edits it), refuses what Slack would refuse for size
 //! (`invalid_blocks`, `msg_too_long`) and replies to a `thread_ts` that is not a message of the
@@ -142,6 +145,9 @@ pub struct Recorded {
     pub ts: Option<String>,
     pub text: Option<String>,
     pub blocks: Option<Value>,
+    /// Legacy attachments (a coloured bar with blocks), as sent.
+    #[serde(default)]
+    pub attachments: Option<Value>,
     pub thread_ts: Option<String>,
     pub response_type: Option<String>,
     pub replace_original: Option<bool>,
@@ -182,6 +188,27 @@ pub struct UserGroup {
     pub users: Vec<String>,
 }
 
+/// A file uploaded through `files.getUploadURLExternal`, the upload URL and
+/// `files.completeUploadExternal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimFile {
+    pub id: String,
+    pub filename: String,
+    /// The length announced to `files.getUploadURLExternal`.
+    pub length: usize,
+    /// The bytes posted to the upload URL (`None` until then); read them with `GET /_sim/files/{id}`.
+    #[serde(skip)]
+    pub bytes: Option<Vec<u8>>,
+    /// Set by `files.completeUploadExternal`.
+    pub title: Option<String>,
+    pub channel: Option<String>,
+    pub thread_ts: Option<String>,
+    pub completed: bool,
+}
+
+/// The largest body the upload URL takes (Slack's own limit is 1 GB; tests need less).
+pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
 /// Everything the fake knows. Plain data, so it can be shown or snapshotted.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct SlackWorld {
@@ -193,6 +220,10 @@ pub struct SlackWorld {
     pub usergroups: HashMap<String, Vec<String>>,
     /// Seeded users: id to name (`None` when seeded without one).
     pub users: BTreeMap<String, Option<String>>,
+    /// Files by id, in the order their upload URLs were handed out.
+    pub files: BTreeMap<String, SimFile>,
+    /// `http://127.0.0.1:PORT`, for the upload URLs this fake hands out.
+    base_url: String,
     /// Messages posted so far, used to make increasing ts values.
     ts_counter: u64,
     ts_base_secs: u64,
@@ -247,6 +278,7 @@ impl SlackSim {
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let mut seeded = SlackWorld::new();
+        seeded.base_url = format!("http://{addr}");
         seed(&mut seeded, &opts.users, &opts.groups);
         let world: Shared = Arc::new(Mutex::new(seeded));
         let (stop, stopped) = oneshot::channel::<()>();
@@ -333,6 +365,11 @@ impl SlackSim {
             .insert(id.to_owned(), users.iter().map(|u| u.to_string()).collect());
     }
 
+    /// A file uploaded to this fake, with its bytes once posted.
+    pub fn file(&self, id: &str) -> Option<SimFile> {
+        self.world().files.get(id).cloned()
+    }
+
     /// A copy of the whole state.
     pub fn snapshot(&self) -> SlackWorld {
         self.world().clone()
@@ -380,6 +417,11 @@ pub fn router(world: Shared) -> Router {
         .route("/hooks/{*name}", post(hook))
         .route("/_sim/messages", get(list_calls))
         .route("/_sim/messages/{channel}/{ts}", get(one_message))
+        .route(
+            "/_sim/upload/{id}",
+            post(upload).layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
+        )
+        .route("/_sim/files/{id}", get(file_bytes))
         .route("/_sim/faults", post(add_fault))
         .route("/_sim/usergroups", post(add_usergroup))
         .with_state(world)
@@ -415,6 +457,7 @@ fn record(method: &str, body: &Value, authorized: bool) -> Recorded {
         ts: str_field(body, "ts"),
         text: str_field(body, "text"),
         blocks: body.get("blocks").cloned(),
+        attachments: body.get("attachments").cloned(),
         thread_ts: str_field(body, "thread_ts"),
         response_type: str_field(body, "response_type"),
         replace_original: body.get("replace_original").and_then(Value::as_bool),
@@ -609,6 +652,93 @@ async fn api(
                 .collect();
             json!({"ok": true, "members": members, "response_metadata": {"next_cursor": ""}})
         }
+        "files.getUploadURLExternal" => {
+            let filename = str_field(&value, "filename").unwrap_or_default();
+            let length = str_field(&value, "length").and_then(|l| l.parse::<usize>().ok());
+            let Some(length) = length.filter(|_| !filename.trim().is_empty()) else {
+                world.calls.push(rec);
+                return api_error("invalid_arguments");
+            };
+            let id = format!("F{:09}", world.files.len() + 1);
+            let base = if world.base_url.is_empty() {
+                // A router served without `start` (a test's own listener): use the Host header.
+                let host = headers
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("127.0.0.1");
+                format!("http://{host}")
+            } else {
+                world.base_url.clone()
+            };
+            world.files.insert(
+                id.clone(),
+                SimFile {
+                    id: id.clone(),
+                    filename,
+                    length,
+                    bytes: None,
+                    title: None,
+                    channel: None,
+                    thread_ts: None,
+                    completed: false,
+                },
+            );
+            json!({"ok": true, "upload_url": format!("{base}/_sim/upload/{id}"), "file_id": id})
+        }
+        "files.completeUploadExternal" => {
+            let channel = str_field(&value, "channel_id");
+            rec.channel = channel.clone();
+            let files: Vec<(String, Option<String>)> = value["files"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+                .iter()
+                .map(|f| {
+                    (
+                        str_field(f, "id").unwrap_or_default(),
+                        str_field(f, "title"),
+                    )
+                })
+                .collect();
+            if files.is_empty() {
+                world.calls.push(rec);
+                return api_error("invalid_arguments");
+            }
+            // Like Slack: every file must have been uploaded, and a thread must exist.
+            if files
+                .iter()
+                .any(|(id, _)| world.files.get(id).is_none_or(|f| f.bytes.is_none()))
+            {
+                world.calls.push(rec);
+                return api_error("file_not_found");
+            }
+            if let (Some(channel), Some(parent)) = (&channel, &rec.thread_ts)
+                && !world
+                    .messages
+                    .contains_key(&(channel.clone(), parent.clone()))
+            {
+                world.calls.push(rec);
+                return api_error("thread_not_found");
+            }
+            let mut shared = Vec::new();
+            for (id, title) in &files {
+                if let Some(file) = world.files.get_mut(id) {
+                    file.title = title.clone().or_else(|| Some(file.filename.clone()));
+                    file.channel = channel.clone();
+                    file.thread_ts = rec.thread_ts.clone();
+                    file.completed = true;
+                    shared.push(json!({"id": file.id, "name": file.filename, "title": file.title}));
+                }
+            }
+            // Shared in a channel, the files appear as a message there (in the thread).
+            if let Some(channel) = &channel {
+                let ts = world.next_ts();
+                rec.ts = Some(ts.clone());
+                rec.text = str_field(&value, "initial_comment");
+                world.messages.insert((channel.clone(), ts), rec.clone());
+            }
+            json!({"ok": true, "files": shared})
+        }
         "auth.test" => json!({"ok": true, "url": "https://sim.slack.com/", "team": "Simulated",
                               "user": "steward", "team_id": "T0SIM", "user_id": "U0STEWARD",
                               "bot_id": "B0STEWARD"}),
@@ -647,6 +777,40 @@ async fn hook(
     }
     // Real Slack answers a response_url post with a bare `ok`.
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()
+}
+
+/// The upload URL handed out by `files.getUploadURLExternal`: stores the bytes.
+async fn upload(State(world): State<Shared>, Path(id): Path<String>, body: Bytes) -> Response {
+    let mut world = lock(&world);
+    let Some(file) = world.files.get_mut(&id) else {
+        return (StatusCode::NOT_FOUND, "no such upload").into_response();
+    };
+    let length = body.len();
+    file.bytes = Some(body.to_vec());
+    // Real Slack answers the upload URL in plain text.
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain")],
+        format!("OK - {length}"),
+    )
+        .into_response()
+}
+
+/// `GET /_sim/files/{id}`: the bytes uploaded for a file.
+async fn file_bytes(State(world): State<Shared>, Path(id): Path<String>) -> Response {
+    match lock(&world).files.get(&id).and_then(|f| f.bytes.clone()) {
+        Some(bytes) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            bytes,
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "no such file, or nothing uploaded for it yet"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn list_calls(State(world): State<Shared>) -> Json<Vec<Recorded>> {
@@ -717,6 +881,7 @@ pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     println!("  SLACK_API_URL={}", sim.api_url());
     println!("  response URLs: {}", sim.response_url("<name>"));
     println!("  recorded calls: GET {}/_sim/messages", sim.base_url());
+    println!("  uploaded files: GET {}/_sim/files/<id>", sim.base_url());
     tokio::signal::ctrl_c().await?;
     Ok(ExitCode::SUCCESS)
 }

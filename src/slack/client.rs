@@ -31,6 +31,10 @@ pub const UPDATE_MAX_RETRIES: u32 = 3;
 const UPDATE_BACKOFF_BASE: Duration = Duration::from_millis(200);
 /// Timeout of one response_url POST.
 const RESPOND_TIMEOUT_SECS: u64 = 10;
+/// Timeout of one file upload (up to `alerts::MAX_UPLOAD_BYTES`).
+const UPLOAD_TIMEOUT_SECS: u64 = 120;
+/// The only public host upload URLs may point at.
+const SLACK_FILES_HOST: &str = "files.slack.com";
 /// The only public host `response_url`s may point at.
 const SLACK_HOOKS_HOST: &str = "hooks.slack.com";
 
@@ -47,6 +51,8 @@ pub enum SlackError {
     Transport(String),
     #[error("refusing to post to response_url host {host:?}: not Slack")]
     ForeignResponseUrl { host: String },
+    #[error("refusing to upload to host {host:?}: not Slack")]
+    ForeignUploadUrl { host: String },
     #[error("the response_url is not a URL")]
     BadResponseUrl,
     #[error("Slack refused the response_url post with HTTP {status}: {body}")]
@@ -277,6 +283,43 @@ impl SlackClient {
         Ok((channel, posted.ts.to_string()))
     }
 
+    /// `chat.postMessage` with `message` on top and `attached` blocks in one attachment with a
+    /// coloured bar (`danger`, `warning`, `good` or `#rrggbb`), the only way Slack colours a
+    /// message.
+    #[tracing::instrument(skip(self, message, attached))]
+    pub async fn post_message_with_bar(
+        &self,
+        channel: &SlackChannelId,
+        message: Message,
+        attached: Vec<SlackBlock>,
+        color: &str,
+    ) -> Result<(SlackChannelId, String), SlackError> {
+        let fallback = message.text.clone();
+        let content = message
+            .into_content()
+            .with_attachments(vec![SlackMessageAttachment {
+                id: None,
+                color: Some(color.to_owned()),
+                fallback: Some(fallback),
+                title: None,
+                fields: None,
+                mrkdwn_in: None,
+                text: None,
+                blocks: Some(attached),
+            }]);
+        let api = &self.api;
+        let posted = self
+            .with_retry("chat.postMessage", |token| {
+                let req =
+                    SlackApiChatPostMessageRequest::new(channel.as_str().into(), content.clone());
+                async move { api.open_session(&token).chat_post_message(&req).await }
+            })
+            .await?;
+        let channel = SlackChannelId::parse(posted.channel.to_string())
+            .map_err(|e| SlackError::Transport(format!("Slack returned a strange channel: {e}")))?;
+        Ok((channel, posted.ts.to_string()))
+    }
+
     /// `chat.update`. The blocks are always sent, so old buttons never survive an update.
     /// Besides 429s (which wait for `Retry-After`), transient failures are retried
     /// [`UPDATE_MAX_RETRIES`] times with a doubling backoff.
@@ -403,6 +446,102 @@ impl SlackClient {
         Ok(answer.team)
     }
 
+    /// `files.getUploadURLExternal`: where to send a file of `length` bytes, and its id.
+    #[tracing::instrument(skip(self))]
+    pub async fn get_upload_url(
+        &self,
+        filename: &str,
+        length: usize,
+    ) -> Result<(Url, String), SlackError> {
+        let api = &self.api;
+        let answer = self
+            .with_retry("files.getUploadURLExternal", |token| {
+                let req =
+                    SlackApiFilesGetUploadUrlExternalRequest::new(filename.to_owned(), length);
+                async move { api.open_session(&token).get_upload_url_external(&req).await }
+            })
+            .await?;
+        Ok((answer.upload_url.0, answer.file_id.0))
+    }
+
+    /// POSTs a file's bytes to the URL [`get_upload_url`](Self::get_upload_url) gave. The URL
+    /// must be on `files.slack.com` (https) or the configured API's origin (the fake Slack), so
+    /// a strange answer cannot make us send the bytes elsewhere. No token is sent.
+    #[tracing::instrument(skip(self, upload_url, bytes), fields(bytes = bytes.len()))]
+    pub async fn upload_to_url(&self, upload_url: &Url, bytes: Vec<u8>) -> Result<(), SlackError> {
+        let host = upload_url.host_str().unwrap_or_default().to_owned();
+        let is_slack = upload_url.scheme() == "https" && host == SLACK_FILES_HOST;
+        if !is_slack && !self.is_configured_origin(upload_url) {
+            return Err(SlackError::ForeignUploadUrl { host });
+        }
+        let resp = self
+            .http
+            .post(upload_url.clone())
+            .timeout(Duration::from_secs(UPLOAD_TIMEOUT_SECS))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| SlackError::Transport(e.without_url().to_string()))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(SlackError::Respond {
+                status: status.as_u16(),
+                body: body.chars().take(200).collect(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `files.completeUploadExternal`: shares an uploaded file in `channel`, in the thread of
+    /// `thread_ts` when given, with `comment` as its message.
+    #[tracing::instrument(skip(self, comment))]
+    pub async fn complete_upload(
+        &self,
+        file_id: &str,
+        title: &str,
+        channel: &SlackChannelId,
+        thread_ts: Option<&str>,
+        comment: Option<&str>,
+    ) -> Result<(), SlackError> {
+        let api = &self.api;
+        self.with_retry("files.completeUploadExternal", |token| {
+            let mut req = SlackApiFilesCompleteUploadExternalRequest::new(vec![
+                SlackApiFilesComplete::new(file_id.into()).with_title(title.to_owned()),
+            ]);
+            req.channel_id = Some(channel.as_str().into());
+            req.thread_ts = thread_ts.map(|ts| ts.into());
+            req.initial_comment = comment.map(str::to_owned);
+            async move {
+                api.open_session(&token)
+                    .files_complete_upload_external(&req)
+                    .await
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Uploads `bytes` as a file and shares it in `channel` (in a thread when `thread_ts` is
+    /// given): the three steps of Slack's external upload. Returns the file id.
+    #[tracing::instrument(skip(self, bytes, comment), fields(bytes = bytes.len()))]
+    pub async fn upload_file(
+        &self,
+        channel: &SlackChannelId,
+        thread_ts: Option<&str>,
+        filename: &str,
+        title: &str,
+        bytes: Vec<u8>,
+        comment: Option<&str>,
+    ) -> Result<String, SlackError> {
+        let (url, file_id) = self.get_upload_url(filename, bytes.len()).await?;
+        self.upload_to_url(&url, bytes).await?;
+        self.complete_upload(&file_id, title, channel, thread_ts, comment)
+            .await?;
+        Ok(file_id)
+    }
+
     /// POSTs to a `response_url` (no token is sent; the URL itself is the credential).
     #[tracing::instrument(skip(self, payload, response_url))]
     pub async fn respond(
@@ -457,14 +596,21 @@ impl SlackClient {
         let url = Url::parse(response_url).map_err(|_| SlackError::BadResponseUrl)?;
         let host = url.host_str().unwrap_or_default().to_owned();
         let is_slack = url.scheme() == "https" && host == SLACK_HOOKS_HOST;
-        let is_configured = self.api_origin.as_ref().is_some_and(|(scheme, h, port)| {
-            scheme == url.scheme() && *h == host && *port == url.port_or_known_default()
-        });
-        if is_slack || is_configured {
+        if is_slack || self.is_configured_origin(&url) {
             Ok(url)
         } else {
             Err(SlackError::ForeignResponseUrl { host })
         }
+    }
+}
+
+impl SlackClient {
+    /// Whether `url` is on the configured API's scheme, host and port.
+    fn is_configured_origin(&self, url: &Url) -> bool {
+        let host = url.host_str().unwrap_or_default();
+        self.api_origin.as_ref().is_some_and(|(scheme, h, port)| {
+            scheme == url.scheme() && h == host && *port == url.port_or_known_default()
+        })
     }
 }
 

@@ -175,6 +175,14 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "case_opened.json.j2",
         include_str!("../../templates/case_opened.json.j2"),
     ),
+    (
+        "test_failure.json.j2",
+        include_str!("../../templates/test_failure.json.j2"),
+    ),
+    (
+        "test_failure_error.json.j2",
+        include_str!("../../templates/test_failure_error.json.j2"),
+    ),
 ];
 
 /// Why a message could not be rendered.

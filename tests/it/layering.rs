@@ -90,6 +90,11 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         ],
         "github turns pushes into runs; alerts and the HTTP surface sit above it",
     ),
+    (
+        "alerts",
+        &["approvals", "runs", "http", "cli", "sim", "github"],
+        "alerts posts what it is handed; callers glue runs and pushes to it",
+    ),
 ];
 
 const EXTERNAL: &[&str] = &["tokio", "reqwest", "redis", "axum", "hyper"];

@@ -4,6 +4,7 @@
 mod common;
 
 mod agent_cases;
+mod alerts;
 mod api;
 mod api_cases;
 mod api_runs;

@@ -23,6 +23,7 @@ pub mod error;
 pub mod mcp;
 pub mod runs;
 pub mod sandboxes;
+pub mod test_failures;
 
 pub use auth::{Caller, Tokens};
 pub use error::{ApiFailure, MAX_BODY_BYTES};
@@ -72,6 +73,7 @@ pub fn routes(tokens: Arc<Tokens>) -> Router<AppState> {
         .route("/sandboxes/{id}", get(sandboxes::get))
         .route("/sandboxes/{id}/logs", get(sandboxes::logs))
         .route("/sandboxes/{id}/metrics", get(sandboxes::metrics))
+        .route("/test-failures", post(test_failures::report))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .route_layer(middleware::from_fn_with_state(tokens, auth::authenticate))
