@@ -611,7 +611,11 @@ async fn an_expired_sandbox_is_paused_when_it_asked_for_auto_pause_and_killed_ot
         if detail["state"] == "paused" && status == StatusCode::NOT_FOUND {
             break;
         }
-        assert_eq!(detail["state"], "running", "{detail}");
+        // The two TTLs run out one after the other: either may be over first.
+        assert!(
+            detail["state"] == "running" || detail["state"] == "paused",
+            "an auto-pause sandbox is never killed: {detail}"
+        );
         assert!(
             tokio::time::Instant::now() < deadline,
             "the TTLs never ran out: {detail} / {status}"
