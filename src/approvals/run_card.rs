@@ -189,6 +189,10 @@ pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
             push("Peak memory", human_bytes(p.peak_memory_bytes));
             push("Disk growth", signed_bytes(p.disk_growth_bytes));
         }
+        None if run.duration_ms < SAMPLE_INTERVAL_MS => push(
+            "Resource use",
+            "too short to measure (E2B samples every 5 s)".to_owned(),
+        ),
         None => push(
             "Resource use",
             "no metrics samples were taken during the run".to_owned(),
@@ -436,9 +440,16 @@ mod tests {
         if let Some(p) = run.profile.as_mut() {
             p.peak_memory_bytes = 12 * 1024 * 1024;
         }
-        let text = render(&run_case(run)).to_string();
+        let text = render(&run_case(run.clone())).to_string();
         assert!(text.contains("Peak memory"), "{text}");
         assert!(!text.contains("too short to measure"), "{text}");
+        // No sample at all: the same words, not "no samples were taken".
+        run.profile = None;
+        let text = render(&run_case(run)).to_string();
+        assert!(
+            text.contains("too short to measure (E2B samples every 5 s)"),
+            "{text}"
+        );
     }
 
     #[test]

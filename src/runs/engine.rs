@@ -42,8 +42,6 @@ pub const LOG_TAIL_LINES: u32 = 20;
 const TAIL_LINE_CHARS: usize = 300;
 /// Bytes of the end of the output kept in memory for the report's last lines.
 const TAIL_BYTES: usize = 8 * 1024;
-/// How often E2B samples a sandbox's metrics; a run with no sample yet waits this once.
-const METRICS_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How long to wait for the process's end after SIGKILL before giving up on it.
 const AFTER_KILL_WAIT: Duration = Duration::from_secs(10);
 /// How often a running command's run is checked for a stop request (a superseded push test).
@@ -770,14 +768,10 @@ impl RunEngine {
         // Whole seconds on E2B's side: widen the window so a short run still has its samples.
         let start = from.map(|f| f - chrono::Duration::seconds(1));
         let end = to + chrono::Duration::seconds(1);
-        let mut metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
-        // Only a command that ran has a profile worth waiting for.
-        if from.is_some() && matches!(&metrics, Ok(m) if m.is_empty()) {
-            // E2B samples a sandbox every few seconds: a short run may have none yet.
-            tokio::time::sleep(METRICS_SAMPLE_EVERY).await;
-            let end = Utc::now();
-            metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
-        }
+        // No waiting for a sample a short run did not get: holding the worker for E2B's next
+        // sample (5 s) capped a replica at 4 workers / 5 s = 0.8 runs a second (benches/runs.rs).
+        // The run card says such a run was too short to measure.
+        let metrics = self.e2b.sandbox_metrics(sandbox, start, Some(end)).await;
         let profile = match metrics {
             Ok(mut metrics) => {
                 metrics.sort_by_key(|m| m.timestamp_unix);

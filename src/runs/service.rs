@@ -15,7 +15,7 @@ use crate::store::{Job, Store, StoreError};
 /// The most output one [`Runner::output`] call returns.
 pub const MAX_OUTPUT_READ_BYTES: u64 = 1024 * 1024;
 /// How often [`Runner::wait`] reads the run again.
-pub const WAIT_POLL: Duration = Duration::from_millis(200);
+pub const WAIT_POLL: Duration = Duration::from_millis(50);
 
 /// Why a run could not be started or read. `Display` is a sentence for the caller.
 #[derive(Debug, thiserror::Error)]

@@ -469,8 +469,9 @@ async fn all_output(runs: &Runner, id: &RunId) -> (String, bool) {
 async fn a_passing_script_finishes_with_exit_0_its_output_and_a_profile() {
     let app = exec_app(TestAppOptions::default()).await;
     let runs = runner(&app);
+    // Long enough for E2B's 5 s metrics grid to sample it: a shorter run has no profile.
     let mut req = request(
-        "echo hello from the run; cat data/in.txt; echo to-stderr >&2; echo \"token=$TOKEN\"",
+        "echo hello from the run; cat data/in.txt; echo to-stderr >&2; echo \"token=$TOKEN\"; sleep 6",
     );
     req.files.push(sandbox_steward::runs::FileSpec {
         path: "data/in.txt".into(),

@@ -22,7 +22,7 @@ use crate::ids::RunId;
 use crate::runs::{OutputChunk, RunError, RunRequest, Runner};
 
 /// How often a waiting output read looks for new bytes.
-const OUTPUT_POLL: Duration = Duration::from_millis(200);
+const OUTPUT_POLL: Duration = Duration::from_millis(50);
 
 /// The run engine, or a 503 saying why this Steward cannot run code.
 fn runner(state: &AppState) -> Result<&Runner, ApiFailure> {
