@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::{
-    PATIENCE, TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text,
+    TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text, wait_until,
 };
 use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
@@ -151,20 +151,10 @@ async fn audit_actions(app: &TestApp, case: &CaseId) -> Vec<String> {
 }
 
 async fn wait_done(app: &TestApp, case: &CaseId) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let state = state_of(app, case).await;
-        if matches!(state, CaseState::Done { .. }) {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!(
-                "the case never finished: {state:?}\naudit: {:#?}",
-                audit_actions(app, case).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the case finishes", || async {
+        matches!(state_of(app, case).await, CaseState::Done { .. })
+    })
+    .await;
     eventually("the card says done", || async {
         card_text(app, case).await.contains(":white_check_mark:")
     })
@@ -446,18 +436,10 @@ async fn a_job_abandoned_after_its_snapshot_is_finished_by_another_replica_witho
     let store = Store::redis(&first.redis_url, &first.redis_prefix)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let claimed = loop {
-        if let Some(job) = store.claim("dying-worker", Duration::ZERO).await.unwrap() {
-            break Some(job);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decision was never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let claimed = claimed.unwrap();
+    let claimed = wait_until("the decision is queued", || async {
+        store.claim("dying-worker", Duration::ZERO).await.unwrap()
+    })
+    .await;
     assert_eq!(claimed.job.case_id(), Some(&case));
     // It takes the snapshot and records that step, then dies without acknowledging the job.
     let snapshot = first
@@ -841,17 +823,10 @@ async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kil
         .await;
 
     let store = &first.state.store;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let queued = loop {
-        if let Some(job) = store.claim("lost-worker", Duration::ZERO).await.unwrap() {
-            break job;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decision was never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let queued = wait_until("the decision is queued", || async {
+        store.claim("lost-worker", Duration::ZERO).await.unwrap()
+    })
+    .await;
     assert_eq!(queued.job.case_id(), Some(&case));
     // Acknowledged without running: as if the replica died before queueing it.
     store.ack(&queued.id).await.unwrap();
