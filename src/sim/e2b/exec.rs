@@ -296,15 +296,9 @@ pub(crate) fn kill_group_blocking(pgid: u32, signal: &str) -> bool {
 
 /// [`kill_group_blocking`] without blocking the runtime.
 pub(crate) async fn kill_group(pgid: u32, signal: &'static str) -> bool {
-    tokio::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
+    tokio::task::spawn_blocking(move || kill_group_blocking(pgid, signal))
         .await
-        .is_ok_and(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// A sandbox path in its canonical absolute form: relative paths are under `/home/user`, `.` and
