@@ -21,8 +21,8 @@
 //!    with exit code 0; each is printed). The run records split submit -> finished into created
 //!    -> command started (waiting for a worker, creating the sandbox) and the command itself.
 //!    A run holds one queue worker for its whole length, including the evidence and hand-over
-//!    after its end (for a run shorter than E2B's metrics sampling, the engine waits one sample
-//!    interval, 5 s, for a profile), so the replica's worker count (printed) bounds runs/s;
+//!    after its end (it no longer waits for a metrics sample a short run did not get: that wait
+//!    once held each worker 5 s), so the replica's worker count (printed) bounds runs/s;
 //!    `worker time per run` (wall x workers / runs) is how long each run held its worker.
 //! 4. **peak RSS**: the process's VmHWM, which includes both simulators and Steward.
 //!
