@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::approvals::BusyThreshold;
+use crate::approvals::Services;
 use crate::approvals::run_case::{RunCaseSettings, open_run_case};
 use crate::approvals::worker::{self, LoopSettings};
-use crate::approvals::{ApprovalError, Services};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
 use crate::http::{AppState, router};
@@ -290,14 +290,7 @@ fn run_hand_over(svc: Services, policy: &RunPolicy) -> anyhow::Result<HandOver> 
             match opened {
                 Ok(case) => Ok(Some(case.id)),
                 // Waiting helps: Redis, Slack or E2B briefly unavailable.
-                Err(
-                    e @ (ApprovalError::StoreUnavailable(_)
-                    | ApprovalError::Store(_)
-                    | ApprovalError::Slack(_)
-                    | ApprovalError::E2b {
-                        transient: true, ..
-                    }),
-                ) => Err(HandOverError::Retry(e.to_string())),
+                Err(e) if e.worth_retrying() => Err(HandOverError::Retry(e.to_string())),
                 Err(e) => Err(HandOverError::GiveUp(e.to_string())),
             }
         }

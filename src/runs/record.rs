@@ -51,7 +51,6 @@ pub(crate) async fn load(store: &Store, id: &RunId) -> Result<Option<Run>, Store
 }
 
 /// The run's inputs, until they are deleted.
-#[allow(dead_code)] // The run job (next commit) reads them.
 pub(crate) async fn inputs(store: &Store, id: &RunId) -> Result<Option<RunInputs>, StoreError> {
     match store.run_files(id).await? {
         None => Ok(None),

@@ -32,10 +32,6 @@ pub enum RunError {
     StoreUnavailable(String),
     #[error("Steward's database failed: {0}")]
     Store(String),
-    #[error(
-        "E2B is not configured on this Steward (E2B_API_KEY is not set), so it cannot run code."
-    )]
-    E2bNotConfigured,
 }
 
 impl From<StoreError> for RunError {
@@ -153,6 +149,10 @@ impl Runner {
             .await;
             if let Err(mark) = marked {
                 tracing::error!(run = %id, error = %mark, "a run that could not be queued stays Queued");
+            }
+            // Its env values may be secrets: they must not outlive a run that will never start.
+            if let Err(gone) = self.store.delete_run_files(&id).await {
+                tracing::error!(run = %id, error = %gone, "the inputs of a run that could not be queued were not deleted");
             }
             return Err(e.into());
         }

@@ -102,9 +102,7 @@ pub fn view(case: &Case) -> Value {
 pub(super) fn store_failure(what: &str, error: StoreError) -> ApiFailure {
     match error {
         StoreError::NotFound(_) => ApiFailure::not_found(format!("{what} was not found")),
-        StoreError::Unavailable(_) => ApiFailure::unavailable(
-            "Steward can't reach its database (Redis), so nothing was started; try again in a minute",
-        ),
+        StoreError::Unavailable(_) | StoreError::Unconfirmed(_) => ApiFailure::store_unavailable(),
         other => ApiFailure::internal(format!("Steward could not read {what}: {other}")),
     }
 }

@@ -81,6 +81,14 @@ impl ApiFailure {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
 
+    /// Redis is unreachable (or its answer was lost): true of reads and writes alike, since a
+    /// write that cannot reach Redis starts nothing.
+    pub fn store_unavailable() -> Self {
+        Self::unavailable(
+            "Steward can't reach its database (Redis); nothing was started or changed. Try again in a minute",
+        )
+    }
+
     /// E2B (or another service Steward relies on) failed; the message says how.
     pub fn upstream(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, "upstream", message)

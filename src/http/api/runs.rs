@@ -44,12 +44,7 @@ pub(super) fn run_failure(error: RunError) -> ApiFailure {
             ApiFailure::invalid(e.field.clone(), format!("`{}` {}", e.field, e.message))
         }
         RunError::NotFound(id) => ApiFailure::not_found(format!("There is no run {id}")),
-        RunError::StoreUnavailable(_) => ApiFailure::unavailable(
-            "Steward can't reach its database (Redis), so nothing was started; try again in a minute",
-        ),
-        RunError::E2bNotConfigured => ApiFailure::unavailable(
-            "This Steward cannot run code (E2B is not configured), so nothing was started",
-        ),
+        RunError::StoreUnavailable(_) => ApiFailure::store_unavailable(),
         e @ RunError::Store(_) => ApiFailure::internal(e.to_string()),
     }
 }
