@@ -39,6 +39,13 @@ pub enum IntakeError {
     Run(#[from] RunError),
     #[error("Steward's database (Redis) failed, so the push was not acted on: {0}")]
     Store(#[from] StoreError),
+    /// The run was submitted, but what links it to its push (the push-test record, the branch's
+    /// latest run) could not be written. The delivery stays handled: a redelivery must not start
+    /// a second run.
+    #[error(
+        "run {run} was started, but Steward could not record it as the branch's latest run ({error}), so a newer push may not supersede it"
+    )]
+    Unrecorded { run: RunId, error: StoreError },
 }
 
 async fn audit(store: &Store, repository: &str, outcome: String) {
@@ -90,6 +97,9 @@ pub async fn handle_push(
             audit(store, &repository, outcome).await;
         }
         Ok(Outcome::AlreadyHandled) => {}
+        Err(e @ IntakeError::Unrecorded { .. }) => {
+            audit(store, &repository, format!("started, not recorded: {e}")).await;
+        }
         Err(e) => {
             if let Err(forget) = store.forget_delivery(delivery).await {
                 tracing::warn!(error = %forget, "could not forget a failed delivery; its redelivery will be ignored");
@@ -115,11 +125,16 @@ async fn start(
     let request = plan::run_request(rule, event, settings.token.as_ref());
     let requester = format!("github:{}", rule.repository);
     let run = runner.submit(&requester, request).await?;
+    let unrecorded = |error| IntakeError::Unrecorded {
+        run: run.id.clone(),
+        error,
+    };
     let test = plan::push_test(rule, event, &branch, run.id.clone(), delivery);
-    store.record_push_test(&test).await?;
+    store.record_push_test(&test).await.map_err(unrecorded)?;
     let supersedes = store
         .set_latest_push_run(&rule.repository, &branch, &run.id)
-        .await?;
+        .await
+        .map_err(unrecorded)?;
     if let Some(older) = &supersedes {
         // The older run stops at its next check (its sandbox goes to its hand-over).
         store

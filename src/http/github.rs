@@ -127,6 +127,15 @@ async fn push(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Response {
             Json(json!({"ok": true, "run": run, "supersedes": supersedes})),
         )
             .into_response(),
+        // Started, so GitHub must not deliver it again; the warning says what is missing.
+        Err(ref e @ IntakeError::Unrecorded { ref run, .. }) => {
+            tracing::error!(repository = %event.repository.full_name, error = %e, "push run not recorded");
+            (
+                StatusCode::ACCEPTED,
+                Json(json!({"ok": true, "run": run, "warning": e.to_string()})),
+            )
+                .into_response()
+        }
         Err(e) => {
             tracing::warn!(repository = %event.repository.full_name, error = %e, "push not acted on");
             let status = match &e {

@@ -57,6 +57,8 @@ pub enum SlackError {
     BadResponseUrl,
     #[error("Slack refused the response_url post with HTTP {status}: {body}")]
     Respond { status: u16, body: String },
+    #[error("Slack refused the file upload with HTTP {status}: {body}")]
+    UploadRefused { status: u16, body: String },
     #[error("could not set up the HTTPS connector: {0}")]
     Setup(#[source] std::io::Error),
 }
@@ -486,7 +488,7 @@ impl SlackClient {
         let status = resp.status();
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
-            return Err(SlackError::Respond {
+            return Err(SlackError::UploadRefused {
                 status: status.as_u16(),
                 body: body.chars().take(200).collect(),
             });
