@@ -11,9 +11,9 @@ use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card}
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
 use crate::e2b::{E2bClient, E2bError};
 use crate::execute::sentence;
-use crate::ids::{CaseId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
+use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
 use crate::slack::render::{FailureParams, Message};
-use crate::store::{Opened, Store, StoreError};
+use crate::store::{Opened, StoreError};
 
 /// Who asked, where, and why.
 #[derive(Debug, Clone)]
@@ -328,11 +328,6 @@ pub async fn request_by_agent(
             ApprovalError::E2b { sentence, .. } => AgentRequestError::E2b(sentence),
         }),
     }
-}
-
-/// The case as it stands now, for an agent waiting on a decision (`GET /api/v1/cases/{id}`).
-pub async fn decision_of(store: &Store, case: &CaseId) -> Result<Case, StoreError> {
-    store.get_case(case).await
 }
 
 /// What Steward recommends for a case a person or an agent asked for.

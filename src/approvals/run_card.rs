@@ -169,10 +169,15 @@ pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
             human_bytes(run.output_bytes)
         },
     );
+    // A run shorter than E2B's sampling interval is usually missed by every sample: saying
+    // "0 B peak memory" would read as a measurement.
+    let unmeasured = run.duration_ms < SAMPLE_INTERVAL_MS
+        && run
+            .profile
+            .as_ref()
+            .is_none_or(|p| p.peak_memory_bytes == 0);
     match &run.profile {
-        // A run shorter than E2B's sampling interval is usually missed by every sample: saying
-        // "0 B peak memory" would read as a measurement.
-        Some(p) if run.duration_ms < SAMPLE_INTERVAL_MS && p.peak_memory_bytes == 0 => push(
+        _ if unmeasured => push(
             "Resource use",
             "too short to measure (E2B samples every 5 s)".to_owned(),
         ),
@@ -189,10 +194,6 @@ pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
             push("Peak memory", human_bytes(p.peak_memory_bytes));
             push("Disk growth", signed_bytes(p.disk_growth_bytes));
         }
-        None if run.duration_ms < SAMPLE_INTERVAL_MS => push(
-            "Resource use",
-            "too short to measure (E2B samples every 5 s)".to_owned(),
-        ),
         None => push(
             "Resource use",
             "no metrics samples were taken during the run".to_owned(),

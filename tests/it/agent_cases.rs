@@ -6,9 +6,7 @@
 use crate::common::{
     TestApp, TestAppOptions, ThrowawayRedis, eventually, hook, spawn_app_with, visible_text,
 };
-use sandbox_steward::approvals::request::{
-    AgentAction, AgentRequestError, decision_of, request_by_agent,
-};
+use sandbox_steward::approvals::request::{AgentAction, AgentRequestError, request_by_agent};
 use sandbox_steward::cases::{CaseState, DecisionOption, Opener, Subject};
 use sandbox_steward::ids::{CaseId, SandboxId, TemplateId};
 use sandbox_steward::store::Actor;
@@ -132,7 +130,7 @@ async fn an_agents_kill_request_posts_a_card_naming_it_and_a_persons_kill_ends_t
 
     eventually("the case is done", || async {
         matches!(
-            decision_of(&app.state.store, &case).await.unwrap().state,
+            app.state.store.get_case(&case).await.unwrap().state,
             CaseState::Done { .. }
         )
     })
