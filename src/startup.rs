@@ -17,7 +17,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::approvals::BusyThreshold;
 use crate::approvals::Services;
+use crate::approvals::push_case::{PushCaseSettings, push_run_ended};
 use crate::approvals::run_case::{RunCaseSettings, open_run_case};
+use crate::approvals::ApprovalError;
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
@@ -245,7 +247,7 @@ fn run_engine(
         return Ok(None);
     };
     let policy = Arc::new(runner.policy().clone());
-    let hand_over = run_hand_over(state.services(), &policy)?;
+    let hand_over = run_hand_over(state.services(), &policy, state)?;
     Ok(Some(
         RunEngine::new(
             state.store.clone(),
@@ -260,39 +262,69 @@ fn run_engine(
     ))
 }
 
-/// Where a finished run's sandbox goes: the run case (`approvals::run_case::open_run_case`) in
+/// Where a finished run's sandbox goes: for a run a GitHub push started, the push-test outcome
+/// (`approvals::push_case::push_run_ended`: an alert in the entry's channel or `[channels]
+/// engineering`); for any other run, the run case (`approvals::run_case::open_run_case`) in
 /// `[channels] runs` (or the approvals channel), under `[runs] on_finish`.
-fn run_hand_over(svc: Services, policy: &RunPolicy) -> anyhow::Result<HandOver> {
-    let channel = policy
-        .channel
-        .as_deref()
-        .map(SlackChannelId::parse)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("[channels] runs in steward.toml is not a channel id: {e}"))?;
+fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow::Result<HandOver> {
+    let channel_setting = |name: &str, value: Option<&str>| {
+        value
+            .map(SlackChannelId::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("[channels] {name} in steward.toml is not a channel id: {e}"))
+    };
     let settings = RunCaseSettings {
-        channel,
+        channel: channel_setting("runs", policy.channel.as_deref())?,
         keep_running_for: policy.keep_running_for,
+        decide_within: policy.decide_within,
+    };
+    let push_settings = PushCaseSettings {
+        channel: channel_setting(
+            "engineering",
+            state.settings.policy.channels.engineering.as_deref(),
+        )?,
+        keep_for: policy.keep_running_for,
         decide_within: policy.decide_within,
     };
     Ok(HandOver::new(move |req: HandOverRequest| {
         let svc = svc.clone();
         let settings = settings.clone();
+        let push_settings = push_settings.clone();
         async move {
-            let opened = open_run_case(
-                &svc,
-                &req.sandbox,
-                req.report,
-                req.on_finish,
-                &settings,
-                Utc::now(),
-            )
-            .await;
-            match opened {
-                Ok(case) => Ok(Some(case.id)),
-                // Waiting helps: Redis, Slack or E2B briefly unavailable.
-                Err(e) if e.worth_retrying() => Err(HandOverError::Retry(e.to_string())),
-                Err(e) => Err(HandOverError::GiveUp(e.to_string())),
+            let retry_or_give_up = |e: ApprovalError| {
+                if e.worth_retrying() {
+                    // Waiting helps: Redis, Slack or E2B briefly unavailable.
+                    HandOverError::Retry(e.to_string())
+                } else {
+                    HandOverError::GiveUp(e.to_string())
+                }
+            };
+            let push = svc
+                .store
+                .push_test_for_run(&req.report.run_id)
+                .await
+                .map_err(|e| HandOverError::Retry(e.to_string()))?;
+            if let Some(test) = push {
+                return push_run_ended(
+                    &svc,
+                    &test,
+                    req.sandbox.as_ref(),
+                    req.report,
+                    req.error.as_deref(),
+                    &push_settings,
+                    Utc::now(),
+                )
+                .await
+                .map_err(retry_or_give_up);
             }
+            // A run that never got a sandbox leaves nothing to decide.
+            let Some(sandbox) = &req.sandbox else {
+                return Ok(None);
+            };
+            open_run_case(&svc, sandbox, req.report, req.on_finish, &settings, Utc::now())
+                .await
+                .map(|case| Some(case.id))
+                .map_err(retry_or_give_up)
         }
     }))
 }

@@ -3,7 +3,7 @@
 //! uploaded as a file in the alert's thread; and the error alert for a test run that could not
 //! happen at all (no sandbox, no clone, the sandbox died), which reads and looks different.
 //!
-//! A test failure's details hang under a red (`danger`) attachment bar; the error alert has no
+//! A test failure's details hang under a red (`danger`) attachment bar (in its template); the error alert has no
 //! colour and never the `:x:` marker, so nobody mistakes one for the other.
 //!
 //! Callers hand over plain data ([`TestFailure`], [`TestRunError`]); `failures` picks the failing
@@ -25,9 +25,6 @@ pub use message::{render_test_failure, render_test_run_error, short_sha};
 /// The most output uploaded to the thread. A longer output keeps its first and last halves,
 /// and the thread says so.
 pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
-
-/// The colour of a test failure's bar: Slack's red.
-pub const DANGER: &str = "danger";
 
 /// Someone behind a commit: the push's author or pusher. Any part may be missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -160,20 +157,27 @@ pub async fn post_test_failure(
     channel: &SlackChannelId,
     failure: &TestFailure,
 ) -> Result<PostedAlert, AlertError> {
-    let mut message = render_test_failure(templates, failure)?;
-    // The headline stays on top; the details hang under a red bar, which only a test failure
-    // gets (the error alert has none).
-    let details = message.blocks.split_off(message.blocks.len().min(1));
-    let (channel, ts) = slack
-        .post_message_with_bar(channel, message, details, DANGER)
-        .await?;
+    let message = render_test_failure(templates, failure)?;
+    let (channel, ts) = slack.post_message(channel, message).await?;
     let mut posted = PostedAlert {
         channel,
         ts,
         output_file: None,
     };
+    posted.output_file = attach_output(slack, &posted, failure).await;
+    Ok(posted)
+}
+
+/// Uploads the whole output of `failure` (at most [`MAX_UPLOAD_BYTES`]) as a file in the thread
+/// of the alert `posted`; the file's id, or `None` when there was no output or the upload failed
+/// (the thread then says so).
+pub async fn attach_output(
+    slack: &SlackClient,
+    posted: &PostedAlert,
+    failure: &TestFailure,
+) -> Option<String> {
     if failure.output.is_empty() {
-        return Ok(posted);
+        return None;
     }
     let (bytes, note) = capped_output(&failure.output);
     let short = short_sha(&failure.commit_sha);
@@ -190,7 +194,7 @@ pub async fn post_test_failure(
         )
         .await
     {
-        Ok(file) => posted.output_file = Some(file),
+        Ok(file) => Some(file),
         Err(e) => {
             tracing::warn!(error = %e, "the test output could not be attached to the alert");
             let sentence = format!("Steward could not attach the full output here: {e}.");
@@ -200,9 +204,9 @@ pub async fn post_test_failure(
             {
                 tracing::warn!(error = %e, "could not say so in the alert's thread either");
             }
+            None
         }
     }
-    Ok(posted)
 }
 
 /// Posts the error alert (a test run that could not happen) to `channel`.

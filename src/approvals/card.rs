@@ -244,8 +244,16 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
     }
 }
 
-/// A button's words: the option's name, with the time for Keep running.
+/// A button's words: the option's name, with the time for Keep running. A push-test alert
+/// names its options for what an engineer wants from a failing test's sandbox.
 pub fn option_label(case: &Case, option: DecisionOption) -> String {
+    if case.evidence.push.is_some() {
+        match option {
+            DecisionOption::KeepRunning => return "Keep for debugging".to_owned(),
+            DecisionOption::SnapshotThenKill => return "Snapshot for repro".to_owned(),
+            _ => {}
+        }
+    }
     match (option, case.keep_running_for_secs) {
         (DecisionOption::KeepRunning, Some(secs)) => format!(
             "Keep running for {}",
@@ -507,7 +515,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         asks: asks.to_owned(),
         reason: case.reason.clone(),
         evidence: evidence_fields(case),
-        recommendation: case.recommendation.option.to_string(),
+        recommendation: option_label(case, case.recommendation.option),
         recommendation_reason: case.recommendation.reason.clone(),
         notes: case.notes.iter().map(|n| n.text.clone()).collect(),
         status: CardStatus::Pending,
@@ -530,7 +538,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
     };
     if let Some(d) = case.state.decision() {
         params.actor = Some(decider(&d.by));
-        params.option = Some(d.option.to_string());
+        params.option = Some(option_label(case, d.option));
         params.decision_reason = d.reason.clone();
     }
     params.policy_line = policy_line(case);
@@ -576,7 +584,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         } => {
             params.status = CardStatus::Left;
             params.actor = Some(decider(by));
-            params.option = Some(option.to_string());
+            params.option = Some(option_label(case, *option));
             params.decision_reason = reason.clone();
             params.until = until.map(when);
             params.at = Some(when(*at));

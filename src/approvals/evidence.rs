@@ -36,6 +36,7 @@ pub fn from_detail(detail: &SandboxDetail, metric: Option<&SandboxMetric>) -> Ev
         metadata,
         template_usage: None,
         run: None,
+        push: None,
     }
 }
 

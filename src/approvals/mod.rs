@@ -20,6 +20,8 @@ pub mod decide;
 pub mod evidence;
 pub mod history;
 pub mod lifetime;
+pub mod push_card;
+pub mod push_case;
 pub mod repair;
 pub mod request;
 pub mod run_card;
@@ -166,14 +168,17 @@ pub async fn audit(store: &Store, case: &Case, actor: Actor, action: &str, outco
     }
 }
 
-/// Renders the card of `case` as it stands now.
+/// Renders the card of `case` as it stands now: a push-test alert for a failed push's
+/// sandbox, the case card for anything else.
 pub fn render_card(
     templates: &Templates,
     case: &Case,
 ) -> Result<crate::slack::render::Message, ApprovalError> {
-    templates
-        .render(&card::card_params(case))
-        .map_err(|e| ApprovalError::Render(e.to_string()))
+    let rendered = match (&case.evidence.push, &case.evidence.run) {
+        (Some(push), Some(run)) => templates.render(&push_card::push_card_params(case, push, run)),
+        _ => templates.render(&card::card_params(case)),
+    };
+    rendered.map_err(|e| ApprovalError::Render(e.to_string()))
 }
 
 /// Opens a case (or finds the open one for the same subject), posts its card to `target`,

@@ -163,6 +163,139 @@ async fn run_case_of(
     Ok(None)
 }
 
+/// A decision a run case takes by policy as it opens.
+#[derive(Debug, Clone)]
+pub(super) struct PolicyChoice {
+    pub option: DecisionOption,
+    /// The setting or rule that decided, as the card and the audit name it.
+    pub policy: String,
+    /// The audit outcome of the decision.
+    pub outcome: String,
+}
+
+/// The case [`open_for_run`] opens for a run's sandbox.
+pub(super) struct RunCaseOpening<'a> {
+    pub sandbox: &'a SandboxId,
+    pub run_id: &'a crate::ids::RunId,
+    /// What Keep running extends the sandbox's E2B timeout to.
+    pub keep_running_for: Option<Duration>,
+    /// A decision taken by policy as the case opens.
+    pub policy: Option<PolicyChoice>,
+    /// Where its card goes; `None`: no card, the case is only in the store and the audit.
+    pub card: Option<&'a CardTarget>,
+}
+
+/// What [`open_for_run`] opened.
+pub(super) struct RunCaseOpened {
+    pub case: Case,
+    /// Whether this call posted the case's card (so follow-ups in its thread are this call's).
+    pub posted: bool,
+}
+
+/// Opens the case of the run's sandbox (or finds it: the open case, or this run's earlier
+/// one), with the draft `draft` builds from the sandbox's evidence in E2B; takes the opening's
+/// policy decision if the case is this run's and still pending (and queues it for the worker,
+/// which re-checks the sandbox like for any decision); posts its card if the opening names
+/// where. Calling it again for the same run opens nothing new.
+pub(super) async fn open_for_run(
+    svc: &Services,
+    opening: RunCaseOpening<'_>,
+    draft: impl FnOnce(crate::cases::Evidence) -> CaseDraft,
+    now: DateTime<Utc>,
+) -> Result<RunCaseOpened, ApprovalError> {
+    let RunCaseOpening {
+        sandbox,
+        run_id,
+        keep_running_for,
+        policy,
+        card,
+    } = opening;
+    let subject = Subject::Sandbox(sandbox.clone());
+    // Redis first: when it is down, E2B hears nothing.
+    let case = match run_case_of(svc, &subject, run_id).await? {
+        Some(existing) => existing,
+        None => {
+            let Some(e2b) = &svc.e2b else {
+                return Err(ApprovalError::E2bNotConfigured);
+            };
+            let evidence = match evidence::sandbox(e2b, sandbox).await {
+                Ok(evidence) => evidence,
+                Err(E2bError::NotFound { .. }) => {
+                    return Err(ApprovalError::Gone(format!("Sandbox {sandbox}")));
+                }
+                Err(e) => {
+                    return Err(ApprovalError::E2b {
+                        sentence: crate::execute::sentence(&format!("Sandbox {sandbox}"), &e),
+                        transient: e.is_transient(),
+                    });
+                }
+            };
+            let mut case = draft(evidence).into_case(now)?;
+            case.keep_running_for_secs = keep_running_for.map(|d| d.as_secs());
+            match svc.store.open_case(case).await? {
+                Opened::Created(case) => {
+                    let actor = super::actor_of(&case.opener);
+                    audit(&svc.store, &case, actor, "open", &case.reason.clone()).await;
+                    case
+                }
+                Opened::Existing(case) => case,
+            }
+        }
+    };
+    // Only this run's own case takes the policy decision; a case some person opened on the
+    // sandbox meanwhile stays theirs.
+    let ours = case.evidence.run.as_ref().map(|r| &r.run_id) == Some(run_id);
+    let mut case = case;
+    let mut queue = false;
+    if ours
+        && case.state == CaseState::Pending
+        && let Some(choice) = policy
+    {
+        let event = Event::DecideByPolicy {
+            option: choice.option,
+            policy: choice.policy.clone(),
+        };
+        match svc.store.apply_event(&case.id, event, now).await? {
+            Updated::Applied(decided) => {
+                audit(
+                    &svc.store,
+                    &decided,
+                    Actor::Steward {
+                        part: "runs policy".into(),
+                    },
+                    &format!("decide:{}", choice.option.as_str()),
+                    &choice.outcome,
+                )
+                .await;
+                queue = matches!(decided.state, CaseState::Decided { .. });
+                case = decided;
+            }
+            // Someone (or a replica handing the same run over) decided first.
+            Updated::Rejected { current, .. } => case = current,
+        }
+    }
+    let posted = match (&case.card, card) {
+        (None, Some(target)) => {
+            post_card(&svc.store, &svc.slack, &svc.templates, &case, target).await
+        }
+        _ => Ok(None),
+    };
+    // A policy decision is queued even when its card could not be posted: it is recorded, and
+    // handing the run over again posts the card.
+    if queue {
+        decide::queue_decision(svc, &case).await;
+    }
+    let posted = posted?;
+    let by_us = posted.is_some();
+    if let Some(posted) = posted {
+        case = posted;
+    }
+    Ok(RunCaseOpened {
+        case,
+        posted: by_us,
+    })
+}
+
 /// Opens the run case for `sandbox` after the run `report` describes, posts its card (to
 /// `settings.channel`, else the approvals channel) and applies `on_finish`:
 ///
@@ -194,92 +327,34 @@ pub async fn open_run_case(
         channel,
         thread_ts: None,
     };
-    let subject = Subject::Sandbox(sandbox.clone());
-    let run_id = report.run_id.clone();
-    // Redis first: when it is down, E2B hears nothing.
-    let case = match run_case_of(svc, &subject, &run_id).await? {
-        Some(existing) => existing,
-        None => {
-            let Some(e2b) = &svc.e2b else {
-                return Err(ApprovalError::E2bNotConfigured);
-            };
-            let evidence = match evidence::sandbox(e2b, sandbox).await {
-                Ok(evidence) => evidence,
-                Err(E2bError::NotFound { .. }) => {
-                    return Err(ApprovalError::Gone(format!("Sandbox {sandbox}")));
-                }
-                Err(e) => {
-                    return Err(ApprovalError::E2b {
-                        sentence: crate::execute::sentence(&format!("Sandbox {sandbox}"), &e),
-                        transient: e.is_transient(),
-                    });
-                }
-            };
-            let draft = run_case_draft(sandbox, evidence, report.clone(), on_finish, settings, now);
-            let mut case = draft.into_case(now)?;
-            case.keep_running_for_secs = Some(settings.keep_running_for.as_secs());
-            match svc.store.open_case(case).await? {
-                Opened::Created(case) => {
-                    let actor = super::actor_of(&case.opener);
-                    audit(&svc.store, &case, actor, "open", &case.reason.clone()).await;
-                    case
-                }
-                Opened::Existing(case) => case,
-            }
-        }
-    };
-    // Only this run's own case takes the policy decision; a case some person opened on the
-    // sandbox meanwhile stays theirs.
-    let ours = case.evidence.run.as_ref().map(|r| &r.run_id) == Some(&run_id);
-    let mut case = case;
-    let mut queue = false;
-    if ours
-        && case.state == CaseState::Pending
-        && let Some(option) = policy_decision(on_finish, &report)
-    {
+    let policy = policy_decision(on_finish, &report).map(|option| {
         let policy = policy_name(on_finish).to_owned();
-        let event = Event::DecideByPolicy {
-            option,
-            policy: policy.clone(),
+        let outcome = match option {
+            DecisionOption::Leave => format!("left to its E2B timeout by policy ({policy})"),
+            _ => format!("{option} by policy ({policy}): the run succeeded"),
         };
-        match svc.store.apply_event(&case.id, event, now).await? {
-            Updated::Applied(decided) => {
-                let outcome = match option {
-                    DecisionOption::Leave => {
-                        format!("left to its E2B timeout by policy ({policy})")
-                    }
-                    _ => format!("{option} by policy ({policy}): the run succeeded"),
-                };
-                audit(
-                    &svc.store,
-                    &decided,
-                    Actor::Steward {
-                        part: "runs policy".into(),
-                    },
-                    &format!("decide:{}", option.as_str()),
-                    &outcome,
-                )
-                .await;
-                queue = matches!(decided.state, CaseState::Decided { .. });
-                case = decided;
-            }
-            // Someone (or a replica handing the same run over) decided first.
-            Updated::Rejected { current, .. } => case = current,
+        PolicyChoice {
+            option,
+            policy,
+            outcome,
         }
-    }
-    let posted = match case.card {
-        Some(_) => Ok(None),
-        None => post_card(&svc.store, &svc.slack, &svc.templates, &case, &target).await,
+    });
+    let run_id = report.run_id.clone();
+    let opening = RunCaseOpening {
+        sandbox,
+        run_id: &run_id,
+        keep_running_for: Some(settings.keep_running_for),
+        policy,
+        card: Some(&target),
     };
-    // A policy decision is queued even when its card could not be posted: it is recorded, and
-    // handing the run over again posts the card.
-    if queue {
-        decide::queue_decision(svc, &case).await;
-    }
-    if let Some(posted) = posted? {
-        case = posted;
-    }
-    Ok(case)
+    let opened = open_for_run(
+        svc,
+        opening,
+        |evidence| run_case_draft(sandbox, evidence, report, on_finish, settings, now),
+        now,
+    )
+    .await?;
+    Ok(opened.case)
 }
 
 #[cfg(test)]

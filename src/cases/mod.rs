@@ -208,6 +208,39 @@ pub struct Evidence {
     /// What a governed run did in this sandbox, when the case is a run case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunReport>,
+    /// The push whose tests failed in this sandbox, when the case is a push-test alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushReport>,
+}
+
+/// The push whose test run failed, as its alert shows it (the run itself is in
+/// [`Evidence::run`]). Built when the run ends; pure data, already cut to fit the card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushReport {
+    /// `owner/name`.
+    pub repository: String,
+    pub branch: String,
+    /// The tested commit (full id).
+    pub commit: String,
+    /// The test command as configured (without the clone steps Steward runs first).
+    pub command: String,
+    pub commit_url: Option<String>,
+    /// The head commit's message.
+    pub message: Option<String>,
+    pub author: Option<PushPerson>,
+    pub pusher: Option<PushPerson>,
+    /// The lines of the output that look like test failures, plus the last lines, ready for a
+    /// code block.
+    pub failing: String,
+    /// Whether failing lines were left out.
+    pub failing_cut: bool,
+}
+
+/// Someone behind a push: a name to show and the Slack user to mention, when mapped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushPerson {
+    pub name: String,
+    pub slack_user: Option<SlackUserId>,
 }
 
 /// The evidence of a governed run, as its run case shows it: who ran what, how it ended, and

@@ -76,6 +76,7 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
             owner: s.owner.clone(),
             template_usage: None,
             run: None,
+            push: None,
         },
         recommendation: cases::Recommendation {
             option: option_for(s.recommendation),

@@ -49,11 +49,14 @@ const STOP_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Deliveries of a finished run's job after which a failing hand-over is given up (logged).
 const MAX_HAND_OVER_DELIVERIES: u64 = 5;
 
-/// What the hand-over of a run's sandbox gets: the sandbox, the run's evidence and the policy.
+/// What the hand-over of a run's sandbox gets: the sandbox (`None` when the run never got
+/// one), the run's evidence, why it failed (when it did) and the policy.
 #[derive(Debug, Clone)]
 pub struct HandOverRequest {
-    pub sandbox: SandboxId,
+    pub sandbox: Option<SandboxId>,
     pub report: RunReport,
+    /// The run's error, when it failed (no sandbox, the sandbox died, superseded, ...).
+    pub error: Option<String>,
     pub on_finish: OnFinish,
 }
 
@@ -856,18 +859,6 @@ impl RunEngine {
         if run.handed_over {
             return Ok(());
         }
-        let Some(sandbox) = run.sandbox_id.clone() else {
-            // No sandbox, nothing to decide.
-            self.write(&run.id, |current| {
-                (!current.handed_over).then(|| {
-                    let mut next = current.clone();
-                    next.handed_over = true;
-                    next
-                })
-            })
-            .await?;
-            return Ok(());
-        };
         let report = RunReport {
             run_id: run.id.clone(),
             requester: run.requester.clone(),
@@ -882,8 +873,9 @@ impl RunEngine {
             profile: run.profile.clone(),
         };
         let request = HandOverRequest {
-            sandbox: sandbox.clone(),
+            sandbox: run.sandbox_id.clone(),
             report,
+            error: run.error.clone(),
             on_finish: self.policy.on_finish,
         };
         let case = match self.hand_over.call(request).await {
@@ -910,12 +902,13 @@ impl RunEngine {
                 })
             })
             .await?;
-        self.audit_end(&stored, &sandbox).await;
+        self.audit_end(&stored).await;
         Ok(())
     }
 
-    /// One audit line on the sandbox: how the run ended and who decides what comes next.
-    async fn audit_end(&self, run: &Run, sandbox: &SandboxId) {
+    /// One audit line on the sandbox (none when the run got no sandbox): how the run ended,
+    /// how long it took, and who decides what comes next.
+    async fn audit_end(&self, run: &Run) {
         let how = match (run.status, run.exit_code) {
             (RunStatus::Finished, Some(code)) => format!("finished with exit code {code}"),
             (RunStatus::TimedOut, _) => "timed out".to_owned(),
@@ -924,19 +917,24 @@ impl RunEngine {
                 run.error.as_deref().unwrap_or("no reason recorded")
             ),
         };
-        let next = match &run.case_id {
-            Some(case) => format!("handed over to case {case}"),
-            None => "left to its E2B timeout".to_owned(),
+        let took = run
+            .duration_ms
+            .map(|ms| format!(" after {:.1} s", ms as f64 / 1000.0))
+            .unwrap_or_default();
+        let next = match (&run.case_id, &run.sandbox_id) {
+            (Some(case), _) => format!("; sandbox handed over to case {case}"),
+            (None, Some(_)) => "; sandbox left to its E2B timeout".to_owned(),
+            (None, None) => "; it got no sandbox".to_owned(),
         };
         let event = AuditEvent {
             time: Utc::now(),
             case: run.case_id.clone(),
-            subject: Some(Subject::Sandbox(sandbox.clone())),
+            subject: run.sandbox_id.clone().map(Subject::Sandbox),
             actor: Actor::Agent {
                 name: run.requester.clone(),
             },
             action: "run".to_owned(),
-            outcome: format!("run {} {how}; sandbox {next}", run.id),
+            outcome: format!("run {} {how}{took}{next}", run.id),
         };
         if let Err(e) = self.store.append_audit(&event).await {
             tracing::error!(run = %run.id, error = %e, "could not write the run's audit event");

@@ -607,6 +607,10 @@ async fn api(
             if rec.blocks.is_some() {
                 stored.blocks = rec.blocks.clone();
             }
+            // Attachments too: left out, they stay.
+            if rec.attachments.is_some() {
+                stored.attachments = rec.attachments.clone();
+            }
             json!({"ok": true, "channel": key.0, "ts": key.1, "text": rec.text.clone().unwrap_or_default(),
                    "message": {"text": rec.text.clone().unwrap_or_default()}})
         }

@@ -285,43 +285,6 @@ impl SlackClient {
         Ok((channel, posted.ts.to_string()))
     }
 
-    /// `chat.postMessage` with `message` on top and `attached` blocks in one attachment with a
-    /// coloured bar (`danger`, `warning`, `good` or `#rrggbb`), the only way Slack colours a
-    /// message.
-    #[tracing::instrument(skip(self, message, attached))]
-    pub async fn post_message_with_bar(
-        &self,
-        channel: &SlackChannelId,
-        message: Message,
-        attached: Vec<SlackBlock>,
-        color: &str,
-    ) -> Result<(SlackChannelId, String), SlackError> {
-        let fallback = message.text.clone();
-        let content = message
-            .into_content()
-            .with_attachments(vec![SlackMessageAttachment {
-                id: None,
-                color: Some(color.to_owned()),
-                fallback: Some(fallback),
-                title: None,
-                fields: None,
-                mrkdwn_in: None,
-                text: None,
-                blocks: Some(attached),
-            }]);
-        let api = &self.api;
-        let posted = self
-            .with_retry("chat.postMessage", |token| {
-                let req =
-                    SlackApiChatPostMessageRequest::new(channel.as_str().into(), content.clone());
-                async move { api.open_session(&token).chat_post_message(&req).await }
-            })
-            .await?;
-        let channel = SlackChannelId::parse(posted.channel.to_string())
-            .map_err(|e| SlackError::Transport(format!("Slack returned a strange channel: {e}")))?;
-        Ok((channel, posted.ts.to_string()))
-    }
-
     /// `chat.update`. The blocks are always sent, so old buttons never survive an update.
     /// Besides 429s (which wait for `Retry-After`), transient failures are retried
     /// [`UPDATE_MAX_RETRIES`] times with a doubling backoff.

@@ -15,7 +15,7 @@ use std::path::Path;
 use minijinja::value::Value;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
-use slack_morphism::prelude::{SlackBlock, SlackMessageContent, SlackView};
+use slack_morphism::prelude::{SlackBlock, SlackMessageAttachment, SlackMessageContent, SlackView};
 
 use super::format::{self, MESSAGE_MAX_BLOCKS, SECTION_TEXT_MAX_CHARS};
 use crate::ids::SlackUserId;
@@ -47,6 +47,20 @@ impl Mrkdwn {
             Self(format!("<#{channel}>"))
         } else {
             Self::text(channel)
+        }
+    }
+
+    /// A link: `<url|label>` when `url` is `http(s)` with nothing that would end the link
+    /// early, else the label alone (escaped).
+    pub fn link(url: &str, label: &str) -> Self {
+        let safe = (url.starts_with("https://") || url.starts_with("http://"))
+            && url
+                .chars()
+                .all(|c| !c.is_whitespace() && !c.is_control() && !matches!(c, '|' | '<' | '>'));
+        if safe {
+            Self(format!("<{url}|{}>", format::escape_mrkdwn(label)))
+        } else {
+            Self::text(label)
         }
     }
 
@@ -183,6 +197,19 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "test_failure_error.json.j2",
         include_str!("../../templates/test_failure_error.json.j2"),
     ),
+    (
+        "push_case.json.j2",
+        include_str!("../../templates/push_case.json.j2"),
+    ),
+    // Partials, included by the templates above.
+    (
+        "_case_decision.json.j2",
+        include_str!("../../templates/_case_decision.json.j2"),
+    ),
+    (
+        "_test_failure_details.json.j2",
+        include_str!("../../templates/_test_failure_details.json.j2"),
+    ),
 ];
 
 /// Why a message could not be rendered.
@@ -216,10 +243,21 @@ pub enum RenderError {
     Limit { name: &'static str, limit: String },
 }
 
-/// A message ready for Slack: fallback text (notifications, screen readers) plus blocks.
+/// A message ready for Slack: fallback text (notifications, screen readers) plus blocks, and
+/// optionally blocks under a coloured bar (an attachment: the only way Slack colours a message).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub text: String,
+    pub blocks: Vec<SlackBlock>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Bar>,
+}
+
+/// Blocks shown under a coloured bar below the message's own blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bar {
+    /// `danger`, `warning`, `good` or `#rrggbb`.
+    pub color: String,
     pub blocks: Vec<SlackBlock>,
 }
 
@@ -229,13 +267,32 @@ impl Message {
         Self {
             text: format::escape_mrkdwn(&text.into()),
             blocks: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 
     pub fn into_content(self) -> SlackMessageContent {
-        SlackMessageContent::new()
-            .with_text(self.text)
+        let content = SlackMessageContent::new()
             .with_blocks(self.blocks)
+            .with_text(self.text.clone());
+        if self.attachments.is_empty() {
+            return content;
+        }
+        let bars = self
+            .attachments
+            .into_iter()
+            .map(|bar| SlackMessageAttachment {
+                id: None,
+                color: Some(bar.color),
+                fallback: Some(self.text.clone()),
+                title: None,
+                fields: None,
+                mrkdwn_in: None,
+                text: None,
+                blocks: Some(bar.blocks),
+            })
+            .collect();
+        content.with_attachments(bars)
     }
 }
 
@@ -369,21 +426,30 @@ fn json_string_body(text: &str) -> String {
 }
 
 fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(), RenderError> {
-    if message.blocks.len() > MESSAGE_MAX_BLOCKS {
+    let count =
+        message.blocks.len() + message.attachments.iter().map(|b| b.blocks.len()).sum::<usize>();
+    if count > MESSAGE_MAX_BLOCKS {
         return Err(RenderError::Limit {
             name,
-            limit: format!(
-                "{} blocks (at most {MESSAGE_MAX_BLOCKS})",
-                message.blocks.len()
-            ),
+            limit: format!("{count} blocks (at most {MESSAGE_MAX_BLOCKS})"),
         });
     }
     let raw: serde_json::Value =
         serde_json::from_str(json).map_err(|source| RenderError::Shape { name, source })?;
-    let raw_blocks = raw["blocks"].as_array().cloned().unwrap_or_default();
+    let mut raw_blocks = raw["blocks"].as_array().cloned().unwrap_or_default();
+    let mut typed_blocks: Vec<&SlackBlock> = message.blocks.iter().collect();
+    for (index, bar) in message.attachments.iter().enumerate() {
+        raw_blocks.extend(
+            raw["attachments"][index]["blocks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        typed_blocks.extend(bar.blocks.iter());
+    }
     // slack-morphism parses blocks leniently (unknown shapes land in `Unknown`, unknown fields
     // are dropped), so a block only counts as valid if it survives a round trip unchanged.
-    for (index, (typed, raw_block)) in message.blocks.iter().zip(&raw_blocks).enumerate() {
+    for (index, (typed, raw_block)) in typed_blocks.into_iter().zip(&raw_blocks).enumerate() {
         let back = serde_json::to_value(typed).unwrap_or_default();
         if matches!(typed, SlackBlock::Unknown(_)) || &back != raw_block {
             return Err(RenderError::NotBlockKit {

@@ -37,6 +37,8 @@
 //! - `P:push-test:{<run_id>}` (string, JSON): what a push-test run was started for.
 //! - `P:push-latest:<owner/name>:<branch>` (string): the latest push-test run of a branch.
 //! - `P:run-stop:{<run_id>}` (string): why a run was asked to stop (a newer push superseded it).
+//! - `P:push-failing:<owner/name>:<branch>` (string, JSON [`FailingPush`](super::FailingPush)): the
+//!   alert of the branch's latest failed push test, so a later pass can say "fixed in" under it.
 //!
 //! A run's three keys share the run id's hash tag, so one script or pipeline touches them all.
 //!
@@ -201,6 +203,11 @@ impl Keys {
     /// The latest push-test run of a repository's branch.
     pub fn push_latest(&self, repository: &str, branch: &str) -> String {
         format!("{}:push-latest:{repository}:{branch}", self.prefix)
+    }
+
+    /// The alert of a branch's latest failed push test (JSON), until a push passes again.
+    pub fn push_failing(&self, repository: &str, branch: &str) -> String {
+        format!("{}:push-failing:{repository}:{branch}", self.prefix)
     }
 
     /// Case cards whose last update failed: case id -> failed repairs in a row (a hash).

@@ -50,6 +50,7 @@ struct State {
     run_stops: HashMap<RunId, String>,
     /// `owner/name` and branch -> the latest push-test run.
     push_latest: HashMap<(String, String), RunId>,
+    push_failing: HashMap<(String, String), String>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -360,6 +361,36 @@ impl MemoryStore {
     ) -> Result<Option<String>, StoreError> {
         let key = (repository.to_owned(), branch.to_owned());
         Ok(self.lock().push_latest.get(&key).map(|r| r.to_string()))
+    }
+
+    pub(crate) async fn set_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+        json: &str,
+    ) -> Result<(), StoreError> {
+        let key = (repository.to_owned(), branch.to_owned());
+        self.lock().push_failing.insert(key, json.to_owned());
+        Ok(())
+    }
+
+    pub(crate) async fn push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let key = (repository.to_owned(), branch.to_owned());
+        Ok(self.lock().push_failing.get(&key).cloned())
+    }
+
+    pub(crate) async fn clear_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<(), StoreError> {
+        let key = (repository.to_owned(), branch.to_owned());
+        self.lock().push_failing.remove(&key);
+        Ok(())
     }
 
     pub(crate) async fn acquire_lease(

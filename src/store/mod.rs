@@ -21,7 +21,7 @@ mod memory;
 pub mod push_tests;
 mod redis;
 mod settings;
-pub use push_tests::PushTest;
+pub use push_tests::{FailingPush, PushTest};
 pub use settings::RedisSettings;
 
 pub use memory::MemoryStore;
@@ -597,6 +597,12 @@ impl Store {
     /// True the first time `key` is seen within `ttl`; false for repeats (Slack retries).
     pub async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
         delegate!(self.first_time(key, ttl))
+    }
+
+    /// Forgets a [`Store::first_time`] mark, so the next call is the first again (the work it
+    /// guarded failed and must be tried again).
+    pub async fn forget_first_time(&self, key: &str) -> Result<(), StoreError> {
+        delegate!(self.forget_first_time(key))
     }
 
     /// Takes the lease `name` for `holder` for `ttl` if nobody holds it. True when taken.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
-use crate::ids::{RunId, SlackUserId};
+use crate::ids::{RunId, SlackChannelId, SlackUserId};
 
 /// How long a delivery id is remembered (GitHub redelivers for up to a few days; we keep 8).
 pub const DELIVERY_RETENTION: Duration = Duration::from_secs(8 * 24 * 60 * 60);
@@ -43,6 +43,17 @@ pub struct PushTest {
     pub delivery: String,
 }
 
+/// Where the alert of a branch's latest failed push test is, so a later passing push can say
+/// "fixed in <sha>" in its thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailingPush {
+    pub run_id: RunId,
+    /// The commit whose tests failed.
+    pub commit: String,
+    pub channel: SlackChannelId,
+    pub ts: String,
+}
+
 fn delivery_key(delivery: &str) -> String {
     format!("github-delivery:{delivery}")
 }
@@ -56,11 +67,7 @@ impl Store {
 
     /// Forgets a delivery mark, so GitHub's redelivery is acted on (when acting failed).
     pub async fn forget_delivery(&self, delivery: &str) -> Result<(), StoreError> {
-        let key = delivery_key(delivery);
-        match self {
-            Store::Redis(s) => s.forget_first_time(&key).await,
-            Store::Memory(s) => s.forget_first_time(&key).await,
-        }
+        self.forget_first_time(&delivery_key(delivery)).await
     }
 
     /// Stores the push test of a run (kept as long as runs are).
@@ -132,5 +139,50 @@ impl Store {
         latest
             .map(|text| RunId::parse(text).map_err(|e| StoreError::Corrupt(e.to_string())))
             .transpose()
+    }
+
+    /// Records `failing` as the alert of `repository`'s `branch` latest failed push test.
+    pub async fn set_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+        failing: &FailingPush,
+    ) -> Result<(), StoreError> {
+        let json =
+            serde_json::to_string(failing).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        match self {
+            Store::Redis(s) => s.set_push_failing(repository, branch, &json).await,
+            Store::Memory(s) => s.set_push_failing(repository, branch, &json).await,
+        }
+    }
+
+    /// The alert of the branch's latest failed push test, until [`Store::clear_push_failing`].
+    pub async fn push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<Option<FailingPush>, StoreError> {
+        let json = match self {
+            Store::Redis(s) => s.push_failing(repository, branch).await?,
+            Store::Memory(s) => s.push_failing(repository, branch).await?,
+        };
+        json.map(|text| {
+            serde_json::from_str(&text).map_err(|e| {
+                StoreError::Corrupt(format!("failing push of {repository} {branch}: {e}"))
+            })
+        })
+        .transpose()
+    }
+
+    /// Forgets the branch's failed push test (a later push passed).
+    pub async fn clear_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Redis(s) => s.clear_push_failing(repository, branch).await,
+            Store::Memory(s) => s.clear_push_failing(repository, branch).await,
+        }
     }
 }

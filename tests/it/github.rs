@@ -14,13 +14,30 @@ use serde_json::{Value, json};
 
 use crate::common::{TestApp, TestAppOptions, spawn_app_with};
 
-const OLD_SECRET: &str = "old-webhook-secret";
-const NEW_SECRET: &str = "new-webhook-secret";
-const TOKEN: &str = "ghp_NeverShowThisToken1234567890";
-const REPO: &str = "acme/api";
+pub(crate) const OLD_SECRET: &str = "old-webhook-secret";
+pub(crate) const NEW_SECRET: &str = "new-webhook-secret";
+pub(crate) const TOKEN: &str = "ghp_NeverShowThisToken1234567890";
+pub(crate) const REPO: &str = "acme/api";
+
+/// The suite: says which commit it tests; hangs while a `slow` file exists; fails like pytest
+/// (after 150 lines of noise) while a `fail` file exists.
+const CHECK_SH: &str = r#"echo "tests ran at $(git rev-parse HEAD)"
+if [ -f slow ]; then echo started-slow; sleep 120; fi
+if [ -f fail ]; then
+  i=0; while [ $i -lt 150 ]; do echo "collecting tests/test_$i.py ok"; i=$((i+1)); done
+  echo "=================================== FAILURES ==================================="
+  echo "______________________________ test_parse_nested ______________________________"
+  echo "E   AssertionError: assert [1, [2]] == [1, [2, 3]]"
+  echo "tests/test_parser.py:12: AssertionError"
+  echo "=========================== short test summary info ==========================="
+  echo "FAILED tests/test_parser.py::test_parse_nested - AssertionError: assert [1, [2]] == [1, [2, 3]]"
+  echo "========================= 1 failed, 150 passed in 0.12s ========================="
+  exit 1
+fi
+"#;
 
 /// A repository with one commit; returns its path and the commit's sha.
-fn make_repo(dir: &Path) -> (String, String) {
+pub(crate) fn make_repo(dir: &Path) -> (String, String) {
     let repo = dir.join("origin");
     std::fs::create_dir_all(&repo).unwrap();
     let git = |args: &[&str]| {
@@ -34,11 +51,7 @@ fn make_repo(dir: &Path) -> (String, String) {
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     };
     git(&["init", "-q", "-b", "main"]);
-    std::fs::write(
-        repo.join("check.sh"),
-        "echo \"tests ran at $(git rev-parse HEAD)\"\nif [ -f slow ]; then echo started-slow; sleep 120; fi\n",
-    )
-    .unwrap();
+    std::fs::write(repo.join("check.sh"), CHECK_SH).unwrap();
     git(&["add", "check.sh"]);
     git(&["commit", "-q", "-m", "Add the check"]);
     (
@@ -48,7 +61,7 @@ fn make_repo(dir: &Path) -> (String, String) {
 }
 
 /// Adds a commit to the repository at `path`; returns its sha.
-fn commit(path: &str, file: &str) -> String {
+pub(crate) fn commit(path: &str, file: &str) -> String {
     std::fs::write(Path::new(path).join(file), file).unwrap();
     let git = |args: &[&str]| {
         let out = Command::new("git")
@@ -65,25 +78,37 @@ fn commit(path: &str, file: &str) -> String {
     git(&["rev-parse", "HEAD"])
 }
 
-fn policy(clone_url: &str) -> String {
+pub(crate) fn policy(clone_url: &str) -> String {
     format!(
         r#"
 [[push_tests]]
 repository = "{REPO}"
 branches = ["main", "release/*"]
 template = "base"
-command = 'sh check.sh; echo "token: ${{STEWARD_GIT_TOKEN:-unset}}"; echo "suite=$SUITE"'
+command = 'echo "token: ${{STEWARD_GIT_TOKEN:-unset}}"; echo "suite=$SUITE"; sh check.sh'
 env = {{ SUITE = "unit" }}
 timeout = "2m"
 channel = "C0ENG"
 clone_url = "file://{clone_url}"
 ignore_paths = ["docs/**", "*.md"]
 authors = {{ "alice@example.com" = "U0ALICE", "bob-gh" = "U0BOB" }}
+
+[[push_tests]]
+repository = "{REPO}"
+branches = ["legacy"]
+template = "retired-template"
+command = "sh check.sh"
+channel = "C0ENG"
+clone_url = "file://{clone_url}"
+
+[approvals.approvers]
+kill = {{ users = ["U0LEAD"] }}
+pause = {{ anyone = true }}
 "#
     )
 }
 
-async fn spawn(clone_url: &str) -> TestApp {
+pub(crate) async fn spawn(clone_url: &str) -> TestApp {
     spawn_app_with(TestAppOptions {
         exec_local: true,
         policy: Some(policy(clone_url)),
@@ -99,7 +124,7 @@ async fn spawn(clone_url: &str) -> TestApp {
     .await
 }
 
-fn push_body(git_ref: &str, sha: &str, files: &[&str]) -> Value {
+pub(crate) fn push_body(git_ref: &str, sha: &str, files: &[&str]) -> Value {
     json!({
         "ref": git_ref,
         "before": "0".repeat(40),
@@ -119,7 +144,7 @@ fn push_body(git_ref: &str, sha: &str, files: &[&str]) -> Value {
     })
 }
 
-async fn deliver(
+pub(crate) async fn deliver(
     app: &TestApp,
     event: &str,
     delivery: &str,
@@ -139,7 +164,7 @@ async fn deliver(
     req.send().await.unwrap()
 }
 
-async fn push(app: &TestApp, delivery: &str, body: &Value) -> reqwest::Response {
+pub(crate) async fn push(app: &TestApp, delivery: &str, body: &Value) -> reqwest::Response {
     deliver(
         app,
         "push",
@@ -150,16 +175,16 @@ async fn push(app: &TestApp, delivery: &str, body: &Value) -> reqwest::Response 
     .await
 }
 
-fn runner(app: &TestApp) -> Runner {
+pub(crate) fn runner(app: &TestApp) -> Runner {
     app.state.runs.clone().expect("E2B is configured")
 }
 
-async fn output_of(app: &TestApp, id: &RunId) -> String {
+pub(crate) async fn output_of(app: &TestApp, id: &RunId) -> String {
     let chunk = runner(app).output(id, 0).await.unwrap();
     String::from_utf8_lossy(&chunk.bytes).into_owned()
 }
 
-async fn audit_outcomes(app: &TestApp) -> Vec<String> {
+pub(crate) async fn audit_outcomes(app: &TestApp) -> Vec<String> {
     app.state
         .store
         .audit_since(chrono::Utc::now() - chrono::Duration::hours(1))
@@ -171,12 +196,12 @@ async fn audit_outcomes(app: &TestApp) -> Vec<String> {
         .collect()
 }
 
-async fn creates(app: &TestApp) -> u64 {
+pub(crate) async fn creates(app: &TestApp) -> u64 {
     app.e2b.hooks().calls_of("create").await.unwrap()
 }
 
 /// Every value under the app's Redis prefix, as text.
-fn redis_dump(app: &TestApp) -> String {
+pub(crate) fn redis_dump(app: &TestApp) -> String {
     let client = redis::Client::open(app.redis_url.as_str()).unwrap();
     let mut conn = client.get_connection().unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")

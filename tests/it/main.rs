@@ -21,6 +21,7 @@ mod hygiene;
 mod hygiene_slack;
 mod layering;
 mod mcp;
+mod push_alerts;
 mod no_side_door;
 mod recheck;
 mod run_cases;

@@ -81,4 +81,42 @@ impl RedisStore {
         self.query(redis::cmd("GET").arg(self.keys().run_stop(run)))
             .await
     }
+
+    pub(crate) async fn set_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+        json: &str,
+    ) -> Result<(), StoreError> {
+        let _: () = self
+            .query(
+                redis::cmd("SET")
+                    .arg(self.keys().push_failing(repository, branch))
+                    .arg(json)
+                    .arg("PX")
+                    .arg(ms(LATEST_RUN_RETENTION)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.query(redis::cmd("GET").arg(self.keys().push_failing(repository, branch)))
+            .await
+    }
+
+    pub(crate) async fn clear_push_failing(
+        &self,
+        repository: &str,
+        branch: &str,
+    ) -> Result<(), StoreError> {
+        let _: i64 = self
+            .query(redis::cmd("DEL").arg(self.keys().push_failing(repository, branch)))
+            .await?;
+        Ok(())
+    }
 }

@@ -1,0 +1,344 @@
+//! What the end of a push test does, over HTTP: signed pushes to a Steward whose E2B simulator
+//! runs the suite locally against a real Git repository on disk. A failing suite becomes an
+//! alert that is a case (Keep for debugging / Snapshot for repro / Kill) with the whole output
+//! in its thread; a pass posts nothing, kills its sandbox and says "fixed in" under the last
+//! failure; a run that could not happen gets the error alert naming the step.
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use sandbox_steward::cases::{CaseState, DecisionOption};
+use sandbox_steward::ids::{RunId, SandboxId};
+use sandbox_steward::runs::Run;
+use sandbox_steward::sim::slack::Recorded;
+use sandbox_steward::slack::payload::case_option_action_id;
+use serde_json::Value;
+
+use crate::common::{TestApp, eventually, visible_text, wait_until};
+use crate::github::{TOKEN, commit, make_repo, push, push_body, redis_dump, runner, spawn};
+
+const ENG: &str = "C0ENG";
+
+async fn start(app: &TestApp, delivery: &str, sha: &str, files: &[&str]) -> RunId {
+    start_on(app, "main", delivery, sha, files).await
+}
+
+async fn start_on(
+    app: &TestApp,
+    branch: &str,
+    delivery: &str,
+    sha: &str,
+    files: &[&str],
+) -> RunId {
+    let git_ref = format!("refs/heads/{branch}");
+    let resp = push(app, delivery, &push_body(&git_ref, sha, files)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let started: Value = resp.json().await.unwrap();
+    RunId::parse(started["run"].as_str().unwrap()).unwrap()
+}
+
+/// Waits until the run has ended and been handed over (its alert, if any, is then posted).
+async fn handed_over(app: &TestApp, id: &RunId) -> Run {
+    let run = runner(app).wait(id, Duration::from_secs(60)).await.unwrap();
+    eventually("the run is handed over", || async {
+        runner(app).get(id).await.unwrap().handed_over
+    })
+    .await;
+    let _ = run;
+    runner(app).get(id).await.unwrap()
+}
+
+/// Top-level posts to the engineering channel (not thread replies, not updates).
+fn alerts(app: &TestApp) -> Vec<Recorded> {
+    app.slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage" && m.channel.as_deref() == Some(ENG))
+        .filter(|m| m.thread_ts.is_none())
+        .collect()
+}
+
+/// The text a post shows, its red-bar attachment included.
+fn shown(rec: &Recorded) -> String {
+    let mut text = visible_text(rec);
+    if let Some(attachments) = &rec.attachments {
+        text.push('\n');
+        text.push_str(&attachments.to_string());
+    }
+    text
+}
+
+fn buttons(rec: &Recorded) -> Vec<(String, Option<String>)> {
+    let attachments = rec.attachments.clone().unwrap_or(Value::Null);
+    let mut found = Vec::new();
+    for bar in attachments.as_array().into_iter().flatten() {
+        for block in bar["blocks"].as_array().into_iter().flatten() {
+            if block["type"] == "actions" {
+                for b in block["elements"].as_array().into_iter().flatten() {
+                    found.push((
+                        b["text"]["text"].as_str().unwrap().to_owned(),
+                        b["style"].as_str().map(str::to_owned),
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+async fn sandbox_exists(app: &TestApp, id: &SandboxId) -> bool {
+    let e2b = app.state.e2b.clone().unwrap();
+    match e2b.get_sandbox(id).await {
+        Ok(detail) => detail.state.as_str() != "killed",
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_output_in_its_thread()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    let failing = commit(&origin, "fail");
+    let app = spawn(&origin).await;
+    let id = start(&app, "d-fail", &failing, &["fail"]).await;
+    let run = handed_over(&app, &id).await;
+    assert_eq!(run.exit_code, Some(1), "{run:?}");
+    let sandbox = run.sandbox_id.clone().unwrap();
+
+    let alert = wait_until("the alert", || async { alerts(&app).into_iter().next() }).await;
+    let text = shown(&alert);
+    // Where, who, what ran, and the failing lines; the red bar marks a test failure.
+    assert!(text.contains(":x: *Tests failed* in *acme/api* on `main`"), "{text}");
+    assert!(text.contains(&failing[..7]), "{text}");
+    assert!(text.contains("Fix the parser"), "{text}");
+    assert!(text.contains("<@U0ALICE>") && text.contains("<@U0BOB>"), "{text}");
+    assert!(text.contains("*Exit code* 1"), "{text}");
+    assert!(
+        text.contains("FAILED tests/test_parser.py::test_parse_nested"),
+        "{text}"
+    );
+    assert!(text.contains("AssertionError: assert [1, [2]] == [1, [2, 3]]"), "{text}");
+    assert!(!text.contains("collecting tests/test_3.py"), "noise stays out: {text}");
+    assert_eq!(alert.attachments.as_ref().unwrap()[0]["color"], "danger");
+    // The recommended option leads and is green; Kill is red.
+    assert_eq!(
+        buttons(&alert),
+        [
+            ("Keep for debugging".to_owned(), Some("primary".to_owned())),
+            ("Snapshot for repro".to_owned(), None),
+            ("Kill".to_owned(), Some("danger".to_owned())),
+        ]
+    );
+    assert!(text.contains("left to its E2B timeout"), "{text}");
+
+    // The whole output, noise included, in the alert's thread.
+    let ts = alert.ts.clone().unwrap();
+    let shared = wait_until("the output file", || async {
+        app.slack
+            .messages()
+            .into_iter()
+            .find(|m| m.method == "files.completeUploadExternal")
+    })
+    .await;
+    assert_eq!(shared.thread_ts.as_deref(), Some(ts.as_str()));
+    let file_id = shared.body["files"][0]["id"].as_str().unwrap().to_owned();
+    let file = app.slack.file(&file_id).unwrap();
+    let bytes = String::from_utf8(file.bytes.unwrap()).unwrap();
+    assert!(bytes.contains("collecting tests/test_3.py ok"), "{bytes}");
+    assert!(bytes.contains("1 failed, 150 passed"), "{bytes}");
+
+    // The sandbox waits for a person.
+    assert!(sandbox_exists(&app, &sandbox).await);
+    let case_id = run.case_id.clone().expect("the alert is a case");
+    let before = app
+        .state
+        .e2b
+        .clone()
+        .unwrap()
+        .get_sandbox(&sandbox)
+        .await
+        .unwrap()
+        .end_at;
+    let click = app
+        .click_case(
+            &case_id,
+            &case_option_action_id(DecisionOption::KeepRunning),
+            "U0DEV",
+            "keep",
+            "1.1",
+        )
+        .await;
+    assert_eq!(click.status(), StatusCode::OK);
+    eventually("the case is done", || async {
+        matches!(
+            app.state.store.get_case(&case_id).await.unwrap().state,
+            CaseState::Done { .. }
+        )
+    })
+    .await;
+    let after = app
+        .state
+        .e2b
+        .clone()
+        .unwrap()
+        .get_sandbox(&sandbox)
+        .await
+        .unwrap()
+        .end_at;
+    assert!(after > before, "the timeout was extended: {before} -> {after}");
+    let card = wait_until("the alert shows the decision", || async {
+        let now = app.slack.message(ENG, &ts)?;
+        shown(&now)
+            .contains(&format!("steward e2b connect {sandbox}"))
+            .then_some(now)
+    })
+    .await;
+    let text = shown(&card);
+    assert!(text.contains("chose *Keep for debugging*"), "{text}");
+    assert!(text.contains(":x: *Tests failed*"), "the alert stays an alert: {text}");
+    assert!(buttons(&card).is_empty(), "{card:?}");
+
+    // The token shows up nowhere Steward wrote.
+    let posted = format!("{:?}", app.slack.messages());
+    assert!(!posted.contains(TOKEN), "{posted}");
+    assert!(!bytes.contains(TOKEN));
+    assert!(!redis_dump(&app).contains(TOKEN));
+}
+
+#[tokio::test]
+async fn a_pass_posts_nothing_kills_its_sandbox_and_says_fixed_under_the_last_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    let failing = commit(&origin, "fail");
+    let app = spawn(&origin).await;
+    let first = start(&app, "d-red", &failing, &["fail"]).await;
+    handed_over(&app, &first).await;
+    let alert = wait_until("the alert", || async { alerts(&app).into_iter().next() }).await;
+
+    // The fix: the failing marker goes.
+    std::fs::remove_file(std::path::Path::new(&origin).join("fail")).unwrap();
+    let fixed = {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(["commit", "-q", "-am", "Fix nested lists"])
+            .current_dir(&origin)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(&origin)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let second = start(&app, "d-green", &fixed, &["fail"]).await;
+    let run = handed_over(&app, &second).await;
+    assert_eq!(run.exit_code, Some(0), "{run:?}");
+    let sandbox = run.sandbox_id.clone().unwrap();
+
+    // Killed by the push rule, through a case and the worker, with nothing posted for it.
+    eventually("the passing run's sandbox is killed", || async {
+        !sandbox_exists(&app, &sandbox).await
+    })
+    .await;
+    let reply = wait_until("fixed in, in the alert's thread", || async {
+        app.slack.messages().into_iter().find(|m| {
+            m.method == "chat.postMessage"
+                && m.thread_ts == alert.ts
+                && visible_text(m).contains("Fixed in")
+        })
+    })
+    .await;
+    let text = visible_text(&reply);
+    assert!(text.contains(&fixed[..7]), "{text}");
+    assert_eq!(alerts(&app).len(), 1, "a pass posts no alert of its own");
+    let case = app
+        .state
+        .store
+        .get_case(run.case_id.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert!(case.card.is_none(), "the kill case has no card");
+    let audit: Vec<String> = app
+        .state
+        .store
+        .audit_since(chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{} {}", e.action, e.outcome))
+        .collect();
+    assert!(
+        audit.iter().any(|a| a.starts_with(&format!("run run {second} finished with exit code 0 after "))),
+        "the audit records the run with its duration: {audit:#?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.starts_with("decide:kill kill by policy (push tests")),
+        "{audit:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_that_cannot_be_cloned_gets_the_error_alert_naming_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    let app = spawn(&origin).await;
+    let id = start(&app, "d-missing", &"e".repeat(40), &["a"]).await;
+    let run = handed_over(&app, &id).await;
+    let sandbox = run.sandbox_id.clone().unwrap();
+    let alert = wait_until("the error alert", || async { alerts(&app).into_iter().next() }).await;
+    let text = shown(&alert);
+    assert!(text.contains(":warning: *Push test could not run*"), "{text}");
+    assert!(text.contains("*Step* Cloning the commit"), "{text}");
+    assert!(text.contains("git could not fetch the pushed commit"), "{text}");
+    assert!(!text.contains(":x:") && !text.contains("Tests failed"), "{text}");
+    assert!(alert.attachments.is_none(), "no red bar: {alert:?}");
+    eventually("the clone's sandbox is killed", || async {
+        !sandbox_exists(&app, &sandbox).await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_template_gets_the_error_alert_for_starting_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, sha) = make_repo(dir.path());
+    let app = spawn(&origin).await;
+    // The `legacy` entry's template no longer exists in E2B.
+    let id = start_on(&app, "legacy", "d-template", &sha, &["a"]).await;
+    let run = handed_over(&app, &id).await;
+    assert!(run.sandbox_id.is_none(), "{run:?}");
+    let alert = wait_until("the error alert", || async { alerts(&app).into_iter().next() }).await;
+    let text = shown(&alert);
+    assert!(text.contains("*Step* Starting the sandbox"), "{text}");
+    assert!(text.contains("retired-template"), "{text}");
+    assert!(!text.contains("Tests failed"), "{text}");
+}
+
+#[tokio::test]
+async fn a_superseded_run_posts_nothing_and_its_sandbox_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, quick) = make_repo(dir.path());
+    let slow = commit(&origin, "slow");
+    let app = spawn(&origin).await;
+    let older = start(&app, "d-slow", &slow, &["slow"]).await;
+    eventually("the older suite runs", || async {
+        crate::github::output_of(&app, &older)
+            .await
+            .contains("started-slow")
+    })
+    .await;
+    let newer = start(&app, "d-quick", &quick, &["check.sh"]).await;
+    let stopped = handed_over(&app, &older).await;
+    let sandbox = stopped.sandbox_id.clone().unwrap();
+    eventually("the superseded run's sandbox is killed", || async {
+        !sandbox_exists(&app, &sandbox).await
+    })
+    .await;
+    let done = handed_over(&app, &newer).await;
+    assert_eq!(done.exit_code, Some(0));
+    assert!(alerts(&app).is_empty(), "{:?}", alerts(&app));
+}
