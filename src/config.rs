@@ -219,11 +219,15 @@ pub struct Policy {
     pub push_tests: Vec<crate::github::PushTestEntry>,
 }
 
-/// `[github]`: `secrets = ["..."]`, accepted besides `GITHUB_WEBHOOK_SECRET`'s. `Debug` hides them.
+/// `[github]`: `secrets = ["..."]`, accepted besides `GITHUB_WEBHOOK_SECRET`'s (`Debug` hides
+/// them), and how many push tests run at once: `max_runs` (overall, default 8) and
+/// `max_runs_per_repository` (default 2); the rest wait in order.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GithubConfig {
     pub secrets: Vec<SecretString>,
+    pub max_runs: Option<usize>,
+    pub max_runs_per_repository: Option<usize>,
 }
 
 /// `GITHUB_WEBHOOK_SECRET` (a comma-separated list, so one can be rotated), `[github] secrets`,
@@ -270,10 +274,28 @@ pub fn github_settings(
             name: "steward.toml".into(),
             reason,
         })?;
+    let defaults = crate::github::queue::Caps::default();
+    let cap = |key: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => Err(ConfigError::Invalid {
+            name: format!("[github] {key}"),
+            reason: "it must be at least 1 (0 would never run a push test)".into(),
+        }),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    let caps = crate::github::queue::Caps {
+        max_runs: cap("max_runs", policy.github.max_runs, defaults.max_runs)?,
+        max_runs_per_repository: cap(
+            "max_runs_per_repository",
+            policy.github.max_runs_per_repository,
+            defaults.max_runs_per_repository,
+        )?,
+    };
     Ok(crate::github::GithubSettings {
         webhook_secrets,
         token,
         push_tests,
+        caps,
     })
 }
 

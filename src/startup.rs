@@ -15,11 +15,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::approvals::ApprovalError;
 use crate::approvals::BusyThreshold;
 use crate::approvals::Services;
 use crate::approvals::push_case::{PushCaseSettings, push_run_ended};
 use crate::approvals::run_case::{RunCaseSettings, open_run_case};
-use crate::approvals::ApprovalError;
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
@@ -268,10 +268,9 @@ fn run_engine(
 /// `[channels] runs` (or the approvals channel), under `[runs] on_finish`.
 fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow::Result<HandOver> {
     let channel_setting = |name: &str, value: Option<&str>| {
-        value
-            .map(SlackChannelId::parse)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("[channels] {name} in steward.toml is not a channel id: {e}"))
+        value.map(SlackChannelId::parse).transpose().map_err(|e| {
+            anyhow::anyhow!("[channels] {name} in steward.toml is not a channel id: {e}")
+        })
     };
     let settings = RunCaseSettings {
         channel: channel_setting("runs", policy.channel.as_deref())?,
@@ -286,10 +285,14 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
         keep_for: policy.keep_running_for,
         decide_within: policy.decide_within,
     };
+    let runner = state.runs.clone();
+    let github = Arc::new(state.settings.github.clone());
     Ok(HandOver::new(move |req: HandOverRequest| {
         let svc = svc.clone();
         let settings = settings.clone();
         let push_settings = push_settings.clone();
+        let runner = runner.clone();
+        let github = github.clone();
         async move {
             let retry_or_give_up = |e: ApprovalError| {
                 if e.worth_retrying() {
@@ -305,7 +308,8 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
                 .await
                 .map_err(|e| HandOverError::Retry(e.to_string()))?;
             if let Some(test) = push {
-                return push_run_ended(
+                let run_id = req.report.run_id.clone();
+                let ended = push_run_ended(
                     &svc,
                     &test,
                     req.sandbox.as_ref(),
@@ -315,16 +319,31 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
                     Utc::now(),
                 )
                 .await
-                .map_err(retry_or_give_up);
+                .map_err(retry_or_give_up)?;
+                // Its slot is free: the next pushes waiting start.
+                if let Some(runner) = &runner
+                    && let Err(e) =
+                        crate::github::run_ended(&svc.store, runner, &github, &run_id).await
+                {
+                    tracing::warn!(error = %e, "could not start the push tests waiting; the next push or run end will");
+                }
+                return Ok(ended);
             }
             // A run that never got a sandbox leaves nothing to decide.
             let Some(sandbox) = &req.sandbox else {
                 return Ok(None);
             };
-            open_run_case(&svc, sandbox, req.report, req.on_finish, &settings, Utc::now())
-                .await
-                .map(|case| Some(case.id))
-                .map_err(retry_or_give_up)
+            open_run_case(
+                &svc,
+                sandbox,
+                req.report,
+                req.on_finish,
+                &settings,
+                Utc::now(),
+            )
+            .await
+            .map(|case| Some(case.id))
+            .map_err(retry_or_give_up)
         }
     }))
 }

@@ -224,7 +224,10 @@ mod tests {
         let text = json.to_string();
         assert!(text.contains("chose *Keep for debugging*"), "{text}");
         assert!(text.contains("steward e2b connect ipush1abc"), "{text}");
-        assert!(!text.contains("\"type\":\"actions\""), "no buttons once decided: {text}");
+        assert!(
+            !text.contains("\"type\":\"actions\""),
+            "no buttons once decided: {text}"
+        );
         insta::assert_json_snapshot!("push_case_kept_for_debugging", json);
     }
 }

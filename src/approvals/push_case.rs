@@ -55,21 +55,21 @@ pub enum PushEnd {
     Passed,
     /// The suite failed (or was stopped at its timeout).
     Failed,
-    /// A newer push to the branch replaced this run (its commit).
+    /// A newer push to the branch replaced this run (why, e.g. `superseded by <sha>`).
     Superseded(String),
     /// The tests could not run: which step, and why.
     CouldNotRun { step: Step, why: String },
 }
 
-/// Sorts a push-test run's end. Pure.
+/// Sorts a push-test run's end; `stopped_because` is why a newer push asked it to stop. Pure.
 pub fn classify(
     report: &RunReport,
     error: Option<&str>,
     had_sandbox: bool,
-    superseded_by: Option<String>,
+    stopped_because: Option<String>,
 ) -> PushEnd {
-    if let Some(newer) = superseded_by {
-        return PushEnd::Superseded(newer);
+    if let Some(why) = stopped_because {
+        return PushEnd::Superseded(why);
     }
     match (report.outcome, report.exit_code) {
         (RunOutcome::Succeeded, _) => PushEnd::Passed,
@@ -84,7 +84,9 @@ pub fn classify(
             } else {
                 Step::CreateSandbox
             },
-            why: error.unwrap_or("the run failed without a reason").to_owned(),
+            why: error
+                .unwrap_or("the run failed without a reason")
+                .to_owned(),
         },
     }
 }
@@ -166,8 +168,9 @@ pub async fn push_run_ended(
     settings: &PushCaseSettings,
     now: DateTime<Utc>,
 ) -> Result<Option<CaseId>, ApprovalError> {
-    let superseded_by = crate::github::superseded(&svc.store, &report.run_id).await?;
-    match classify(&report, error, sandbox.is_some(), superseded_by) {
+    // Only a newer push asks a push test to stop.
+    let stopped_because = svc.store.run_stop_requested(&report.run_id).await?;
+    match classify(&report, error, sandbox.is_some(), stopped_because) {
         PushEnd::Passed => {
             let case = match sandbox {
                 Some(sandbox) => {
@@ -179,11 +182,8 @@ pub async fn push_run_ended(
             say_fixed(svc, test).await;
             Ok(case)
         }
-        PushEnd::Superseded(newer) => match sandbox {
-            Some(sandbox) => {
-                let why = format!("superseded by the push of {}", short_sha(&newer));
-                kill_by_rule(svc, test, sandbox, report, &why, now).await
-            }
+        PushEnd::Superseded(why) => match sandbox {
+            Some(sandbox) => kill_by_rule(svc, test, sandbox, report, &why, now).await,
             None => Ok(None),
         },
         PushEnd::CouldNotRun { step, why } => {
@@ -343,7 +343,9 @@ async fn open_failure(
             ]),
             opener,
             reason,
-            decide_by: now.checked_add_signed(within).unwrap_or(DateTime::<Utc>::MAX_UTC),
+            decide_by: now
+                .checked_add_signed(within)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
         }
     };
     let opening = RunCaseOpening {
@@ -424,11 +426,7 @@ async fn post_error_once(
 /// After a pass: "Fixed in <sha>" in the thread of the branch's failing alert, if it has one.
 /// Best effort: a failure is logged and the alert stays remembered for the next pass.
 async fn say_fixed(svc: &Services, test: &PushTest) {
-    let failing = match svc
-        .store
-        .push_failing(&test.repository, &test.branch)
-        .await
-    {
+    let failing = match svc.store.push_failing(&test.repository, &test.branch).await {
         Ok(Some(failing)) => failing,
         Ok(None) => return,
         Err(e) => {
@@ -518,8 +516,19 @@ mod tests {
                 why: "template `x` not found".into()
             }
         );
-        let died = classify(&no_sandbox, Some("the sandbox stopped answering"), true, None);
-        assert!(matches!(died, PushEnd::CouldNotRun { step: Step::Run, .. }));
+        let died = classify(
+            &no_sandbox,
+            Some("the sandbox stopped answering"),
+            true,
+            None,
+        );
+        assert!(matches!(
+            died,
+            PushEnd::CouldNotRun {
+                step: Step::Run,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -528,12 +537,19 @@ mod tests {
             "fatal: repository 'https://github.com/acme/api.git/' not found",
             "steward: could not fetch commit 0123456789abcdef0123456789abcdef01234567",
         ];
-        let clone = report(RunOutcome::ExitedNonZero, Some(CLONE_FAILED_EXIT_CODE), &tail);
+        let clone = report(
+            RunOutcome::ExitedNonZero,
+            Some(CLONE_FAILED_EXIT_CODE),
+            &tail,
+        );
         let PushEnd::CouldNotRun { step, why } = classify(&clone, None, true, None) else {
             panic!("a clone failure is not a test failure");
         };
         assert_eq!(step, Step::Clone);
-        assert!(why.contains("repository 'https://github.com/acme/api.git/' not found"), "{why}");
+        assert!(
+            why.contains("repository 'https://github.com/acme/api.git/' not found"),
+            "{why}"
+        );
         assert!(!why.contains("steward: could not fetch"), "{why}");
     }
 }

@@ -1,8 +1,8 @@
 //! The parts of GitHub's `push` payload a push test uses. Unknown fields are ignored (GitHub
 //! sends many); missing optional ones are `None`.
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PushEvent {
     #[serde(rename = "ref")]
     pub git_ref: String,
@@ -24,7 +24,7 @@ pub struct PushEvent {
     pub head_commit: Option<Commit>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repository {
     /// `owner/name`.
     pub full_name: String,
@@ -32,7 +32,7 @@ pub struct Repository {
     pub clone_url: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Pusher {
     /// The pusher's login.
     pub name: String,
@@ -40,12 +40,12 @@ pub struct Pusher {
     pub email: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sender {
     pub login: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Commit {
     #[serde(default)]
     pub id: String,
@@ -63,7 +63,7 @@ pub struct Commit {
     pub removed: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Person {
     #[serde(default)]
     pub name: Option<String>,

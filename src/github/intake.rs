@@ -1,10 +1,13 @@
 //! Carries out what a push decides: remember the delivery (a redelivery does nothing), audit
-//! the decision, submit the run, record its [`PushTest`] and make it the branch's latest run
-//! (which supersedes the one before). Fast: the run itself is the durable job's.
+//! the decision, queue the push (`queue`: a newer push of a branch drops its older one still
+//! waiting and stops its running one), and start what the caps allow: submit the run, record
+//! its [`PushTest`] and make it the branch's latest run. Fast: the run itself is the durable
+//! job's. [`run_ended`] frees a run's slot and starts the next pushes waiting.
 use chrono::Utc;
 
 use super::event::PushEvent;
 use super::plan::{self, Decision};
+use super::queue::{self, Admission, AdmissionLock, Running, Waiting};
 use super::rules::GithubSettings;
 use crate::ids::RunId;
 use crate::runs::{RunError, Runner};
@@ -25,6 +28,9 @@ pub enum Outcome {
         run: RunId,
         supersedes: Option<RunId>,
     },
+    /// The caps are reached: the push waits, `position` in line (from 1); it starts when a
+    /// run ends.
+    Waiting { position: usize },
 }
 
 /// Why a push could not be acted on. Nothing was started, and the delivery is forgotten so
@@ -37,6 +43,9 @@ pub enum IntakeError {
     NoRunner,
     #[error("{0}")]
     Run(#[from] RunError),
+    /// The configuration changed while the push waited in the queue; the sentence says how.
+    #[error("the configuration changed while the push waited, so it no longer runs ({0})")]
+    NoLongerConfigured(String),
     #[error("Steward's database (Redis) failed, so the push was not acted on: {0}")]
     Store(#[from] StoreError),
     /// The run was submitted, but what links it to its push (the push-test record, the branch's
@@ -89,12 +98,24 @@ pub async fn handle_push(
             let mut outcome = format!(
                 "started run {run} for {} at {}",
                 event.branch().unwrap_or("?"),
-                &event.after[..event.after.len().min(12)]
+                short(&event.after)
             );
             if let Some(older) = supersedes {
                 outcome.push_str(&format!("; supersedes run {older}"));
             }
             audit(store, &repository, outcome).await;
+        }
+        Ok(Outcome::Waiting { position }) => {
+            audit(
+                store,
+                &repository,
+                format!(
+                    "queued {} at {}: {position} in line for a push-test slot",
+                    event.branch().unwrap_or("?"),
+                    short(&event.after)
+                ),
+            )
+            .await;
         }
         Ok(Outcome::AlreadyHandled) => {}
         Err(e @ IntakeError::Unrecorded { .. }) => {
@@ -110,6 +131,10 @@ pub async fn handle_push(
     result
 }
 
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
 async fn start(
     store: &Store,
     runner: Option<&Runner>,
@@ -117,11 +142,145 @@ async fn start(
     delivery: &str,
     event: &PushEvent,
 ) -> Result<Outcome, IntakeError> {
-    let (rule, branch) = match plan::decide(&settings.push_tests, event) {
+    let branch = match plan::decide(&settings.push_tests, event) {
         Decision::Ignore(why) => return Ok(Outcome::Ignored(why)),
-        Decision::Run { rule, branch } => (rule, branch),
+        Decision::Run { branch, .. } => branch,
     };
     let runner = runner.ok_or(IntakeError::NoRunner)?;
+    let lock = AdmissionLock::take(store).await?;
+    let result = enqueue(store, runner, settings, delivery, event, branch).await;
+    lock.release(store).await;
+    result
+}
+
+/// Queues the push and starts what the caps allow; holds the admission lease.
+async fn enqueue(
+    store: &Store,
+    runner: &Runner,
+    settings: &GithubSettings,
+    delivery: &str,
+    event: &PushEvent,
+    branch: String,
+) -> Result<Outcome, IntakeError> {
+    let repository = event.repository.full_name.clone();
+    let mut state = queue::load(store).await?;
+    prune(runner, &mut state).await;
+    // An older push of this branch still waiting would test an outdated commit.
+    let (older, rest): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut state.waiting)
+        .into_iter()
+        .partition(|w| w.repository.eq_ignore_ascii_case(&repository) && w.branch == branch);
+    state.waiting = rest;
+    for dropped in older {
+        audit(
+            store,
+            &dropped.repository,
+            format!(
+                "dropped the queued push of {branch} at {}: superseded by {}",
+                short(&dropped.event.after),
+                short(&event.after)
+            ),
+        )
+        .await;
+    }
+    // The branch's run still going tests an outdated commit too: it stops at its next check
+    // (its sandbox goes to its hand-over, which kills it).
+    if let Some(latest) = store.latest_push_run(&repository, &branch).await?
+        && let Ok(run) = runner.get(&latest).await
+        && !run.status.is_terminal()
+    {
+        store
+            .request_run_stop(&latest, &format!("superseded by {}", event.after))
+            .await?;
+    }
+    state.waiting.push(Waiting {
+        delivery: delivery.to_owned(),
+        repository: repository.clone(),
+        branch,
+        queued_at: Utc::now(),
+        event: event.clone(),
+    });
+    let started = admit(store, runner, settings, &mut state).await;
+    queue::save(store, &state).await?;
+    let mut ours = None;
+    for (waiting, result) in started {
+        if waiting.delivery == delivery {
+            ours = Some(result);
+        } else {
+            audit_start(store, &waiting, &result).await;
+        }
+    }
+    match ours {
+        Some(Ok((run, supersedes))) => Ok(Outcome::Started { run, supersedes }),
+        Some(Err(e)) => Err(e),
+        None => {
+            let position = state
+                .waiting
+                .iter()
+                .position(|w| w.delivery == delivery)
+                .map_or(1, |i| i + 1);
+            Ok(Outcome::Waiting { position })
+        }
+    }
+}
+
+/// Drops the runs that ended from the running list (their hand-over may not have said so).
+async fn prune(runner: &Runner, state: &mut Admission) {
+    let mut keep = Vec::with_capacity(state.running.len());
+    for r in std::mem::take(&mut state.running) {
+        match runner.get(&r.run).await {
+            Ok(run) if run.status.is_terminal() => {}
+            Err(RunError::NotFound(_)) => {}
+            // Running, or unknown for now (Redis hiccup): it keeps its slot.
+            _ => keep.push(r),
+        }
+    }
+    state.running = keep;
+}
+
+type Started = Result<(RunId, Option<RunId>), IntakeError>;
+
+/// Starts the waiting pushes the caps allow, in order; moves them to `running`.
+async fn admit(
+    store: &Store,
+    runner: &Runner,
+    settings: &GithubSettings,
+    state: &mut Admission,
+) -> Vec<(Waiting, Started)> {
+    let picks = queue::plan(state, settings.caps);
+    let mut picked = Vec::with_capacity(picks.len());
+    for i in picks.into_iter().rev() {
+        picked.push(state.waiting.remove(i));
+    }
+    picked.reverse();
+    let mut results = Vec::with_capacity(picked.len());
+    for waiting in picked {
+        let result = launch(store, runner, settings, &waiting).await;
+        if let Ok((run, _)) | Err(IntakeError::Unrecorded { run, .. }) = &result {
+            state.running.push(Running {
+                run: run.clone(),
+                repository: waiting.repository.clone(),
+            });
+        }
+        results.push((waiting, result));
+    }
+    results
+}
+
+/// Submits the run of one waiting push and records it as its branch's latest.
+async fn launch(
+    store: &Store,
+    runner: &Runner,
+    settings: &GithubSettings,
+    waiting: &Waiting,
+) -> Started {
+    let event = &waiting.event;
+    let rule = match plan::decide(&settings.push_tests, event) {
+        Decision::Run { rule, .. } => rule,
+        // The configuration changed while it waited.
+        Decision::Ignore(why) => {
+            return Err(IntakeError::NoLongerConfigured(why));
+        }
+    };
     let request = plan::run_request(rule, event, settings.token.as_ref());
     let requester = format!("github:{}", rule.repository);
     let run = runner.submit(&requester, request).await?;
@@ -129,23 +288,59 @@ async fn start(
         run: run.id.clone(),
         error,
     };
-    let test = plan::push_test(rule, event, &branch, run.id.clone(), delivery);
+    let test = plan::push_test(
+        rule,
+        event,
+        &waiting.branch,
+        run.id.clone(),
+        &waiting.delivery,
+    );
     store.record_push_test(&test).await.map_err(unrecorded)?;
     let supersedes = store
-        .set_latest_push_run(&rule.repository, &branch, &run.id)
+        .set_latest_push_run(&rule.repository, &waiting.branch, &run.id)
         .await
         .map_err(unrecorded)?;
-    if let Some(older) = &supersedes {
-        // The older run stops at its next check (its sandbox goes to its hand-over).
-        store
-            .request_run_stop(older, &format!("superseded by {}", event.after))
-            .await?;
+    tracing::info!(run = %run.id, repository = %rule.repository, branch = %waiting.branch, "push test started");
+    Ok((run.id, supersedes))
+}
+
+/// The audit line of a push that started (or failed to) after waiting in the queue.
+async fn audit_start(store: &Store, waiting: &Waiting, result: &Started) {
+    let waited = (Utc::now() - waiting.queued_at).num_seconds().max(0);
+    let outcome = match result {
+        Ok((run, _)) => format!(
+            "started run {run} for {} at {} after {waited} s in the queue",
+            waiting.branch,
+            short(&waiting.event.after)
+        ),
+        Err(e) => format!("not run after {waited} s in the queue: {e}"),
+    };
+    audit(store, &waiting.repository, outcome).await;
+}
+
+/// A push-test run ended: frees its slot and starts the pushes waiting that now fit. Called by
+/// the run's hand-over; a failure is only logged (the next push or run end catches up).
+pub async fn run_ended(
+    store: &Store,
+    runner: &Runner,
+    settings: &GithubSettings,
+    run: &RunId,
+) -> Result<(), StoreError> {
+    let lock = AdmissionLock::take(store).await?;
+    let result = async {
+        let mut state = queue::load(store).await?;
+        state.running.retain(|r| &r.run != run);
+        prune(runner, &mut state).await;
+        let started = admit(store, runner, settings, &mut state).await;
+        queue::save(store, &state).await?;
+        for (waiting, result) in &started {
+            audit_start(store, waiting, result).await;
+        }
+        Ok(())
     }
-    tracing::info!(run = %run.id, repository = %rule.repository, branch, "push test queued");
-    Ok(Outcome::Started {
-        run: run.id,
-        supersedes,
-    })
+    .await;
+    lock.release(store).await;
+    result
 }
 
 /// Whether a newer push to the same branch has replaced `run`: the newer commit's sha, or

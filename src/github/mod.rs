@@ -4,7 +4,8 @@
 //! `signature` checks `X-Hub-Signature-256` against every configured secret (pure, constant
 //! time); `event` reads the parts of a push payload we use; `rules` is the checked
 //! `[[push_tests]]` configuration; `plan` decides what a push does (pure: run what, or why not)
-//! and builds the run request; `intake` carries a decision out (audit, submit, record).
+//! and builds the run request; `queue` caps how many push tests run at once (the rest wait in
+//! order); `intake` carries a decision out (audit, queue, submit, record).
 //!
 //! This module never posts to Slack and never imports `approvals`, `slack`, `cli` or `sim`:
 //! what happens when a push-test run ends (alerts) is decided above it. The clone credential
@@ -13,12 +14,13 @@
 pub mod event;
 pub mod intake;
 pub mod plan;
+pub mod queue;
 pub mod rules;
 pub mod signature;
 
 pub use crate::store::PushTest;
 pub use event::{PushEvent, parse_push};
-pub use intake::{IntakeError, Outcome, superseded};
+pub use intake::{IntakeError, Outcome, run_ended, superseded};
 pub use plan::{CLONE_FAILED_EXIT_CODE, Decision, decide};
 pub use rules::{GithubSettings, PushTestEntry, PushTestRule};
 pub use signature::{SignatureError, verify};

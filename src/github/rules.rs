@@ -62,6 +62,8 @@ pub struct GithubSettings {
     /// `GITHUB_TOKEN`: the clone credential for private repositories.
     pub token: Option<SecretString>,
     pub push_tests: Vec<PushTestRule>,
+    /// `[github] max_runs` and `max_runs_per_repository`: push tests running at once.
+    pub caps: super::queue::Caps,
 }
 
 fn valid_repository(name: &str) -> bool {

@@ -127,6 +127,15 @@ async fn push(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Response {
             Json(json!({"ok": true, "run": run, "supersedes": supersedes})),
         )
             .into_response(),
+        Ok(Outcome::Waiting { position }) => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "ok": true,
+                "queued": position,
+                "message": format!("queued: {position} in line for a push-test slot ([github] max_runs, max_runs_per_repository)"),
+            })),
+        )
+            .into_response(),
         // Started, so GitHub must not deliver it again; the warning says what is missing.
         Err(ref e @ IntakeError::Unrecorded { ref run, .. }) => {
             tracing::error!(repository = %event.repository.full_name, error = %e, "push run not recorded");

@@ -426,8 +426,12 @@ fn json_string_body(text: &str) -> String {
 }
 
 fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(), RenderError> {
-    let count =
-        message.blocks.len() + message.attachments.iter().map(|b| b.blocks.len()).sum::<usize>();
+    let count = message.blocks.len()
+        + message
+            .attachments
+            .iter()
+            .map(|b| b.blocks.len())
+            .sum::<usize>();
     if count > MESSAGE_MAX_BLOCKS {
         return Err(RenderError::Limit {
             name,

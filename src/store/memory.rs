@@ -51,6 +51,7 @@ struct State {
     /// `owner/name` and branch -> the latest push-test run.
     push_latest: HashMap<(String, String), RunId>,
     push_failing: HashMap<(String, String), String>,
+    push_admission: Option<String>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -361,6 +362,15 @@ impl MemoryStore {
     ) -> Result<Option<String>, StoreError> {
         let key = (repository.to_owned(), branch.to_owned());
         Ok(self.lock().push_latest.get(&key).map(|r| r.to_string()))
+    }
+
+    pub(crate) async fn push_admission(&self) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().push_admission.clone())
+    }
+
+    pub(crate) async fn set_push_admission(&self, json: &str) -> Result<(), StoreError> {
+        self.lock().push_admission = Some(json.to_owned());
+        Ok(())
     }
 
     pub(crate) async fn set_push_failing(

@@ -185,4 +185,20 @@ impl Store {
             Store::Memory(s) => s.clear_push_failing(repository, branch).await,
         }
     }
+
+    /// The push-test admission state (JSON; `github::queue` reads and writes it under its lease).
+    pub async fn push_admission(&self) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Redis(s) => s.push_admission().await,
+            Store::Memory(s) => s.push_admission().await,
+        }
+    }
+
+    /// Replaces the push-test admission state.
+    pub async fn set_push_admission(&self, json: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Redis(s) => s.set_push_admission(json).await,
+            Store::Memory(s) => s.set_push_admission(json).await,
+        }
+    }
 }

@@ -109,9 +109,14 @@ pause = {{ anyone = true }}
 }
 
 pub(crate) async fn spawn(clone_url: &str) -> TestApp {
+    spawn_with(clone_url, "").await
+}
+
+/// [`spawn`], with more of steward.toml (a `[github]` table, say) after the usual entries.
+pub(crate) async fn spawn_with(clone_url: &str, more_toml: &str) -> TestApp {
     spawn_app_with(TestAppOptions {
         exec_local: true,
-        policy: Some(policy(clone_url)),
+        policy: Some(format!("{more_toml}\n{}", policy(clone_url))),
         env: vec![
             (
                 "GITHUB_WEBHOOK_SECRET".into(),

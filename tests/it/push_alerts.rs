@@ -22,13 +22,7 @@ async fn start(app: &TestApp, delivery: &str, sha: &str, files: &[&str]) -> RunI
     start_on(app, "main", delivery, sha, files).await
 }
 
-async fn start_on(
-    app: &TestApp,
-    branch: &str,
-    delivery: &str,
-    sha: &str,
-    files: &[&str],
-) -> RunId {
+async fn start_on(app: &TestApp, branch: &str, delivery: &str, sha: &str, files: &[&str]) -> RunId {
     let git_ref = format!("refs/heads/{branch}");
     let resp = push(app, delivery, &push_body(&git_ref, sha, files)).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -108,17 +102,29 @@ async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_o
     let alert = wait_until("the alert", || async { alerts(&app).into_iter().next() }).await;
     let text = shown(&alert);
     // Where, who, what ran, and the failing lines; the red bar marks a test failure.
-    assert!(text.contains(":x: *Tests failed* in *acme/api* on `main`"), "{text}");
+    assert!(
+        text.contains(":x: *Tests failed* in *acme/api* on `main`"),
+        "{text}"
+    );
     assert!(text.contains(&failing[..7]), "{text}");
     assert!(text.contains("Fix the parser"), "{text}");
-    assert!(text.contains("<@U0ALICE>") && text.contains("<@U0BOB>"), "{text}");
+    assert!(
+        text.contains("<@U0ALICE>") && text.contains("<@U0BOB>"),
+        "{text}"
+    );
     assert!(text.contains("*Exit code* 1"), "{text}");
     assert!(
         text.contains("FAILED tests/test_parser.py::test_parse_nested"),
         "{text}"
     );
-    assert!(text.contains("AssertionError: assert [1, [2]] == [1, [2, 3]]"), "{text}");
-    assert!(!text.contains("collecting tests/test_3.py"), "noise stays out: {text}");
+    assert!(
+        text.contains("AssertionError: assert [1, [2]] == [1, [2, 3]]"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("collecting tests/test_3.py"),
+        "noise stays out: {text}"
+    );
     assert_eq!(alert.attachments.as_ref().unwrap()[0]["color"], "danger");
     // The recommended option leads and is green; Kill is red.
     assert_eq!(
@@ -185,7 +191,10 @@ async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_o
         .await
         .unwrap()
         .end_at;
-    assert!(after > before, "the timeout was extended: {before} -> {after}");
+    assert!(
+        after > before,
+        "the timeout was extended: {before} -> {after}"
+    );
     let card = wait_until("the alert shows the decision", || async {
         let now = app.slack.message(ENG, &ts)?;
         shown(&now)
@@ -195,7 +204,10 @@ async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_o
     .await;
     let text = shown(&card);
     assert!(text.contains("chose *Keep for debugging*"), "{text}");
-    assert!(text.contains(":x: *Tests failed*"), "the alert stays an alert: {text}");
+    assert!(
+        text.contains(":x: *Tests failed*"),
+        "the alert stays an alert: {text}"
+    );
     assert!(buttons(&card).is_empty(), "{card:?}");
 
     // The token shows up nowhere Steward wrote.
@@ -270,7 +282,9 @@ async fn a_pass_posts_nothing_kills_its_sandbox_and_says_fixed_under_the_last_fa
         .map(|e| format!("{} {}", e.action, e.outcome))
         .collect();
     assert!(
-        audit.iter().any(|a| a.starts_with(&format!("run run {second} finished with exit code 0 after "))),
+        audit.iter().any(|a| a.starts_with(&format!(
+            "run run {second} finished with exit code 0 after "
+        ))),
         "the audit records the run with its duration: {audit:#?}"
     );
     assert!(
@@ -289,12 +303,24 @@ async fn a_commit_that_cannot_be_cloned_gets_the_error_alert_naming_the_step() {
     let id = start(&app, "d-missing", &"e".repeat(40), &["a"]).await;
     let run = handed_over(&app, &id).await;
     let sandbox = run.sandbox_id.clone().unwrap();
-    let alert = wait_until("the error alert", || async { alerts(&app).into_iter().next() }).await;
+    let alert = wait_until("the error alert", || async {
+        alerts(&app).into_iter().next()
+    })
+    .await;
     let text = shown(&alert);
-    assert!(text.contains(":warning: *Push test could not run*"), "{text}");
+    assert!(
+        text.contains(":warning: *Push test could not run*"),
+        "{text}"
+    );
     assert!(text.contains("*Step* Cloning the commit"), "{text}");
-    assert!(text.contains("git could not fetch the pushed commit"), "{text}");
-    assert!(!text.contains(":x:") && !text.contains("Tests failed"), "{text}");
+    assert!(
+        text.contains("git could not fetch the pushed commit"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(":x:") && !text.contains("Tests failed"),
+        "{text}"
+    );
     assert!(alert.attachments.is_none(), "no red bar: {alert:?}");
     eventually("the clone's sandbox is killed", || async {
         !sandbox_exists(&app, &sandbox).await
@@ -311,7 +337,10 @@ async fn a_missing_template_gets_the_error_alert_for_starting_the_sandbox() {
     let id = start_on(&app, "legacy", "d-template", &sha, &["a"]).await;
     let run = handed_over(&app, &id).await;
     assert!(run.sandbox_id.is_none(), "{run:?}");
-    let alert = wait_until("the error alert", || async { alerts(&app).into_iter().next() }).await;
+    let alert = wait_until("the error alert", || async {
+        alerts(&app).into_iter().next()
+    })
+    .await;
     let text = shown(&alert);
     assert!(text.contains("*Step* Starting the sandbox"), "{text}");
     assert!(text.contains("retired-template"), "{text}");
@@ -341,4 +370,192 @@ async fn a_superseded_run_posts_nothing_and_its_sandbox_is_killed() {
     let done = handed_over(&app, &newer).await;
     assert_eq!(done.exit_code, Some(0));
     assert!(alerts(&app).is_empty(), "{:?}", alerts(&app));
+}
+
+#[tokio::test]
+async fn over_the_cap_pushes_wait_in_order_and_a_newer_push_drops_its_branchs_waiting_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, quick) = make_repo(dir.path());
+    let slow = commit(&origin, "slow");
+    let app = crate::github::spawn_with(&origin, "[github]\nmax_runs_per_repository = 1\n").await;
+    let hanging = start(&app, "d-hang", &slow, &["slow"]).await;
+    eventually("the hanging suite runs", || async {
+        crate::github::output_of(&app, &hanging)
+            .await
+            .contains("started-slow")
+    })
+    .await;
+
+    // The repository's one slot is taken: two pushes to release/1 wait, the older is dropped.
+    let queued = |delivery: &'static str, sha: String| {
+        let app = &app;
+        async move {
+            let resp = push(
+                app,
+                delivery,
+                &push_body("refs/heads/release/1", &sha, &["a"]),
+            )
+            .await;
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+            let v: Value = resp.json().await.unwrap();
+            assert!(v["run"].is_null(), "{v}");
+            v["queued"].as_u64().unwrap()
+        }
+    };
+    assert_eq!(queued("d-rel-1", quick.clone()).await, 1);
+    assert_eq!(
+        queued("d-rel-2", quick.clone()).await,
+        1,
+        "the older one was dropped"
+    );
+    let audit = crate::github::audit_outcomes(&app).await;
+    assert!(
+        audit
+            .iter()
+            .any(|o| o.starts_with("dropped the queued push of release/1")),
+        "{audit:?}"
+    );
+    assert_eq!(
+        crate::github::creates(&app).await,
+        1,
+        "nothing else started"
+    );
+
+    // A newer push to main stops the hanging run; it waits behind release/1's.
+    let resp = push(
+        &app,
+        "d-main-2",
+        &push_body("refs/heads/main", &quick, &["a"]),
+    )
+    .await;
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["queued"], 2, "{v}");
+
+    // As each run ends, the next starts, in the order the pushes came.
+    let started = wait_until("both waiting pushes ran", || async {
+        let runs: Vec<String> = crate::github::audit_outcomes(&app)
+            .await
+            .into_iter()
+            .filter(|o| o.contains("in the queue") && o.starts_with("started run"))
+            .collect();
+        (runs.len() == 2).then_some(runs)
+    })
+    .await;
+    assert!(started[0].contains("for release/1"), "{started:?}");
+    assert!(started[1].contains("for main"), "{started:?}");
+    assert_eq!(crate::github::creates(&app).await, 3);
+    let stopped = runner(&app).get(&hanging).await.unwrap();
+    assert_eq!(stopped.error, Some(format!("superseded by {quick}")));
+}
+
+/// Kills the child process when the test ends, passing or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_token_is_in_no_log_line_of_a_steward_process_logging_at_debug() {
+    use crate::common::{PrefixCleanup, TestAppOptions, app_env, redis_url, unique_prefix};
+    use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
+    use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    let failing = commit(&origin, "fail");
+    let slack = SlackSim::start(SlackSimOptions::default()).await.unwrap();
+    let e2b = SimServer::start(SimOptions {
+        sandboxes: 0,
+        api_key: Some(crate::common::E2B_KEY.into()),
+        exec: ExecMode::Local,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: unique_prefix(),
+    };
+    let opts = TestAppOptions {
+        policy: Some(crate::github::policy(&origin)),
+        env: vec![
+            (
+                "GITHUB_WEBHOOK_SECRET".into(),
+                crate::github::OLD_SECRET.into(),
+            ),
+            ("GITHUB_TOKEN".into(), TOKEN.into()),
+        ],
+        ..TestAppOptions::default()
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut env = app_env(
+        &slack,
+        &e2b,
+        &cleanup.url,
+        &cleanup.prefix,
+        &opts,
+        dir.path(),
+    );
+    env.insert("STEWARD_LISTEN".into(), format!("127.0.0.1:{port}"));
+    env.insert("RUST_LOG".into(), "debug".into());
+    let log_path = dir.path().join("steward.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _steward = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+            .arg("serve")
+            .envs(&env)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    eventually("steward serve answers", || async {
+        http.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+
+    let body = push_body("refs/heads/main", &failing, &["fail"]).to_string();
+    let resp = http
+        .post(format!("{base}/github/webhook"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", "d-logs")
+        .header(
+            "x-hub-signature-256",
+            sandbox_steward::github::signature::sign(crate::github::OLD_SECRET, body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    // The whole flow ran: the alert and its output file are in Slack.
+    wait_until("the output file in the alert's thread", || async {
+        slack
+            .messages()
+            .into_iter()
+            .find(|m| m.method == "files.completeUploadExternal")
+    })
+    .await;
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        logs.contains("push test started"),
+        "debug logs were written: {logs}"
+    );
+    assert!(!logs.contains(TOKEN), "the token is in the logs:\n{logs}");
+    let posted = format!("{:?}", slack.messages());
+    assert!(!posted.contains(TOKEN));
 }

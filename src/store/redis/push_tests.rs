@@ -119,4 +119,20 @@ impl RedisStore {
             .await?;
         Ok(())
     }
+
+    pub(crate) async fn push_admission(&self) -> Result<Option<String>, StoreError> {
+        self.query(redis::cmd("GET").arg(self.keys().push_admission()))
+            .await
+    }
+
+    pub(crate) async fn set_push_admission(&self, json: &str) -> Result<(), StoreError> {
+        let _: () = self
+            .query(
+                redis::cmd("SET")
+                    .arg(self.keys().push_admission())
+                    .arg(json),
+            )
+            .await?;
+        Ok(())
+    }
 }

@@ -183,6 +183,43 @@ impl TestApp {
     }
 }
 
+/// The environment `steward serve` gets in tests: the simulators, Redis under `redis_prefix`,
+/// the options' policy (written to `config_dir/steward.toml`) and extra variables.
+pub fn app_env(
+    slack: &SlackSim,
+    e2b: &SimServer,
+    redis_url: &str,
+    redis_prefix: &str,
+    opts: &TestAppOptions,
+    config_dir: &std::path::Path,
+) -> HashMap<String, String> {
+    let mut env: HashMap<String, String> = [
+        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+        ("SLACK_API_URL", slack.api_url()),
+        ("SLACK_BOT_TOKEN", BOT_TOKEN.to_owned()),
+        ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
+        ("E2B_API_URL", e2b.base_url()),
+        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        // envd of the simulator's sandboxes (the data plane runs use).
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
+        ("REDIS_URL", redis_url.to_owned()),
+        ("STEWARD_REDIS_PREFIX", redis_prefix.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if opts.with_e2b {
+        env.insert("E2B_API_KEY".into(), E2B_KEY.into());
+    }
+    if let Some(policy) = &opts.policy {
+        let path = config_dir.join("steward.toml");
+        std::fs::write(&path, policy).expect("steward.toml is written");
+        env.insert("STEWARD_CONFIG".into(), path.display().to_string());
+    }
+    env.extend(opts.env.clone());
+    env
+}
+
 async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptions) -> TestApp {
     let redis_url = opts.redis_url.clone().unwrap_or_else(redis_url);
     let cleanup = opts.redis_prefix.is_none().then(|| PrefixCleanup {
@@ -194,32 +231,15 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
         (None, Some(cleanup)) => cleanup.prefix.clone(),
         (None, None) => unique_prefix(),
     };
-    let mut env: HashMap<String, String> = [
-        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
-        ("SLACK_API_URL", slack.api_url()),
-        ("SLACK_BOT_TOKEN", BOT_TOKEN.to_owned()),
-        ("SLACK_SIGNING_SECRET", SIGNING_SECRET.to_owned()),
-        ("E2B_API_URL", e2b.base_url()),
-        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
-        // envd of the simulator's sandboxes (the data plane runs use).
-        ("E2B_SANDBOX_URL", e2b.envd_url()),
-        ("REDIS_URL", redis_url.clone()),
-        ("STEWARD_REDIS_PREFIX", redis_prefix.clone()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    if opts.with_e2b {
-        env.insert("E2B_API_KEY".into(), E2B_KEY.into());
-    }
-    // The policy file only needs to exist while settings load.
     let config_dir = tempfile::tempdir().expect("a temporary directory");
-    if let Some(policy) = &opts.policy {
-        let path = config_dir.path().join("steward.toml");
-        std::fs::write(&path, policy).expect("steward.toml is written");
-        env.insert("STEWARD_CONFIG".into(), path.display().to_string());
-    }
-    env.extend(opts.env);
+    let env = app_env(
+        &slack,
+        &e2b,
+        &redis_url,
+        &redis_prefix,
+        &opts,
+        config_dir.path(),
+    );
     let settings = Settings::load(&env).expect("test settings load");
     let signing_secret = env.get("SLACK_SIGNING_SECRET").cloned().unwrap_or_default();
     let mut app = Application::build(settings).await.expect("app builds");
