@@ -1,7 +1,7 @@
 //! Carries out what a push decides: remember the delivery (a redelivery does nothing), audit
 //! the decision, queue the push (`queue`: a newer push of a branch drops its older one still
 //! waiting and stops its running one), and start what the caps allow: submit the run, record
-//! its [`PushTest`] and make it the branch's latest run. Fast: the run itself is the durable
+//! its `PushTest` and make it the branch's latest run. Fast: the run itself is the durable
 //! job's. [`run_ended`] frees a run's slot and starts the next pushes waiting.
 use chrono::Utc;
 
@@ -11,7 +11,7 @@ use super::queue::{self, Admission, AdmissionLock, Running, Waiting};
 use super::rules::GithubSettings;
 use crate::ids::RunId;
 use crate::runs::{RunError, Runner};
-use crate::store::{Actor, AuditEvent, PushTest, Store, StoreError};
+use crate::store::{Actor, AuditEvent, Store, StoreError};
 
 /// The audit actor of every GitHub decision.
 pub const AUDIT_PART: &str = "github";
@@ -341,25 +341,4 @@ pub async fn run_ended(
     .await;
     lock.release(store).await;
     result
-}
-
-/// Whether a newer push to the same branch has replaced `run`: the newer commit's sha, or
-/// `None` while `run` is the branch's latest (or is no push test at all).
-pub async fn superseded(store: &Store, run: &RunId) -> Result<Option<String>, StoreError> {
-    let Some(test) = store.push_test_for_run(run).await? else {
-        return Ok(None);
-    };
-    let Some(latest) = store
-        .latest_push_run(&test.repository, &test.branch)
-        .await?
-    else {
-        return Ok(None);
-    };
-    if &latest == run {
-        return Ok(None);
-    }
-    let newer: Option<PushTest> = store.push_test_for_run(&latest).await?;
-    Ok(Some(
-        newer.map(|t| t.after).unwrap_or_else(|| latest.to_string()),
-    ))
 }

@@ -20,7 +20,7 @@ pub mod signature;
 
 pub use crate::store::PushTest;
 pub use event::{PushEvent, parse_push};
-pub use intake::{IntakeError, Outcome, run_ended, superseded};
+pub use intake::{IntakeError, Outcome, run_ended};
 pub use plan::{CLONE_FAILED_EXIT_CODE, Decision, decide};
 pub use rules::{GithubSettings, PushTestEntry, PushTestRule};
 pub use signature::{SignatureError, verify};

@@ -499,17 +499,10 @@ async fn a_newer_push_to_the_same_branch_supersedes_and_stops_the_older_run() {
     let newer = RunId::parse(two["run"].as_str().unwrap()).unwrap();
     let store = &app.state.store;
     assert_eq!(
-        sandbox_steward::github::superseded(store, &older)
-            .await
-            .unwrap(),
-        Some(quick.clone())
+        store.run_stop_requested(&older).await.unwrap(),
+        Some(format!("superseded by {quick}"))
     );
-    assert_eq!(
-        sandbox_steward::github::superseded(store, &newer)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(store.run_stop_requested(&newer).await.unwrap(), None);
 
     let stopped = runner(&app)
         .wait(&older, Duration::from_secs(60))
