@@ -762,6 +762,7 @@ const DURATION_KEYS: &[&str] = &[
     "kill_grace",
     "sandbox_margin",
     "keep_running_for",
+    "restore_window",
     "timeout",
 ];
 

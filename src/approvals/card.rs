@@ -9,8 +9,8 @@ use super::run_card::{self, RunCardParams};
 use crate::cases::{Case, CaseState, Decider, DecisionOption, Opener, StepOutcome, Subject};
 use crate::slack::format::{self, human_bytes, when};
 use crate::slack::payload::{
-    CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RETRY, CASE_UNTIL_ACTION,
-    CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
+    CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RESTORE, CASE_RETRY,
+    CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
 use crate::slack::render::{KeyValue, MessageParams, Mrkdwn};
 use crate::store::{Actor, AuditEvent};
@@ -84,6 +84,9 @@ pub struct CaseCardParams {
     pub decide_by: String,
     pub results: Vec<String>,
     pub snapshot_id: Option<String>,
+    /// After a Snapshot, then kill: where its restore stands (offered until when, asked by
+    /// whom, the sandbox it became, why it failed, or the window closed).
+    pub restore_line: Option<Mrkdwn>,
     pub buttons: Vec<ButtonParams>,
     /// Changes with every version so Slack never mixes old and new button sets.
     pub block_id: String,
@@ -533,6 +536,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         decide_by: when(case.decide_by),
         results: Vec::new(),
         snapshot_id: None,
+        restore_line: None,
         buttons: Vec::new(),
         block_id: format!("case:{}:{}", case.id, case.version),
     };
@@ -559,6 +563,9 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             };
             params.at = Some(when(*at));
             (params.results, params.snapshot_id) = result_lines(steps);
+            if let Some(restore) = &case.restore {
+                (params.restore_line, params.buttons) = restore_parts(case, restore);
+            }
         }
         CaseState::Failed { steps, error, .. } => {
             params.status = CardStatus::Failed;
@@ -602,6 +609,58 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         field.value.push_str(" when asked");
     }
     params
+}
+
+/// The restore line of a card, and its Restore button while one is offered.
+fn restore_parts(
+    case: &Case,
+    restore: &crate::cases::Restore,
+) -> (Option<Mrkdwn>, Vec<ButtonParams>) {
+    let snapshot = format!("`{}`", restore.snapshot);
+    let line = match &restore.request {
+        Some(q) if q.sandbox.is_some() => Mrkdwn::markup(":recycle: ")
+            .and(Mrkdwn::user(&q.by))
+            .and(format!(
+                " restored it from snapshot {snapshot} as sandbox `{}` ({}).",
+                q.sandbox
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+                when(q.at)
+            )),
+        Some(q) if q.error.is_none() => {
+            Mrkdwn::markup(":gear: ")
+                .and(Mrkdwn::user(&q.by))
+                .and(format!(
+                    " asked for it back; Steward is starting it from snapshot {snapshot}."
+                ))
+        }
+        Some(q) if !restore.closed => Mrkdwn::text(&format!(
+            "Restoring from snapshot {snapshot} failed: {}. Restore may be tried again until {}.",
+            q.error.as_deref().unwrap_or("no reason recorded"),
+            when(restore.until)
+        )),
+        _ if restore.closed => Mrkdwn::text(&format!(
+            "The restore window closed {}; snapshot {snapshot} stays until someone deletes it.",
+            when(restore.until)
+        )),
+        _ => Mrkdwn::text(&format!(
+            "Restore starts it again from snapshot {snapshot}, with its metadata, until {}.",
+            when(restore.until)
+        )),
+    };
+    let buttons = if restore.offered() {
+        vec![ButtonParams {
+            action_id: CASE_RESTORE.to_owned(),
+            text: "Restore".into(),
+            value: case.id.to_string(),
+            style: None,
+            confirm: None,
+        }]
+    } else {
+        Vec::new()
+    };
+    (Some(line), buttons)
 }
 
 /// `case_modal.json.j2`: asks for a reason (and for Leave, an optional until-date).

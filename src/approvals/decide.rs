@@ -382,6 +382,73 @@ async fn follow_up(svc: &Services, case: Case) {
     }
 }
 
+/// A click on Restore: checks the person may restore, records the request once (of many
+/// clicks exactly one wins), shows it on the card and queues the job that starts the sandbox.
+pub async fn restore_clicked(
+    svc: &Services,
+    user: &SlackUserId,
+    case_id: &CaseId,
+    dedupe: &str,
+    clicked: &ClickedMessage,
+) -> Reply {
+    let case = match first_click(svc, user, case_id, dedupe).await {
+        Ok(case) => case,
+        Err(reply) => return reply,
+    };
+    if let Err(sentence) = check_card(svc, &case, user, "restore", clicked).await {
+        return Reply::Ephemeral(sentence);
+    }
+    let groups = groups_in_rule(svc, svc.policy.approvers.restore_rule(), user).await;
+    if let Err(refusal) = crate::cases::may_restore(&svc.policy, user, &groups) {
+        let sentence = refusal.to_string();
+        audit(
+            &svc.store,
+            &case,
+            person(user),
+            "restore",
+            &format!("refused: {sentence}"),
+        )
+        .await;
+        return Reply::Ephemeral(sentence);
+    }
+    let event = Event::RequestRestore { by: user.clone() };
+    match svc.store.apply_event(case_id, event, Utc::now()).await {
+        Ok(Updated::Applied(case)) => {
+            audit(&svc.store, &case, person(user), "restore", "asked").await;
+            refresh_card(&svc.store, &svc.slack, &svc.templates, &case).await;
+            let job = Job::Restore {
+                case_id: case.id.clone(),
+            };
+            if let Err(e) = svc.store.enqueue(&job).await {
+                let error = format!("Steward could not queue the restore: {e}");
+                if let Ok(Updated::Applied(failed)) = svc
+                    .store
+                    .apply_event(
+                        case_id,
+                        Event::RestoreFailed {
+                            error: error.clone(),
+                        },
+                        Utc::now(),
+                    )
+                    .await
+                {
+                    refresh_card(&svc.store, &svc.slack, &svc.templates, &failed).await;
+                }
+                return Reply::Ephemeral(format!("{error}. Try Restore again in a minute."));
+            }
+            Reply::Nothing
+        }
+        Ok(Updated::Rejected { current, error }) => {
+            let sentence = match current.restore.as_ref().and_then(|r| r.request.as_ref()) {
+                Some(q) if q.error.is_none() => "Someone already asked for it back.".to_owned(),
+                _ => format!("Restore is not offered on this case: {error}."),
+            };
+            Reply::Ephemeral(sentence)
+        }
+        Err(e) => Reply::Ephemeral(store_sentence(e)),
+    }
+}
+
 /// Shows the decision on the card, then queues the work (in that order, so the worker's later
 /// card updates always land after this one).
 async fn after_decision(svc: &Services, case: Case) {

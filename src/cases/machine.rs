@@ -6,14 +6,19 @@
 //!    └──Expire (after decide_by)─▶ Expired   └──────Fail────────────┴──▶ Failed ──Retry──▶ Decided
 //! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline)
 //! Decided/Executing ──TransientFailure──▶ same state, `retrying` counts the step's failures
+//! Done (Snapshot, then kill) ──OfferRestore──▶ restore offered ──RequestRestore──▶ requested
+//!    ──Restored / RestoreFailed (offered again)──▶ …; CloseRestore after its `until`
 //! ```
 //! Everything else is a [`TransitionError`] and leaves the case as it was. This file must stay
 //! free of I/O and clock reads: `now` is a parameter so tests fix it.
 use chrono::{DateTime, Utc};
 
 use super::steps::{Step, StepOutcome, StepRecord, remaining_steps};
-use super::{Case, CaseState, Decider, Decision, DecisionOption, Evidence, Note, Retrying};
-use crate::ids::SlackUserId;
+use super::{
+    Case, CaseState, Decider, Decision, DecisionOption, Evidence, Note, Restore, RestoreRequest,
+    Retrying,
+};
+use crate::ids::{SandboxId, SlackUserId, TemplateId};
 
 /// Something that happens to a case.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +59,19 @@ pub enum Event {
         note: String,
         decide_by: DateTime<Utc>,
     },
+    /// A Snapshot, then kill finished with `snapshot`: Restore is offered until `until`.
+    OfferRestore {
+        snapshot: TemplateId,
+        until: DateTime<Utc>,
+    },
+    /// A person asked for the sandbox back from its snapshot.
+    RequestRestore { by: SlackUserId },
+    /// E2B started `sandbox` from the snapshot.
+    Restored { sandbox: SandboxId },
+    /// Starting it failed for good; Restore is offered again while the window is open.
+    RestoreFailed { error: String },
+    /// The restore window passed.
+    CloseRestore,
 }
 
 impl Event {
@@ -69,6 +87,10 @@ impl Event {
             Event::Retry { .. } => "retry",
             Event::EvidenceChanged { .. } => "refresh the evidence of",
             Event::TransientFailure { .. } => "count a transient failure of",
+            Event::OfferRestore { .. } => "offer a restore of",
+            Event::RequestRestore { .. } => "restore",
+            Event::Restored { .. } | Event::RestoreFailed { .. } => "record the restore of",
+            Event::CloseRestore => "close the restore window of",
         }
     }
 }
@@ -99,6 +121,90 @@ pub enum TransitionError {
     StepsRemaining { remaining: Vec<Step> },
     #[error("the new decision deadline ({decide_by}) is not in the future")]
     DeadlineNotInFuture { decide_by: DateTime<Utc> },
+    #[error("the restore window closed at {until}")]
+    RestoreWindowClosed { until: DateTime<Utc> },
+}
+
+/// The restore events, which never change [`Case::state`]: only a case Done by Snapshot, then
+/// kill has a restore window. `Err(None)` is an illegal move.
+fn apply_restore(
+    case: &Case,
+    event: Event,
+    now: DateTime<Utc>,
+) -> Result<Case, Option<TransitionError>> {
+    let CaseState::Done { decision, .. } = &case.state else {
+        return Err(Some(TransitionError::Illegal {
+            event: event.name(),
+            state: case.state.name(),
+        }));
+    };
+    if decision.option != DecisionOption::SnapshotThenKill {
+        return Err(Some(TransitionError::Illegal {
+            event: event.name(),
+            state: "done without a snapshot",
+        }));
+    }
+    let illegal = || {
+        Some(TransitionError::Illegal {
+            event: event.name(),
+            state: "in another stage of its restore",
+        })
+    };
+    let mut next = case.clone();
+    match (&case.restore, &event) {
+        (None, Event::OfferRestore { snapshot, until }) => {
+            next.restore = Some(Restore {
+                snapshot: snapshot.clone(),
+                until: *until,
+                closed: false,
+                request: None,
+            });
+        }
+        (Some(r), Event::RequestRestore { by }) if r.offered() => {
+            if now >= r.until {
+                return Err(Some(TransitionError::RestoreWindowClosed {
+                    until: r.until,
+                }));
+            }
+            let mut r = r.clone();
+            r.request = Some(RestoreRequest {
+                by: by.clone(),
+                at: now,
+                sandbox: None,
+                error: None,
+            });
+            next.restore = Some(r);
+        }
+        (Some(r), Event::Restored { sandbox })
+            if r.request.as_ref().is_some_and(|q| q.sandbox.is_none()) =>
+        {
+            let mut r = r.clone();
+            if let Some(q) = r.request.as_mut() {
+                q.sandbox = Some(sandbox.clone());
+                q.error = None;
+            }
+            next.restore = Some(r);
+        }
+        (Some(r), Event::RestoreFailed { error })
+            if r.request.as_ref().is_some_and(|q| q.sandbox.is_none()) =>
+        {
+            let mut r = r.clone();
+            if let Some(q) = r.request.as_mut() {
+                q.error = Some(error.clone());
+            }
+            next.restore = Some(r);
+        }
+        (Some(r), Event::CloseRestore) if !r.closed => {
+            if now < r.until {
+                return Err(Some(TransitionError::NotDueYet { decide_by: r.until }));
+            }
+            let mut r = r.clone();
+            r.closed = true;
+            next.restore = Some(r);
+        }
+        _ => return Err(illegal()),
+    }
+    Ok(next)
 }
 
 /// Applies `event` to `case` at time `now`, returning the next case. `version` is untouched.
@@ -107,6 +213,19 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
         event: event.name(),
         state: case.state.name(),
     };
+    if matches!(
+        event,
+        Event::OfferRestore { .. }
+            | Event::RequestRestore { .. }
+            | Event::Restored { .. }
+            | Event::RestoreFailed { .. }
+            | Event::CloseRestore
+    ) {
+        return apply_restore(case, event, now).map_err(|e| match e {
+            None => illegal(&Event::CloseRestore),
+            Some(e) => e,
+        });
+    }
     let mut next = case.clone();
     next.state = match (&case.state, event) {
         (
@@ -950,5 +1069,61 @@ mod tests {
         };
         let json = serde_json::to_string(&by_policy).unwrap();
         assert_eq!(serde_json::from_str::<Decider>(&json).unwrap(), by_policy);
+    }
+
+    #[test]
+    fn a_restore_is_offered_once_asked_once_and_closes_after_its_window() {
+        let kill_done = in_state(done());
+        let offer = || Event::OfferRestore {
+            snapshot: snap_id(),
+            until: t(1000),
+        };
+        // Only a Snapshot, then kill has a snapshot to restore from.
+        assert!(apply(&kill_done, offer(), t(40)).is_err());
+        let snapshot_done = in_state(CaseState::Done {
+            decision: decision(DecisionOption::SnapshotThenKill),
+            steps: vec![snapshot_done(20)],
+            at: t(30),
+        });
+        let offered = apply(&snapshot_done, offer(), t(40)).unwrap();
+        assert_eq!(
+            offered.state, snapshot_done.state,
+            "the state never changes"
+        );
+        assert!(offered.restore.as_ref().unwrap().offered());
+        let ask = || Event::RequestRestore { by: alice() };
+        let asked = apply(&offered, ask(), t(50)).unwrap();
+        assert!(!asked.restore.as_ref().unwrap().offered());
+        assert!(
+            apply(&asked, ask(), t(51)).is_err(),
+            "one request at a time"
+        );
+        // A failure offers it again; a success does not.
+        let failed = apply(
+            &asked,
+            Event::RestoreFailed {
+                error: "E2B said 500".into(),
+            },
+            t(60),
+        )
+        .unwrap();
+        assert!(failed.restore.as_ref().unwrap().offered());
+        let again = apply(&failed, ask(), t(70)).unwrap();
+        let sandbox = SandboxId::parse("inew1").unwrap();
+        let restored = apply(&again, Event::Restored { sandbox }, t(80)).unwrap();
+        assert!(!restored.restore.as_ref().unwrap().offered());
+        assert!(apply(&restored, ask(), t(90)).is_err());
+        // The window: not closed early; after it, closed, and asking is refused.
+        assert!(matches!(
+            apply(&offered, Event::CloseRestore, t(999)),
+            Err(TransitionError::NotDueYet { .. })
+        ));
+        let closed = apply(&offered, Event::CloseRestore, t(1000)).unwrap();
+        assert!(!closed.restore.as_ref().unwrap().offered());
+        assert!(apply(&closed, ask(), t(1001)).is_err());
+        assert!(matches!(
+            apply(&offered, ask(), t(1000)),
+            Err(TransitionError::RestoreWindowClosed { .. })
+        ));
     }
 }

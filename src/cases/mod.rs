@@ -21,7 +21,9 @@ pub mod recheck;
 mod steps;
 
 pub use machine::{Event, TransitionError, apply};
-pub use policy::{ApprovalPolicy, ApproverRule, Approvers, Refusal, may_decide, may_start_sweep};
+pub use policy::{
+    ApprovalPolicy, ApproverRule, Approvers, Refusal, may_decide, may_restore, may_start_sweep,
+};
 pub use steps::{Step, StepOutcome, StepRecord, plan_for, remaining_steps};
 
 /// Metadata keys that may name a sandbox's owner, most specific first.
@@ -567,6 +569,50 @@ pub struct Case {
     /// unavailable), and how many times it failed so. Cleared when a step finishes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retrying: Option<Retrying>,
+    /// After a Snapshot, then kill: the window in which the sandbox can be brought back from
+    /// its snapshot, and what became of a request to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<Restore>,
+}
+
+/// The restore window of a case whose Snapshot, then kill finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restore {
+    /// The snapshot a restore starts the sandbox from.
+    pub snapshot: TemplateId,
+    /// Restore is offered until then (`[approvals] restore_window` after the kill).
+    pub until: DateTime<Utc>,
+    /// The window passed (the card no longer offers it); the snapshot stays.
+    #[serde(default)]
+    pub closed: bool,
+    /// A person asked for the sandbox back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RestoreRequest>,
+}
+
+/// A request to restore, and how it went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    pub by: SlackUserId,
+    pub at: DateTime<Utc>,
+    /// The sandbox started from the snapshot, once E2B made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxId>,
+    /// Why the last try failed; the card offers Restore again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Restore {
+    /// Whether the card offers Restore now: the window is open and no request is in flight or
+    /// done (a failed one may be asked again).
+    pub fn offered(&self) -> bool {
+        !self.closed
+            && self
+                .request
+                .as_ref()
+                .is_none_or(|r| r.sandbox.is_none() && r.error.is_some())
+    }
 }
 
 /// A step waiting for another try after transient failures; see [`Case::retrying`].
@@ -662,6 +708,7 @@ impl CaseDraft {
             notes: Vec::new(),
             keep_running_for_secs: None,
             retrying: None,
+            restore: None,
         })
     }
 }

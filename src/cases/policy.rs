@@ -32,7 +32,19 @@ pub struct ApprovalPolicy {
     /// decision: `/sandbox timeout` below it opens a kill case instead.
     #[serde(deserialize_with = "deserialize_min_timeout")]
     pub min_timeout: Duration,
+    /// How long after a Snapshot, then kill its card offers Restore (the sandbox started again
+    /// from the snapshot), e.g. `"7d"`. The snapshot itself stays until someone deletes it.
+    #[serde(deserialize_with = "deserialize_restore_window")]
+    pub restore_window: Duration,
     pub approvers: Approvers,
+}
+
+/// Default restore window: a week.
+pub const DEFAULT_RESTORE_WINDOW_SECS: u64 = 7 * 24 * 60 * 60;
+
+fn deserialize_restore_window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    crate::duration::parse("approvals.restore_window", &text).map_err(serde::de::Error::custom)
 }
 
 impl Default for ApprovalPolicy {
@@ -41,6 +53,7 @@ impl Default for ApprovalPolicy {
             decide_within: Duration::from_secs(DEFAULT_DECIDE_WITHIN_SECS),
             two_person_rule: true,
             min_timeout: Duration::from_secs(DEFAULT_MIN_TIMEOUT_SECS),
+            restore_window: Duration::from_secs(DEFAULT_RESTORE_WINDOW_SECS),
             approvers: Approvers::default(),
         }
     }
@@ -88,6 +101,9 @@ pub struct Approvers {
     /// Who may start a live sweep from Slack; when unset, the `pause` rule applies (a sweep
     /// only opens cases, and its cases' pause options are open to the same people).
     pub sweep: Option<ApproverRule>,
+    /// Who may restore a killed sandbox from its snapshot; when unset, the `pause` rule
+    /// applies (a restore only starts a sandbox).
+    pub restore: Option<ApproverRule>,
 }
 
 impl Default for Approvers {
@@ -100,6 +116,7 @@ impl Default for Approvers {
             delete_template: ApproverRule::default(),
             keep: ApproverRule::anyone(),
             sweep: None,
+            restore: None,
         }
     }
 }
@@ -120,6 +137,11 @@ impl Approvers {
             // pause may choose them.
             DecisionOption::SnapshotAndKeep | DecisionOption::KeepRunning => &self.pause,
         }
+    }
+
+    /// The rule that governs restoring a sandbox from its snapshot.
+    pub fn restore_rule(&self) -> &ApproverRule {
+        self.restore.as_ref().unwrap_or(&self.pause)
     }
 
     /// The rule that governs starting a live sweep.
@@ -167,6 +189,10 @@ pub enum Refusal {
         "You may not start a live sweep: ask someone listed under [approvals.approvers] sweep, or run `/sandbox sweep --dry-run`."
     )]
     NotASweeper,
+    #[error(
+        "You may not restore sandboxes: ask someone listed under [approvals.approvers] restore (or pause). Nothing was changed."
+    )]
+    NotARestorer,
 }
 
 /// Decides whether `user` (a member of `user_groups`) may start a live sweep.
@@ -183,6 +209,23 @@ pub fn may_start_sweep(
         Ok(())
     } else {
         Err(Refusal::NotASweeper)
+    }
+}
+
+/// Decides whether `user` (a member of `user_groups`) may restore a sandbox from its snapshot.
+pub fn may_restore(
+    policy: &ApprovalPolicy,
+    user: &SlackUserId,
+    user_groups: &[SlackUserGroupId],
+) -> Result<(), Refusal> {
+    let rule = policy.approvers.restore_rule();
+    let listed = rule.anyone
+        || rule.users.contains(user)
+        || rule.groups.iter().any(|g| user_groups.contains(g));
+    if listed {
+        Ok(())
+    } else {
+        Err(Refusal::NotARestorer)
     }
 }
 

@@ -391,12 +391,27 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
     for block_action in &interaction.actions {
         match Action::from_block_action(block_action) {
             Action::ListNextPage(cursor) => next_page(&state, &interaction, cursor),
-            Action::CaseOption { case_id, option } => {
-                case_click(&state, &interaction, block_action, case_id, Some(option))
-            }
-            Action::CaseRetry { case_id } => {
-                case_click(&state, &interaction, block_action, case_id, None)
-            }
+            Action::CaseOption { case_id, option } => case_click(
+                &state,
+                &interaction,
+                block_action,
+                case_id,
+                CaseButton::Option(option),
+            ),
+            Action::CaseRetry { case_id } => case_click(
+                &state,
+                &interaction,
+                block_action,
+                case_id,
+                CaseButton::Retry,
+            ),
+            Action::CaseRestore { case_id } => case_click(
+                &state,
+                &interaction,
+                block_action,
+                case_id,
+                CaseButton::Restore,
+            ),
             Action::Unknown { action_id } => {
                 tracing::info!(%action_id, user = %interaction.user.id, "no handler for this action");
             }
@@ -405,13 +420,21 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
     Ok(StatusCode::OK.into_response())
 }
 
-/// A click on a case card (`option` None: Retry). Handled after the 200.
+/// Which button of a case card was clicked.
+#[derive(Debug, Clone, Copy)]
+enum CaseButton {
+    Option(crate::cases::DecisionOption),
+    Retry,
+    Restore,
+}
+
+/// A click on a case card. Handled after the 200.
 fn case_click(
     state: &AppState,
     interaction: &Interaction,
     action: &payload::BlockAction,
     case_id: CaseId,
-    option: Option<crate::cases::DecisionOption>,
+    button: CaseButton,
 ) {
     // The same click redelivered carries the same action_ts; without one, the trigger id.
     let dedupe = action
@@ -447,11 +470,16 @@ fn case_click(
     tasks.spawn(async move {
         let _permit = permit;
         let user = &interaction.user.id;
-        let reply = match option {
-            Some(option) => {
+        let reply = match button {
+            CaseButton::Option(option) => {
                 decide::option_clicked(&svc, user, &case_id, option, &dedupe, &clicked).await
             }
-            None => decide::retry_clicked(&svc, user, &case_id, &dedupe, &clicked).await,
+            CaseButton::Retry => {
+                decide::retry_clicked(&svc, user, &case_id, &dedupe, &clicked).await
+            }
+            CaseButton::Restore => {
+                decide::restore_clicked(&svc, user, &case_id, &dedupe, &clicked).await
+            }
         };
         deliver(&svc, &interaction, reply).await;
     });

@@ -17,6 +17,8 @@ pub const LIST_NEXT_PAGE: &str = "list_next_page";
 pub const CASE_OPTION_PREFIX: &str = "case_";
 /// `action_id` of the Retry button on a failed case (value: the case id).
 pub const CASE_RETRY: &str = "case_retry";
+/// Restore on a card whose Snapshot, then kill finished: start the sandbox again from its snapshot.
+pub const CASE_RESTORE: &str = "case_restore";
 /// `callback_id` of the modal that asks for a decision's reason.
 pub const CASE_REASON_MODAL: &str = "case_reason";
 /// `block_id` and `action_id` of the reason input in that modal.
@@ -216,6 +218,8 @@ pub enum Action {
     },
     /// Retry on a failed case.
     CaseRetry { case_id: CaseId },
+    /// Restore on a case whose Snapshot, then kill finished.
+    CaseRestore { case_id: CaseId },
     /// An `action_id` we do not (yet) handle, or a value we cannot read.
     Unknown { action_id: String },
 }
@@ -229,6 +233,9 @@ impl Action {
         match action.action_id.as_str() {
             CASE_RETRY => case_id()
                 .map(|case_id| Self::CaseRetry { case_id })
+                .unwrap_or_else(unknown),
+            CASE_RESTORE => case_id()
+                .map(|case_id| Self::CaseRestore { case_id })
                 .unwrap_or_else(unknown),
             id if id.starts_with(CASE_OPTION_PREFIX) => {
                 match (

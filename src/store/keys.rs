@@ -37,6 +37,7 @@
 //! - `P:push-test:{<run_id>}` (string, JSON): what a push-test run was started for.
 //! - `P:push-latest:<owner/name>:<branch>` (string): the latest push-test run of a branch.
 //! - `P:run-stop:{<run_id>}` (string): why a run was asked to stop (a newer push superseded it).
+//! - `P:restore-windows` (zset): case ids offering Restore, scored by the end of the window (ms).
 //! - `P:push-admission` (string, JSON `github::queue::Admission`): the pushes waiting for a
 //!   push-test slot and the runs holding one; written only under the `push-admission` lease.
 //! - `P:push-failing:<owner/name>:<branch>` (string, JSON [`FailingPush`](super::FailingPush)): the
@@ -205,6 +206,11 @@ impl Keys {
     /// The latest push-test run of a repository's branch.
     pub fn push_latest(&self, repository: &str, branch: &str) -> String {
         format!("{}:push-latest:{repository}:{branch}", self.prefix)
+    }
+
+    /// Cases offering Restore, scored by when the offer ends (ms).
+    pub fn restore_windows(&self) -> String {
+        format!("{}:restore-windows", self.prefix)
     }
 
     /// Who waits for a push-test slot and who holds one (JSON), changed under a lease.

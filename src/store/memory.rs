@@ -52,6 +52,7 @@ struct State {
     push_latest: HashMap<(String, String), RunId>,
     push_failing: HashMap<(String, String), String>,
     push_admission: Option<String>,
+    restore_windows: HashMap<CaseId, DateTime<Utc>>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -362,6 +363,32 @@ impl MemoryStore {
     ) -> Result<Option<String>, StoreError> {
         let key = (repository.to_owned(), branch.to_owned());
         Ok(self.lock().push_latest.get(&key).map(|r| r.to_string()))
+    }
+
+    pub(crate) async fn watch_restore(
+        &self,
+        case: &CaseId,
+        until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.lock().restore_windows.insert(case.clone(), until);
+        Ok(())
+    }
+
+    pub(crate) async fn restore_due(&self, now: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
+        let mut due: Vec<(DateTime<Utc>, String)> = self
+            .lock()
+            .restore_windows
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(id, until)| (*until, id.to_string()))
+            .collect();
+        due.sort();
+        Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+
+    pub(crate) async fn unwatch_restore(&self, case: &CaseId) -> Result<(), StoreError> {
+        self.lock().restore_windows.remove(case);
+        Ok(())
     }
 
     pub(crate) async fn push_admission(&self) -> Result<Option<String>, StoreError> {

@@ -97,6 +97,8 @@ pub enum Job {
     },
     /// Carry out a governed run (see `runs`): create its sandbox, run its command, hand over.
     Run { run_id: RunId },
+    /// Start a sandbox again from the snapshot a case's Snapshot, then kill took.
+    Restore { case_id: CaseId },
 }
 
 impl Job {
@@ -104,7 +106,7 @@ impl Job {
     pub fn case_id(&self) -> Option<&CaseId> {
         match self {
             Job::RunDecision { case_id, .. } => Some(case_id),
-            Job::Run { .. } => None,
+            Job::Run { .. } | Job::Restore { .. } => None,
         }
     }
 }
@@ -453,6 +455,28 @@ impl Store {
     ) -> Result<Updated, StoreError> {
         self.update_case_at(id, now, |case| cases::apply(case, event.clone(), now))
             .await
+    }
+
+    /// Remembers that `case` offers Restore until `until`, so the window can be closed then.
+    pub async fn watch_restore(
+        &self,
+        case: &CaseId,
+        until: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        delegate!(self.watch_restore(case, until))
+    }
+
+    /// Cases whose restore window ended at or before `now`, earliest first.
+    pub async fn restore_due(&self, now: DateTime<Utc>) -> Result<Vec<CaseId>, StoreError> {
+        let ids: Vec<String> = delegate!(self.restore_due(now))?;
+        ids.into_iter()
+            .map(|id| CaseId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .collect()
+    }
+
+    /// Forgets a case's restore window (closed).
+    pub async fn unwatch_restore(&self, case: &CaseId) -> Result<(), StoreError> {
+        delegate!(self.unwatch_restore(case))
     }
 
     /// Ids of open cases whose deadline is at or before `now`, earliest first. An index only:

@@ -1045,3 +1045,141 @@ async fn an_e2b_rate_limit_during_an_approved_kill_is_waited_out_and_the_kill_ru
         "one rate-limited attempt, then the kill"
     );
 }
+
+/// The Restore button's action ids on a case's card.
+async fn has_restore_button(app: &TestApp, case: &CaseId) -> bool {
+    card_blocks(app, case)
+        .await
+        .to_string()
+        .contains("case_restore")
+}
+
+#[tokio::test]
+async fn restore_brings_a_killed_sandbox_back_from_its_snapshot_once_with_its_metadata() {
+    let app = spawn_app_with(options("")).await;
+    app.seed_sandbox(
+        json!({"sandboxID": "victim9", "templateID": "base", "state": "running",
+                            "metadata": {"owner": "dana", "purpose": "eval"}}),
+    )
+    .await;
+    let case = open_kill_case(&app, "victim9").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+    assert!(!sandbox_exists(&app, "victim9").await);
+    eventually("the card offers Restore", || async {
+        has_restore_button(&app, &case).await
+    })
+    .await;
+    let text = card_text(&app, &case).await;
+    assert!(
+        text.contains("Restore starts it again from snapshot"),
+        "{text}"
+    );
+    let creates_before = calls(&app, "create").await;
+
+    // Two people click at once: one restore.
+    let (a, b) = (hook(), hook());
+    tokio::join!(
+        click(&app, &case, "case_restore", "U0003", &a),
+        click(&app, &case, "case_restore", "U0004", &b),
+    );
+    let restored = wait_until("the card names the restored sandbox", || async {
+        let text = card_text(&app, &case).await;
+        text.contains("restored it from snapshot").then_some(text)
+    })
+    .await;
+    assert!(!has_restore_button(&app, &case).await, "{restored}");
+    assert_eq!(calls(&app, "create").await, creates_before + 1);
+    let stored = app.state.store.get_case(&case).await.unwrap();
+    let restore = stored.restore.unwrap();
+    let new_id = restore.request.unwrap().sandbox.unwrap();
+    assert!(restored.contains(new_id.as_str()), "{restored}");
+    let detail = app
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .get_sandbox(&new_id)
+        .await
+        .unwrap();
+    // The simulator accepts a snapshot's name as a template (404 otherwise) and reports the
+    // template the snapshot was taken from.
+    assert_ne!(new_id.as_str(), "victim9");
+    assert_eq!(
+        detail.metadata.get("owner").map(String::as_str),
+        Some("dana")
+    );
+    assert_eq!(
+        detail.metadata.get("purpose").map(String::as_str),
+        Some("eval")
+    );
+    assert_eq!(
+        detail
+            .metadata
+            .get("steward.restored_from")
+            .map(String::as_str),
+        Some(case.as_str())
+    );
+    let actions = audit_actions(&app, &case).await;
+    let from_snapshot = format!(
+        "restored as sandbox {new_id} from snapshot {}",
+        restore.snapshot
+    );
+    assert!(
+        actions.iter().any(|a| a.ends_with(&from_snapshot)),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test]
+async fn after_the_restore_window_the_button_is_gone_and_the_snapshot_stays() {
+    let app = spawn_app_with(TestAppOptions {
+        expire_every: Duration::from_millis(100),
+        ..options("restore_window = \"1s\"")
+    })
+    .await;
+    seed(&app, "victim10", "base").await;
+    let case = open_kill_case(&app, "victim10").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+    let closed = wait_until("the window closes", || async {
+        let text = card_text(&app, &case).await;
+        text.contains("The restore window closed").then_some(text)
+    })
+    .await;
+    assert!(!has_restore_button(&app, &case).await, "{closed}");
+    assert!(
+        closed.contains("stays until someone deletes it"),
+        "{closed}"
+    );
+    // A late click (an old copy of the card) changes nothing.
+    let reply = hook();
+    click(&app, &case, "case_restore", "U0003", &reply).await;
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(answer.contains("Restore is not offered"), "{answer}");
+    let snapshot = app
+        .state
+        .store
+        .get_case(&case)
+        .await
+        .unwrap()
+        .restore
+        .unwrap()
+        .snapshot;
+    let snapshots = app
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .list_snapshots(None)
+        .await
+        .unwrap();
+    assert!(
+        snapshots
+            .items
+            .iter()
+            .any(|s| s.snapshot_id == snapshot || s.names.contains(&snapshot.to_string())),
+        "{:?}",
+        snapshots.items
+    );
+}

@@ -12,11 +12,14 @@
 use chrono::{DateTime, Utc};
 
 use crate::approvals::{Services, audit, evidence, refresh_card};
-use crate::cases::{Case, CaseState, Evidence, Step, StepOutcome, StepRecord, Subject, recheck};
+use crate::cases::{
+    Case, CaseState, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord, Subject,
+    recheck,
+};
 use crate::e2b::{E2bClient, E2bError, SandboxDetail, SandboxMetric, SandboxState, SnapshotInfo};
 use crate::ids::{SandboxId, TemplateId};
 use crate::jobs::{self, JobError, StepFailure};
-use crate::store::{Actor, ClaimedJob};
+use crate::store::{Actor, ClaimedJob, Updated};
 
 fn worker_actor() -> Actor {
     Actor::Steward {
@@ -431,6 +434,49 @@ async fn run_step(
     }
 }
 
+/// After a Snapshot, then kill that killed the sandbox: its card offers Restore for
+/// `[approvals] restore_window`, and the window is watched so it closes on time. A failure is
+/// logged: the card then simply offers no Restore.
+async fn offer_restore(svc: &Services, case: Case) -> Case {
+    let CaseState::Done {
+        decision,
+        steps,
+        at,
+        ..
+    } = &case.state
+    else {
+        return case;
+    };
+    let killed = steps.iter().any(|s| s.outcome == StepOutcome::Killed);
+    let snapshot = steps.iter().find_map(|s| match &s.outcome {
+        StepOutcome::SnapshotVerified { snapshot_id }
+        | StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id.clone()),
+        _ => None,
+    });
+    let (DecisionOption::SnapshotThenKill, true, Some(snapshot), None) =
+        (decision.option, killed, snapshot, &case.restore)
+    else {
+        return case;
+    };
+    let window = chrono::Duration::from_std(svc.policy.restore_window)
+        .unwrap_or_else(|_| chrono::Duration::days(3650));
+    let until = *at + window;
+    let event = Event::OfferRestore { snapshot, until };
+    match svc.store.apply_event(&case.id, event, Utc::now()).await {
+        Ok(Updated::Applied(offered)) => {
+            if let Err(e) = svc.store.watch_restore(&offered.id, until).await {
+                tracing::warn!(case = %offered.id, error = %e, "could not watch the restore window; Restore stays on the card");
+            }
+            offered
+        }
+        Ok(Updated::Rejected { current, .. }) => current,
+        Err(e) => {
+            tracing::warn!(case = %case.id, error = %e, "could not offer Restore");
+            case
+        }
+    }
+}
+
 /// Runs one queued decision to its end and shows the result on the card.
 pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobError> {
     let Some(case_id) = claimed.job.case_id().cloned() else {
@@ -458,6 +504,7 @@ pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobEr
     };
     // A duplicate job finds the case already finished: nothing new to show.
     if after.version != before.version {
+        let after = offer_restore(svc, after).await;
         let (action, outcome) = match &after.state {
             CaseState::Done { .. } => ("finish", "done".to_owned()),
             CaseState::Failed { error, .. } => ("fail", error.clone()),

@@ -75,6 +75,7 @@ pub async fn run_worker(
         async move {
             match (&claimed.job, runs) {
                 (Job::RunDecision { .. }, _) => handle_job(&svc, claimed).await,
+                (Job::Restore { .. }, _) => super::restore::handle_restore(&svc, claimed).await,
                 (Job::Run { .. }, Some(engine)) => engine.handle(claimed).await,
                 // Another replica with E2B configured takes it over once it goes stale.
                 (Job::Run { run_id }, None) => Err(JobError::Transient(format!(
@@ -86,7 +87,8 @@ pub async fn run_worker(
     jobs::run_queue(store, config, handler, shutdown).await;
 }
 
-/// Runs [`expire_once`] and [`reconcile_once`] (and repairs cards whose update failed) every
+/// Runs [`expire_once`], [`reconcile_once`] and the restore-window close (and repairs cards
+/// whose update failed) every
 /// `every` until `shutdown`.
 pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
@@ -96,6 +98,9 @@ pub async fn run_expiry(svc: Services, every: Duration, shutdown: impl Future<Ou
         }
         if let Err(e) = reconcile_once(&svc, Utc::now()).await {
             tracing::warn!(error = %e, "reconcile pass failed");
+        }
+        if let Err(e) = super::restore::close_due_windows(&svc, Utc::now()).await {
+            tracing::warn!(error = %e, "closing restore windows failed");
         }
         repair::repair_cards(&svc).await;
         tokio::select! {

@@ -7,6 +7,7 @@ pub mod expiry;
 pub mod handler;
 pub mod loops;
 pub mod reconcile;
+pub mod restore;
 
 pub use expiry::expire_once;
 pub use handler::{handle_job, snapshot_name};

@@ -37,6 +37,7 @@ mod cases;
 mod leases;
 mod push_tests;
 mod queue;
+mod restore;
 mod runs;
 
 /// Longest wait for a TCP connection to Redis.
