@@ -451,6 +451,7 @@ pub(crate) mod tests {
                 tripped,
             },
             idle: vec![idle_running(), paused],
+            groups: vec![],
             exempt: Vec::new(),
             already_open: vec![AlreadyOpen {
                 id: SandboxId::parse("iopen0001").unwrap(),

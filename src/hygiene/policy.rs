@@ -232,7 +232,7 @@ impl Recommendation {
 }
 
 /// The figures a recommendation rests on, shown on the case card.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct IdleEvidence {
     pub window_start: Option<DateTime<Utc>>,
     pub window_end: Option<DateTime<Utc>>,

@@ -167,6 +167,8 @@ pub struct SweepReport {
     /// Most expensive per day first; at equal cost (paused sandboxes often cost nothing), the
     /// most disk first.
     pub idle: Vec<IdleSandbox>,
+    /// The idle list as a person approves it: by owner and recommendation (`groups`).
+    pub groups: Vec<super::groups::IdleGroup>,
     pub exempt: Vec<ExemptSandbox>,
     pub already_open: Vec<AlreadyOpen>,
     /// A few of the read failures, in words.

@@ -149,7 +149,7 @@ impl Judged {
             kill_count as f64 / self.fleet.total as f64
         };
         let limit = ctx.config.kill_share_guard;
-        SweepReport {
+        let mut report = SweepReport {
             mode,
             at: now,
             fleet: self.fleet,
@@ -165,12 +165,15 @@ impl Judged {
                 tripped: kill_count > 0 && share > limit,
             },
             idle: self.idle,
+            groups: Vec::new(),
             exempt: self.exempt,
             already_open: self.already_open,
             problems: self.problems,
             e2b_calls: 0,
             posted: None,
-        }
+        };
+        report.groups = super::groups::groups(&report);
+        report
     }
 }
 

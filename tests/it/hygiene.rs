@@ -1274,6 +1274,27 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     assert!(by_id(&a)["evidence"]["cpu_p95_pct"].as_f64().unwrap() < 1.0);
     assert!(by_id(&a)["reason"].as_str().unwrap().contains("CPU under"));
     assert_eq!(by_id(&b)["recommendation"], "kill");
+    // The same list by owner and recommendation, as a person approves it.
+    let groups = report["groups"].as_array().unwrap();
+    let shape: Vec<(Value, Value, Value)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g["owner"].clone(),
+                g["recommendation"].clone(),
+                g["count"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (json!("alice"), json!("pause"), json!(1)),
+            (Value::Null, json!("kill"), json!(1)),
+        ],
+        "{groups:?}"
+    );
+    assert_eq!(groups[0]["sandboxes"], json!([a.as_str()]));
     assert!(report["posted"].is_null());
     assert!(w.slack.messages().is_empty());
     assert!(w.open_case_of(&a).await.is_none());
