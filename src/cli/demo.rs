@@ -23,6 +23,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         port: args.port,
         redis_url: args.redis.map(SecretString::from),
         opening: true,
+        scratch_in: None,
     })
     .await?;
     print!("{}", banner(&handle));

@@ -51,6 +51,8 @@ pub struct DemoOptions {
     pub redis_url: Option<SecretString>,
     /// Run the opening (a sweep, a governed run, a failing push test) before returning.
     pub opening: bool,
+    /// Where the scratch directory is made; the system's temporary directory when `None`.
+    pub scratch_in: Option<PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -59,6 +61,7 @@ impl Default for DemoOptions {
             port: DEFAULT_PORT,
             redis_url: None,
             opening: true,
+            scratch_in: None,
         }
     }
 }
@@ -69,6 +72,7 @@ impl std::fmt::Debug for DemoOptions {
             .field("port", &self.port)
             .field("redis_url", &self.redis_url.as_ref().map(|_| "[REDACTED]"))
             .field("opening", &self.opening)
+            .field("scratch_in", &self.scratch_in)
             .finish()
     }
 }
@@ -86,6 +90,9 @@ pub struct DemoHandle {
     pub envd_url: String,
     /// Steward's store: `"memory"` or `"redis"`.
     pub store: &'static str,
+    /// With Redis, the prefix of every key this demo wrote (a fresh one per demo; the keys are
+    /// left behind when the demo stops, like any replica's).
+    pub redis_prefix: Option<String>,
     /// What the opening did (empty when `DemoOptions::opening` was off).
     pub opening: Opening,
     secrets: setup::Secrets,
@@ -156,9 +163,9 @@ impl Drop for DemoHandle {
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn create() -> anyhow::Result<Scratch> {
-        let path =
-            std::env::temp_dir().join(format!("steward-demo-{}", uuid::Uuid::new_v4().simple()));
+    fn create(parent: Option<&Path>) -> anyhow::Result<Scratch> {
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_owned);
+        let path = parent.join(format!("steward-demo-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&path)
             .with_context(|| format!("cannot create the scratch directory {}", path.display()))?;
         Ok(Scratch(path))
@@ -177,7 +184,7 @@ impl Drop for Scratch {
 
 /// Starts the demo: simulators, Steward, then (unless switched off) the opening.
 pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
-    let scratch = Scratch::create()?;
+    let scratch = Scratch::create(opts.scratch_in.as_deref())?;
     let secrets = setup::Secrets::generate();
     let e2b = SimServer::start(SimOptions {
         story: true,
@@ -199,9 +206,9 @@ pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
     let page = SocketAddr::from(([127, 0, 0, 1], opts.port));
     let (slack, app) = bind_both(page, &e2b, &secrets, &policy_path, &opts).await?;
     let steward_url = format!("http://{}", app.addr());
-    let store = match app.state().store {
-        Store::Memory(_) => "memory",
-        Store::Redis(_) => "redis",
+    let (store, redis_prefix) = match app.state().store {
+        Store::Memory(_) => ("memory", None),
+        Store::Redis(_) => ("redis", Some(app.state().settings.redis.key_prefix.clone())),
     };
     let sweep = app.state().sweep.clone();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -214,6 +221,7 @@ pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
         e2b_url: e2b.base_url(),
         envd_url: e2b.envd_url(),
         store,
+        redis_prefix,
         opening: Opening::default(),
         secrets,
         scratch,
