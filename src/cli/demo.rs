@@ -19,13 +19,21 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("Starting the demo: the E2B simulator, the Slack simulator and Steward...");
-    let handle = demo::start(DemoOptions {
+    let starting = demo::start(DemoOptions {
         port: args.port,
         redis_url: args.redis.map(SecretString::from),
         opening: true,
         scratch_in: None,
-    })
-    .await?;
+    });
+    // Ctrl-C while starting drops what was started: the simulators stop their processes and the
+    // scratch directory goes.
+    let handle = tokio::select! {
+        started = starting => started?,
+        () = crate::startup::shutdown_signal() => {
+            println!("Stopped before the demo was up.");
+            return Ok(ExitCode::from(130));
+        }
+    };
     print!("{}", banner(&handle));
     crate::startup::shutdown_signal().await;
     println!("Stopping the demo...");
