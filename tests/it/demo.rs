@@ -156,10 +156,11 @@ async fn the_demo_opens_on_a_digest_a_run_card_and_a_push_test_and_stops_cleanly
             .find(|c| c.method == format!("hooks/{name}") && visible_text(c).contains("running"))
     })
     .await;
+    let table = visible_text(&listed);
+    assert!(table.contains("running in total"), "{table}");
     assert!(
-        visible_text(&listed).contains('i'),
-        "{}",
-        visible_text(&listed)
+        table.contains("ml-notebook"),
+        "the story fleet's templates show: {table}"
     );
 
     // An unsigned command is refused: the demo keeps Slack's rules.
