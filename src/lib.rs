@@ -24,11 +24,13 @@
 //! - [`github`]: GitHub push webhooks become push-test runs (signature, plan, intake).
 //! - [`runs`]: governed runs (an agent's code in a fresh sandbox, then a run case).
 //! - [`sim`]: the E2B and Slack simulators used by tests, benchmarks and demos.
+//! - [`demo`]: `steward demo`, the simulators and Steward in one process.
 pub mod alerts;
 pub mod approvals;
 pub mod cases;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod duration;
 pub mod e2b;
 pub mod envd;

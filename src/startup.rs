@@ -49,16 +49,22 @@ pub struct Application {
 /// missing secrets: `/readyz` reports those.
 pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
     use secrecy::ExposeSecret;
+    let store = Store::redis_lazy(
+        settings.redis.url.expose_secret(),
+        &settings.redis.key_prefix,
+    )?;
+    build_state_with_store(settings, store)
+}
+
+/// [`build_state`] over a given store instead of the Redis in `settings.redis`: `steward demo`
+/// passes the embedded `Store::memory()`.
+pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Result<AppState> {
     let templates = Arc::new(Templates::load(settings.slack.templates_dir.as_deref())?);
     let slack = SlackClient::new(&settings.slack)?;
     let e2b = match &settings.e2b.api_key {
         Some(_) => Some(E2bClient::new(&settings.e2b)?),
         None => None,
     };
-    let store = Store::redis_lazy(
-        settings.redis.url.expose_secret(),
-        &settings.redis.key_prefix,
-    )?;
     let policy = &settings.policy;
     let approvals_channel = policy.approvals_channel().map_err(anyhow::Error::msg)?;
     let sweep = match &e2b {
@@ -101,12 +107,24 @@ pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
 impl Application {
     /// Binds `settings.listen` and builds the clients.
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        Self::bind(settings, build_state).await
+    }
+
+    /// [`Application::build`] over a given store (see [`build_state_with_store`]).
+    pub async fn build_with_store(settings: Settings, store: Store) -> anyhow::Result<Application> {
+        Self::bind(settings, |settings| build_state_with_store(settings, store)).await
+    }
+
+    async fn bind(
+        settings: Settings,
+        build: impl FnOnce(Settings) -> anyhow::Result<AppState>,
+    ) -> anyhow::Result<Application> {
         let listener = TcpListener::bind(settings.listen)
             .await
             .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
         let addr = listener.local_addr()?;
         let loops = LoopSettings::new(&settings.replica_name);
-        let state = build_state(settings)?;
+        let state = build(settings)?;
         let sweep = state.sweep.clone();
         Ok(Application {
             listener,

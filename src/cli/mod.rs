@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 pub mod audit;
 mod check;
+pub mod demo;
 pub mod e2b;
 mod mcp;
 pub mod run;
@@ -38,6 +39,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the Slack app (commands, interactions, events) and its workers.
     Serve,
+    /// The whole product on this machine with no account: simulated E2B and Slack (a page at
+    /// http://127.0.0.1:3000) and Steward, opening on a sweep, a governed run and a push test.
+    Demo(demo::DemoArgs),
     /// Run a local simulator of E2B or Slack.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -79,6 +83,7 @@ pub enum SimCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve => crate::startup::serve_from_env().await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Sim(SimCommand::E2b(opts)) => crate::sim::e2b::run_cli(opts).await,
         Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
         Command::E2b(args) => e2b::run(args).await,

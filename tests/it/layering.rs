@@ -95,6 +95,37 @@ const NEVER: &[(&str, &[&str], &str)] = &[
         &["approvals", "runs", "http", "cli", "sim", "github"],
         "alerts posts what it is handed; callers glue runs and pushes to it",
     ),
+    (
+        "demo",
+        &[
+            "approvals",
+            "cases",
+            "jobs",
+            "runs",
+            "http",
+            "execute",
+            "mcp",
+            "alerts",
+            "e2b",
+            "envd",
+            "slack",
+        ],
+        "demo drives Steward through its seams (settings, startup, HTTP, the sweep), never its internals",
+    ),
+];
+
+/// `(module, the only modules that may import it, why)`.
+const ONLY_FROM: &[(&str, &[&str], &str)] = &[
+    (
+        "demo",
+        &["cli"],
+        "the demo is a command, not a library for other modules",
+    ),
+    (
+        "sim",
+        &["cli", "demo"],
+        "production code never calls into the simulators",
+    ),
 ];
 
 const EXTERNAL: &[&str] = &["tokio", "reqwest", "redis", "axum", "hyper"];
@@ -311,6 +342,20 @@ fn violations(imports: &BTreeMap<String, Vec<Import>>) -> Vec<String> {
             }
         }
     }
+    for (target, allowed, why) in ONLY_FROM {
+        for (module, list) in imports {
+            if allowed.contains(&module.as_str()) || module == target {
+                continue;
+            }
+            for import in list.iter().filter(|i| i.target == *target) {
+                problems.push(format!(
+                    "{}:{}: `{module}` imports `{target}` ({why})",
+                    import.file.display(),
+                    import.line,
+                ));
+            }
+        }
+    }
     if let Some(sim) = imports.get("sim") {
         for import in sim
             .iter()
@@ -402,5 +447,30 @@ fn a_forbidden_import_is_reported_with_file_line_and_rule() {
             .iter()
             .any(|p| p.contains("while src/store/mod.rs:3 imports `cases`")),
         "{problems:?}"
+    );
+}
+
+#[test]
+fn only_the_command_line_imports_the_demo_and_only_it_and_the_demo_import_the_simulators() {
+    let import = |file: &str, target: &str| Import {
+        file: file.into(),
+        line: 1,
+        target: target.into(),
+    };
+    let mut imports = BTreeMap::new();
+    imports.insert("cli".to_string(), vec![import("src/cli/demo.rs", "demo")]);
+    imports.insert("demo".to_string(), vec![import("src/demo/mod.rs", "sim")]);
+    imports.insert("http".to_string(), vec![import("src/http/mod.rs", "sim")]);
+    imports.insert(
+        "startup".to_string(),
+        vec![import("src/startup.rs", "demo")],
+    );
+    let problems = violations(&imports);
+    assert_eq!(
+        problems,
+        [
+            "src/http/mod.rs:1: `http` imports `sim` (production code never calls into the simulators)",
+            "src/startup.rs:1: `startup` imports `demo` (the demo is a command, not a library for other modules)",
+        ],
     );
 }

@@ -12,6 +12,7 @@ mod approvals;
 mod cards;
 mod claims;
 mod cli_output;
+mod demo;
 mod e2b_cli;
 mod e2b_client;
 mod edge;

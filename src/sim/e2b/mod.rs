@@ -59,6 +59,7 @@ mod fleet;
 mod hooks;
 mod model;
 mod series;
+mod story;
 mod wire;
 
 /// The team id the simulator answers for unless told otherwise.
@@ -97,6 +98,10 @@ pub struct SimOptions {
     /// directory per sandbox, with a minimal environment); `off` refuses them.
     #[arg(long, value_enum, default_value_t = ExecMode::Off)]
     pub exec: ExecMode,
+    /// Seed the demo's story fleet (40 sandboxes: busy, idle, paused for days, one kept, two
+    /// templates, two snapshots) instead of `--sandboxes` random ones.
+    #[arg(long)]
+    pub story: bool,
 }
 
 impl Default for SimOptions {
@@ -111,6 +116,7 @@ impl Default for SimOptions {
             team_id: DEFAULT_TEAM_ID.to_owned(),
             envd_port: 0,
             exec: ExecMode::Off,
+            story: false,
         }
     }
 }
@@ -127,6 +133,7 @@ impl fmt::Debug for SimOptions {
             .field("team_id", &self.team_id)
             .field("envd_port", &self.envd_port)
             .field("exec", &self.exec)
+            .field("story", &self.story)
             .finish()
     }
 }
@@ -461,7 +468,12 @@ impl SimServer {
             return Err(invalid("--team-id must not be empty"));
         }
         let mut world = World::new(opts.seed, opts.team_id.clone());
-        fleet::seed(&mut world, opts.sandboxes, now_ms());
+        let sandboxes = if opts.story {
+            story::seed(&mut world, now_ms()).len()
+        } else {
+            fleet::seed(&mut world, opts.sandboxes, now_ms());
+            opts.sandboxes
+        };
         let sim = Arc::new(Sim {
             world: Mutex::new(world),
             exec: Exec::new(opts.exec)?,
@@ -507,7 +519,7 @@ impl SimServer {
             base_url: format!("http://127.0.0.1:{port}"),
             envd_url: format!("http://127.0.0.1:{envd_port}"),
             team_id: opts.team_id,
-            sandboxes: opts.sandboxes,
+            sandboxes,
             exec: opts.exec,
             sim,
             stop: Some(stop),

@@ -1,0 +1,259 @@
+//! `steward demo` in-process (`demo::start` with port 0), checked over HTTP only: the Slack
+//! simulator holds the opening sweep's digest with its cases, the agent's run card and the push
+//! test's outcome; Steward answers a signed `/sandbox list`; stopping closes every port and
+//! removes the scratch directory. Bad input (an unreachable Redis, a busy port) is a sentence
+//! and leaves nothing running.
+use std::net::SocketAddr;
+
+use sandbox_steward::demo::setup::{ENGINEERING_CHANNEL, HYGIENE_CHANNEL, RUNS_CHANNEL};
+use sandbox_steward::demo::{self, DemoHandle, DemoOptions, REQUESTER};
+use sandbox_steward::sim::slack::Recorded;
+use sandbox_steward::slack::signature;
+use secrecy::SecretString;
+
+use crate::common::{
+    PrefixCleanup, command_form, eventually, hook, redis_url, unix_now, visible_text, wait_until,
+};
+
+async fn start(redis: Option<String>) -> DemoHandle {
+    sandbox_steward::telemetry::init("error");
+    demo::start(DemoOptions {
+        port: 0,
+        redis_url: redis.map(SecretString::from),
+        ..DemoOptions::default()
+    })
+    .await
+    .expect("the demo starts")
+}
+
+/// Every call the Slack simulator recorded, read over HTTP as a browser or a script would.
+async fn slack_calls(demo: &DemoHandle) -> Vec<Recorded> {
+    reqwest::get(format!("{}/_sim/messages", demo.slack_url))
+        .await
+        .expect("the Slack simulator answers")
+        .json()
+        .await
+        .expect("recorded calls are JSON")
+}
+
+fn posted_in<'a>(calls: &'a [Recorded], channel: &str) -> impl Iterator<Item = &'a Recorded> {
+    calls
+        .iter()
+        .filter(move |c| c.method == "chat.postMessage" && c.channel.as_deref() == Some(channel))
+}
+
+/// A signed `/sandbox <text>` from `user`, answered through the simulator's `hooks/<name>`.
+async fn command(demo: &DemoHandle, user: &str, text: &str, hook_name: &str) -> reqwest::Response {
+    let body = command_form(text, user, &format!("{}/hooks/{hook_name}", demo.slack_url));
+    let ts = unix_now();
+    reqwest::Client::new()
+        .post(format!("{}/slack/commands", demo.steward_url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts.to_string())
+        .header(
+            "x-slack-signature",
+            signature::sign(demo.signing_secret(), ts, body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("Steward answers")
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+async fn refuses_connections(port: u16) -> bool {
+    tokio::net::TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .is_err()
+}
+
+#[tokio::test]
+async fn the_demo_opens_on_a_digest_a_run_card_and_a_push_test_and_stops_cleanly() {
+    let demo = start(None).await;
+    assert_eq!(demo.store, "memory", "no Redis unless one is given");
+    assert!(
+        demo.opening.problems.is_empty(),
+        "{:?}",
+        demo.opening.problems
+    );
+
+    // The sweep's digest leads the hygiene channel, with its cases in the digest's thread.
+    let sweep = demo
+        .opening
+        .sweep
+        .clone()
+        .expect("the opening sweep posted");
+    assert_eq!(sweep.channel, HYGIENE_CHANNEL);
+    assert_eq!(sweep.fleet, 40);
+    assert!(sweep.cases_opened >= 10, "{sweep:?}");
+    let calls = slack_calls(&demo).await;
+    let digest = posted_in(&calls, HYGIENE_CHANNEL)
+        .next()
+        .expect("the hygiene channel has a message");
+    assert!(
+        digest.thread_ts.is_none(),
+        "the digest is a top-level message"
+    );
+    assert!(
+        visible_text(digest).contains("Fleet hygiene"),
+        "{}",
+        visible_text(digest)
+    );
+    let digest_ts = sweep.digest_ts.clone();
+    let cards: Vec<&Recorded> = posted_in(&calls, HYGIENE_CHANNEL)
+        .filter(|c| c.thread_ts.as_deref() == Some(digest_ts.as_str()))
+        .filter(|c| visible_text(c).contains("Sandbox "))
+        .collect();
+    assert_eq!(cards.len(), sweep.cases_opened, "one card per case");
+    assert!(cards.iter().any(|c| visible_text(c).contains("pause it?")));
+    assert!(
+        cards
+            .iter()
+            .any(|c| visible_text(c).contains("Snapshot, then kill")),
+        "paused-for-days sandboxes get Snapshot, then kill"
+    );
+
+    // The agent's run ends with a run card; the push test's run fails with the suite's code.
+    assert!(demo.opening.run_id.is_some());
+    assert_eq!(
+        demo.opening.push_status,
+        Some(202),
+        "the webhook was accepted"
+    );
+    wait_until("the agent's run card", || async {
+        posted_in(&slack_calls(&demo).await, RUNS_CHANNEL)
+            .find(|c| visible_text(c).contains("Run succeeded"))
+            .cloned()
+    })
+    .await;
+    wait_until("the push test's failure", || async {
+        let calls = slack_calls(&demo).await;
+        calls
+            .iter()
+            .filter(|c| {
+                c.method == "chat.postMessage"
+                    && matches!(
+                        c.channel.as_deref(),
+                        Some(RUNS_CHANNEL | ENGINEERING_CHANNEL)
+                    )
+            })
+            .find(|c| visible_text(c).contains("code 101"))
+            .cloned()
+    })
+    .await;
+
+    // A signed `/sandbox list` gets the fleet back through the response_url.
+    let name = hook();
+    let resp = command(&demo, REQUESTER.id, "list", &name).await;
+    assert_eq!(resp.status(), 200);
+    let listed = wait_until("the list in the response_url", || async {
+        slack_calls(&demo)
+            .await
+            .into_iter()
+            .find(|c| c.method == format!("hooks/{name}") && visible_text(c).contains("running"))
+    })
+    .await;
+    let table = visible_text(&listed);
+    assert!(table.contains("running in total"), "{table}");
+    assert!(
+        table.contains("ml-notebook"),
+        "the story fleet's templates show: {table}"
+    );
+
+    // An unsigned command is refused: the demo keeps Slack's rules.
+    let unsigned = reqwest::Client::new()
+        .post(format!("{}/slack/commands", demo.steward_url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(command_form(
+            "list",
+            REQUESTER.id,
+            "http://127.0.0.1:9/hooks/x",
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 401);
+
+    // Stopping closes every port and removes the scratch directory.
+    let ports = [
+        port_of(&demo.slack_url),
+        port_of(&demo.steward_url),
+        port_of(&demo.e2b_url),
+        port_of(&demo.envd_url),
+    ];
+    let scratch = demo.scratch_dir().to_owned();
+    assert!(scratch.join("steward.toml").exists());
+    demo.stop().await.expect("Steward stops cleanly");
+    for port in ports {
+        eventually(&format!("port {port} is closed"), || {
+            refuses_connections(port)
+        })
+        .await;
+    }
+    assert!(!scratch.exists(), "the scratch directory is removed");
+}
+
+#[tokio::test]
+async fn with_a_redis_url_the_demo_keeps_its_state_in_redis() {
+    let demo = start(Some(redis_url())).await;
+    assert_eq!(demo.store, "redis");
+    let prefix = demo
+        .redis_prefix
+        .clone()
+        .expect("the demo names its key prefix");
+    let _cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: prefix.clone(),
+    };
+    let mut conn = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(!keys.is_empty(), "the sweep's cases are in Redis");
+    assert!(demo.opening.sweep.is_some(), "{:?}", demo.opening.problems);
+    demo.stop().await.expect("Steward stops cleanly");
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_or_a_busy_port_is_a_sentence_and_leaves_nothing_running() {
+    sandbox_steward::telemetry::init("error");
+    let parent = tempfile::tempdir().unwrap();
+    let err = demo::start(DemoOptions {
+        port: 0,
+        redis_url: Some(SecretString::from("redis://127.0.0.1:1".to_owned())),
+        scratch_in: Some(parent.path().to_owned()),
+        ..DemoOptions::default()
+    })
+    .await
+    .expect_err("no Redis answers on port 1");
+    let text = format!("{err:#}");
+    assert!(text.contains("Redis does not answer"), "{text}");
+    assert!(
+        !text.contains("redis://"),
+        "the URL may hold a password: {text}"
+    );
+
+    let busy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let err = demo::start(DemoOptions {
+        port,
+        scratch_in: Some(parent.path().to_owned()),
+        ..DemoOptions::default()
+    })
+    .await
+    .expect_err("the page's port is taken");
+    assert!(
+        format!("{err:#}").contains(&format!("port {port} is in use")),
+        "{err:#}"
+    );
+    // Neither attempt left its scratch directory behind.
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
