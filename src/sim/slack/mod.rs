@@ -605,6 +605,22 @@ impl SlackSim {
         Ok(())
     }
 
+    /// Adds someone the page can act as (`--person`); pages opened from then on offer them.
+    pub fn add_person(&self, id: &str, label: &str) {
+        add_person(
+            &mut self.world(),
+            &Person {
+                id: id.to_owned(),
+                label: label.to_owned(),
+            },
+        );
+    }
+
+    /// Adds a channel the page lists (`--channel`).
+    pub fn add_channel(&self, id: &str, name: &str) {
+        self.world().channels.insert(id.to_owned(), name.to_owned());
+    }
+
     /// The web page's address.
     pub fn page_url(&self) -> String {
         format!("{}/", self.base_url())
@@ -648,8 +664,7 @@ fn seed_page(world: &mut SlackWorld, channels: &[SimChannel], people: &[Person])
         world.channels.insert("C0GENERAL".into(), "general".into());
     }
     for person in people {
-        world.users.entry(person.id.clone()).or_insert(None);
-        world.people.push(person.clone());
+        add_person(world, person);
     }
     if world.people.is_empty() {
         world.people = world
@@ -662,13 +677,30 @@ fn seed_page(world: &mut SlackWorld, channels: &[SimChannel], people: &[Person])
             .collect();
     }
     if world.people.is_empty() {
-        world.users.insert("U0YOU".into(), Some("you".into()));
+        world.users.insert(STAND_IN.into(), Some("you".into()));
         world.people.push(Person {
-            id: "U0YOU".into(),
+            id: STAND_IN.into(),
             label: "you".into(),
         });
     }
 }
+
+/// Adds someone the page can act as, replacing the stand-in; a user without a name takes the
+/// label's first part (`Ada` of `Ada (approver)`).
+fn add_person(world: &mut SlackWorld, person: &Person) {
+    world
+        .people
+        .retain(|p| p.id != STAND_IN && p.id != person.id);
+    let name = person.label.split(" (").next().unwrap_or_default().trim();
+    let entry = world.users.entry(person.id.clone()).or_insert(None);
+    if entry.is_none() && !name.is_empty() {
+        *entry = Some(name.to_owned());
+    }
+    world.people.push(person.clone());
+}
+
+/// The user the page acts as when nobody else was seeded.
+const STAND_IN: &str = "U0YOU";
 
 fn user_json(id: &str, name: &Option<String>) -> Value {
     let name = name.clone().unwrap_or_else(|| id.to_lowercase());

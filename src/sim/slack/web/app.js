@@ -6,7 +6,7 @@
 const EMOJI = {
   warning: "⚠️", hourglass_flowing_sand: "⏳", x: "❌", white_check_mark: "✅",
   thinking_face: "🤔", leaves: "🍃", information_source: "ℹ️", ghost: "👻", gear: "⚙️",
-  zzz: "💤", alarm_clock: "⏰", camera: "📷", wastebasket: "🗑️", broom: "🧹", lock: "🔒",
+  zzz: "💤", alarm_clock: "⏰", ballot_box_with_check: "☑️", link: "🔗", camera: "📷", wastebasket: "🗑️", broom: "🧹", lock: "🔒",
   rotating_light: "🚨", tada: "🎉", hourglass: "⌛", red_circle: "🔴", large_green_circle: "🟢",
   package: "📦", mag: "🔍", clipboard: "📋", stopwatch: "⏱️", no_entry: "⛔", heavy_check_mark: "✔️",
 };
@@ -60,11 +60,11 @@ function emojify(text) {
   return String(text).replace(/:([a-z0-9_+-]+):/g, (all, name) => EMOJI[name] || all);
 }
 
-/** A safe link target: http(s) and mailto only. */
+/** A safe link target: absolute http(s) and mailto URLs only. */
 function safeHref(url) {
+  if (!/^(https?:\/\/|mailto:)/i.test(url)) return null;
   try {
-    const u = new URL(url, location.href);
-    return ["http:", "https:", "mailto:"].includes(u.protocol) ? u.href : null;
+    return new URL(url).href;
   } catch (_) {
     return null;
   }
@@ -91,8 +91,9 @@ function special(inner) {
     return el("span", { class: "mention" }, "@" + (label || word));
   }
   const href = safeHref(decode(target));
-  const text = decode(label || target);
-  return href ? el("a", { href, target: "_blank", rel: "noopener noreferrer" }, text) : document.createTextNode(text);
+  if (href) return el("a", { href, target: "_blank", rel: "noopener noreferrer" }, decode(label || target));
+  // Not a link Slack would draw: shown as typed (or its label).
+  return document.createTextNode(label ? decode(label) : "<" + decode(inner) + ">");
 }
 
 function splitOnce(text, sep) {
@@ -259,7 +260,7 @@ function renderMessage(m, { inThread = false } = {}) {
     ? { kind: "ephemeral", ts: m.ts, channel: m.channel }
     : { kind: "message", ts: m.ts, channel: m.channel };
   const body = el("div", { class: "msg-body" });
-  if (m.ephemeral) body.append(el("div", { class: "only-you" }, "👁 Only visible to you"));
+  if (m.ephemeral) body.append(el("div", { class: "only-you" }, "Only visible to you"));
   body.append(el("div", { class: "msg-head" },
     el("span", { class: "author" }, "Steward"), el("span", { class: "app-badge" }, "APP"),
     el("span", { class: "time", title: m.ts }, time(m.ts)),
