@@ -30,6 +30,8 @@ const PAGE_PATIENCE: Duration = Duration::from_secs(30);
 struct Stack {
     /// The Slack simulator's page.
     page_url: String,
+    /// The Slack simulator's Web API base (`…/api`), to post as Steward's bot does.
+    slack_api_url: String,
     /// Sandboxes seeded for the scenario, in the E2B simulator.
     sandboxes: Vec<String>,
     /// Steward with its simulators; dropped last.
@@ -72,6 +74,7 @@ kill = {{ users = ["{APPROVER}"] }}
         .expect("Steward's address is a URL");
     Stack {
         page_url: app.slack.page_url(),
+        slack_api_url: app.slack.api_url(),
         sandboxes,
         _app: app,
     }
@@ -145,6 +148,33 @@ fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector 
     hyper_util::client::legacy::connect::HttpConnector::new()
 }
 
+/// How many messages the busy channel gets.
+const LOAD_MESSAGES: usize = 500;
+
+/// Posts to the Slack simulator's Web API as Steward's bot does.
+struct Api {
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(&self, method: &str, body: serde_json::Value) -> serde_json::Value {
+        let answer: serde_json::Value = self
+            .http
+            .post(format!("{}/{method}", self.url))
+            .bearer_auth("xoxb-browser-test")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["ok"], true, "{method}: {answer}");
+        answer
+    }
+}
+
 /// The page as a person uses it.
 struct Person<'a> {
     client: &'a Client,
@@ -213,6 +243,18 @@ impl Person<'_> {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    async fn click_css(&self, css: &str) {
+        self.client
+            .wait()
+            .at_most(PAGE_PATIENCE)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|_| panic!("nothing to click at {css}"))
+            .click()
+            .await
+            .unwrap();
     }
 
     async fn confirm(&self) {
@@ -357,6 +399,83 @@ async fn a_person_lists_opens_decides_and_is_refused_on_the_slack_simulators_pag
         assert!(html.contains(expected), "{expected} missing from {html}");
     }
     assert!(!html.contains("javascript:"), "{html}");
+
+    // A thread: a reply and a file under a message show as a reply count that opens the thread.
+    let api = Api {
+        url: stack.slack_api_url.clone(),
+        http: reqwest::Client::new(),
+    };
+    let parent = api
+        .call(
+            "chat.postMessage",
+            json!({"channel": APPROVALS, "text": "Weekly sweep: 2 idle"}),
+        )
+        .await;
+    let ts = parent["ts"].as_str().unwrap();
+    api.call(
+        "chat.postMessage",
+        json!({"channel": APPROVALS, "thread_ts": ts, "text": "first idle sandbox"}),
+    )
+    .await;
+    let upload = api
+        .call(
+            "files.getUploadURLExternal",
+            json!({"filename": "log.txt", "length": "5"}),
+        )
+        .await;
+    api.http
+        .post(upload["upload_url"].as_str().unwrap())
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    api.call(
+        "files.completeUploadExternal",
+        json!({"channel_id": APPROVALS, "thread_ts": ts,
+               "files": [{"id": upload["file_id"], "title": "run log"}]}),
+    )
+    .await;
+    me.see("#messages .msg .replies", "2 replies").await;
+    me.click_css("#messages .msg .replies").await;
+    me.see("#thread-messages", "first idle sandbox").await;
+    let file = me.see("#thread-messages a.file", "run log").await;
+    assert!(file.contains("run log"), "{file}");
+    me.screenshot("thread").await;
+
+    // 500 messages in one channel: how long until the page shows them all (reported, not asserted).
+    for n in 0..LOAD_MESSAGES {
+        api.call(
+            "chat.postMessage",
+            json!({"channel": "C0LOAD", "text": format!("message {n}"),
+                   "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": format!("*message* {n} for <@{APPROVER}>")}}]}),
+        )
+        .await;
+    }
+    let shown_in = Instant::now();
+    me.click_css("#channels li[data-channel='C0LOAD']").await;
+    let deadline = Instant::now() + PAGE_PATIENCE;
+    loop {
+        let count = client
+            .execute(
+                "return document.querySelectorAll('#messages .msg').length;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if count == json!(LOAD_MESSAGES) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page showed {count} of {LOAD_MESSAGES} messages"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "browser test: {LOAD_MESSAGES} messages in one channel shown in {} ms after the click",
+        shown_in.elapsed().as_millis()
+    );
+    me.screenshot("busy-channel").await;
 
     client.close().await.unwrap();
     println!(

@@ -327,13 +327,17 @@ function placeMessage(m) {
   const list = $("messages");
   const dataKey = (m.ephemeral ? "e|" : "m|") + m.ts;
   const node = renderMessage(m);
-  const old = list.querySelector(`[data-key="${CSS.escape(dataKey)}"]`);
-  if (old) return old.replaceWith(node);
+  // A reader at the bottom stays at the bottom as messages arrive or grow.
   const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
-  let after = list.lastElementChild;
-  while (after && after.dataset.ts > m.ts) after = after.previousElementSibling;
-  if (after) after.after(node);
-  else list.prepend(node);
+  const old = list.querySelector(`[data-key="${CSS.escape(dataKey)}"]`);
+  if (old) {
+    old.replaceWith(node);
+  } else {
+    let after = list.lastElementChild;
+    while (after && after.dataset.ts > m.ts) after = after.previousElementSibling;
+    if (after) after.after(node);
+    else list.prepend(node);
+  }
   if (stick) list.scrollTop = list.scrollHeight;
 }
 
