@@ -1199,6 +1199,7 @@ async fn add_usergroup(State(world): State<Shared>, Json(group): Json<UserGroup>
 pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     let (users, groups) = opts.seeds()?;
     let opts_steward = opts.steward_url.clone();
+    let opts_signed = opts.signing_secret.is_some();
     let sim = SlackSim::start(SlackSimOptions {
         users,
         groups,
@@ -1207,7 +1208,15 @@ pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     .await?;
     println!("Fake Slack listening on {}", sim.base_url());
     match &opts_steward {
-        Some(url) => println!("  page: {} (acts on Steward at {url})", sim.page_url()),
+        Some(url) => println!(
+            "  page: {} (acts on Steward at {url}{})",
+            sim.page_url(),
+            if opts_signed {
+                ""
+            } else {
+                "; no --signing-secret, so Steward will refuse what it sends"
+            }
+        ),
         None => println!(
             "  page: {} (read-only: no --steward-url to send commands to)",
             sim.page_url()
