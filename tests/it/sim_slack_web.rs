@@ -556,3 +556,46 @@ async fn a_non_approvers_kill_is_refused_where_only_they_see_it_and_an_approvers
     })
     .await;
 }
+
+#[tokio::test]
+async fn replies_to_a_response_url_the_page_handed_out_land_where_slack_puts_them() {
+    let app = steward().await;
+    let page = Page::of(&app.slack);
+    let (status, answer) = page.command("U0001", APPROVALS, "/sandbox help").await;
+    assert_eq!(status, 200, "{answer}");
+    let world = page.world().await;
+    assert_eq!(ephemeral_of(&world, "U0001").len(), 1, "{world}");
+    // The page's first action handed Steward the response_url `hooks/sim-1`.
+    let hook = app.slack.response_url("sim-1");
+    let post = |url: &str, body: Value| {
+        let http = page.http.clone();
+        let url = url.to_owned();
+        async move {
+            let resp = http.post(url).json(&body).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    };
+    // `in_channel` posts for everyone in the command's channel.
+    post(
+        &hook,
+        json!({"response_type": "in_channel", "text": "for *everyone*"}),
+    )
+    .await;
+    let world = page.world().await;
+    let shown = messages(&world, APPROVALS);
+    assert_eq!(shown.len(), 1, "{world}");
+    assert_eq!(shown[0]["text"], "for *everyone*");
+    // `replace_original` replaces the answer the person saw; `delete_original` removes it.
+    post(&hook, json!({"replace_original": true, "text": "replaced"})).await;
+    let world = page.world().await;
+    let seen = ephemeral_of(&world, "U0001");
+    assert_eq!(seen.len(), 1, "{world}");
+    assert_eq!(seen[0]["text"], "replaced");
+    post(&hook, json!({"delete_original": true})).await;
+    assert!(ephemeral_of(&page.world().await, "U0001").is_empty());
+    // A hook the page never handed out is only recorded, as before.
+    let seq = page.world().await["seq"].clone();
+    post(&app.slack.response_url("elsewhere"), json!({"text": "x"})).await;
+    assert_eq!(page.world().await["seq"], seq);
+    assert_eq!(app.slack.hook_posts("elsewhere").len(), 1);
+}
