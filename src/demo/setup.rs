@@ -182,17 +182,13 @@ pub fn environment(
     env
 }
 
-/// MERGE POINT with the Slack simulator's web page (being written beside this): the options
-/// `steward demo` starts the simulator with. The page needs Steward's URL, the signing secret
-/// (to sign the commands and clicks it forwards), the channel names and the people. Until
-/// those options exist, only the address and the people (as seeded users) are set; adjust
-/// this one function when they land.
+/// The options `steward demo` starts the Slack simulator with: its page lists the demo's
+/// channels and people, and signs what they type and click with Steward's signing secret.
 pub fn slack_sim_options(
     listen: SocketAddr,
     steward_url: &str,
     secrets: &Secrets,
 ) -> SlackSimOptions {
-    let _not_yet_used = (steward_url, &secrets.signing, CHANNELS);
     SlackSimOptions {
         listen,
         users: PEOPLE
@@ -201,6 +197,22 @@ pub fn slack_sim_options(
             .collect(),
         groups: Vec::new(),
         seed: None,
+        channels: CHANNELS
+            .iter()
+            .map(|(name, id)| crate::sim::slack::SimChannel {
+                id: (*id).to_owned(),
+                name: (*name).to_owned(),
+            })
+            .collect(),
+        people: PEOPLE
+            .iter()
+            .map(|p| crate::sim::slack::Person {
+                id: p.id.to_owned(),
+                label: p.label.to_owned(),
+            })
+            .collect(),
+        steward_url: Some(steward_url.to_owned()),
+        signing_secret: Some(secrets.signing.clone()),
     }
 }
 

@@ -29,6 +29,7 @@ mod run_cases;
 mod runs;
 mod sim_e2b;
 mod sim_envd;
+mod sim_slack_web;
 mod slack_commands;
 mod slack_router;
 mod slack_signature;

@@ -10,11 +10,16 @@
 //! message (so `chat.update` edits it), refuses what Slack would refuse for size
 //! (`invalid_blocks`, `msg_too_long`) and replies to a `thread_ts` that is not a message of the
 //! same channel (`thread_not_found`), and can be told to fail (`/_sim/faults`). All state
-//! lives in one [`SlackWorld`] value so a browser view can be added later.
+//! lives in one [`SlackWorld`] value.
+//!
+//! The web page (`web`) shows that world the way Slack shows it, live, and lets a person act as
+//! a Slack user: it asks this server, which signs and forwards slash commands, clicks and modal
+//! submissions to Steward (`--steward-url`), so the signing secret never reaches the browser.
+//! Replies to the response_urls it handed out are applied to the world as Slack applies them.
 //!
 //! It must never be used by production code paths, and it checks no real credentials: a
 //! `Bearer xoxb-…` header is enough.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,10 +30,13 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
+
+mod web;
 
 /// Options of `steward sim slack`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,6 +56,21 @@ pub struct SlackSimOptions {
     /// `{"users": {"U0ALICE01": "alice"}, "groups": {"S0SRE": ["U0ALICE01"]}}`.
     #[arg(long, value_name = "FILE")]
     pub seed: Option<std::path::PathBuf>,
+    /// A channel the page lists even before anything is posted there: `approvals=C0APPROVALS`
+    /// (repeat for more). Without any, the page offers `general=C0GENERAL` to type commands in.
+    #[arg(long = "channel", value_name = "NAME=ID", value_parser = parse_channel)]
+    pub channels: Vec<SimChannel>,
+    /// A person the page can act as, with a label: `U0APPROVER=Ada (approver)` (repeat for more).
+    /// Without any, the page offers the seeded users.
+    #[arg(long = "person", value_name = "ID=LABEL", value_parser = parse_person)]
+    pub people: Vec<Person>,
+    /// Steward's base URL. The page's commands, clicks and modal submissions are signed and sent
+    /// to its `/slack/commands` and `/slack/interactions`. Unset: the page is read-only.
+    #[arg(long, value_name = "URL", value_parser = parse_steward_url)]
+    pub steward_url: Option<String>,
+    /// The signing secret of Steward's Slack app, used to sign what the page sends.
+    #[arg(long, env = "SLACK_SIGNING_SECRET", hide_env_values = true, value_parser = parse_secret)]
+    pub signing_secret: Option<SecretString>,
 }
 
 impl Default for SlackSimOptions {
@@ -57,8 +80,71 @@ impl Default for SlackSimOptions {
             users: Vec::new(),
             groups: Vec::new(),
             seed: None,
+            channels: Vec::new(),
+            people: Vec::new(),
+            steward_url: None,
+            signing_secret: None,
         }
     }
+}
+
+/// A channel the page lists: its id and name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimChannel {
+    pub id: String,
+    pub name: String,
+}
+
+/// Someone the page can act as: a user id and how the menu labels them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Person {
+    pub id: String,
+    pub label: String,
+}
+
+/// `approvals=C0APPROVALS` (a leading `#` on the name is dropped).
+fn parse_channel(text: &str) -> Result<SimChannel, String> {
+    let (name, id) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=ID (e.g. approvals=C0APPROVALS)"))?;
+    let (name, id) = (name.trim().trim_start_matches('#'), id.trim());
+    if name.is_empty() {
+        return Err(format!("{text:?} has no channel name before '='"));
+    }
+    if !id.starts_with(['C', 'G']) || id.len() < 2 || !id.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Err(format!("{id:?} is not a Slack channel id (C… or G…)"));
+    }
+    Ok(SimChannel {
+        id: id.to_owned(),
+        name: name.to_owned(),
+    })
+}
+
+/// `U0APPROVER=Ada (approver)`.
+fn parse_person(text: &str) -> Result<Person, String> {
+    let (id, label) = parse_user(text)?;
+    let label =
+        label.ok_or_else(|| format!("{text:?} is not ID=LABEL (e.g. U0ADA=Ada (approver))"))?;
+    Ok(Person { id, label })
+}
+
+/// An `http://` or `https://` base URL, kept without a trailing slash.
+fn parse_steward_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!(
+            "{text:?} is not an http(s) URL such as http://127.0.0.1:3000"
+        ));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+fn parse_secret(text: &str) -> Result<SecretString, String> {
+    if text.trim().is_empty() {
+        return Err("the signing secret is empty".into());
+    }
+    Ok(SecretString::from(text.trim().to_owned()))
 }
 
 /// A user to seed: its id and, optionally, its name.
@@ -209,6 +295,49 @@ pub struct SimFile {
 /// The largest body the upload URL takes (Slack's own limit is 1 GB; tests need less).
 pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
+/// A message only one user sees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ephemeral {
+    pub ts: String,
+    pub channel: String,
+    pub user: String,
+    pub text: Option<String>,
+    pub blocks: Option<Value>,
+    pub attachments: Option<Value>,
+    pub thread_ts: Option<String>,
+}
+
+/// A modal open for a user.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Modal {
+    pub id: String,
+    /// Whose action's trigger opened it (`None`: a trigger the page did not hand out).
+    pub user: Option<String>,
+    /// The view as Steward sent it, with the `id` Slack gives it.
+    pub view: Value,
+    /// Errors Steward answered a submission with, by block id.
+    pub errors: BTreeMap<String, String>,
+}
+
+/// Where replies to a response_url the page handed out go, as Slack routes them.
+#[derive(Debug, Clone, PartialEq)]
+struct HookTarget {
+    user: String,
+    channel: String,
+    /// The message `replace_original` and `delete_original` act on: the clicked message, or a
+    /// command's earlier ephemeral answer.
+    source: Option<Source>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    Message { channel: String, ts: String },
+    Ephemeral { ts: String },
+}
+
+/// How many changes a slow page may fall behind before it is told to read the world again.
+const FEED_CAPACITY: usize = 1024;
+
 /// Everything the fake knows. Plain data, so it can be shown or snapshotted.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct SlackWorld {
@@ -222,6 +351,28 @@ pub struct SlackWorld {
     pub users: BTreeMap<String, Option<String>>,
     /// Files by id, in the order their upload URLs were handed out.
     pub files: BTreeMap<String, SimFile>,
+    /// Channels the page lists besides those that got messages, by id.
+    pub channels: BTreeMap<String, String>,
+    /// People the page can act as, in menu order.
+    pub people: Vec<Person>,
+    /// Ephemeral messages (`chat.postEphemeral`, ephemeral replies), by ts; each is seen by one user.
+    pub ephemeral: BTreeMap<String, Ephemeral>,
+    /// Modals opened with `views.open` and not yet closed, by view id.
+    pub modals: BTreeMap<String, Modal>,
+    /// Messages changed since they were posted (`chat.update`, `replace_original`).
+    pub edited: BTreeSet<(String, String)>,
+    /// Bumped by every change the page can see; each change goes out on `feed` with its number.
+    pub seq: u64,
+    /// The response_urls the page handed out (hook name to where replies go).
+    #[serde(skip)]
+    hooks: HashMap<String, HookTarget>,
+    /// The trigger ids the page handed out, to the user whose action it was (for `views.open`).
+    #[serde(skip)]
+    triggers: HashMap<String, String>,
+    /// Actions the page sent, used to name hooks and triggers.
+    acts: u64,
+    #[serde(skip)]
+    feed: Option<broadcast::Sender<Arc<str>>>,
     /// `http://127.0.0.1:PORT`, for the upload URLs this fake hands out.
     base_url: String,
     /// Messages posted so far, used to make increasing ts values.
@@ -238,8 +389,41 @@ impl SlackWorld {
             .unwrap_or(1_700_000_000);
         Self {
             ts_base_secs: now,
+            feed: Some(broadcast::channel(FEED_CAPACITY).0),
             ..Self::default()
         }
+    }
+
+    /// Counts a change the page can see and sends it to every open page.
+    fn publish(&mut self, mut change: Value) {
+        self.seq += 1;
+        if let Some(obj) = change.as_object_mut() {
+            obj.insert("seq".into(), json!(self.seq));
+        }
+        if let Some(feed) = &self.feed {
+            // No page listening is not an error.
+            let _ = feed.send(Arc::from(change.to_string()));
+        }
+    }
+
+    /// Publishes the current state of a channel message.
+    fn publish_message(&mut self, channel: &str, ts: &str) {
+        let key = (channel.to_owned(), ts.to_owned());
+        if let Some(message) = self.messages.get(&key) {
+            let view = web::message_view(self, message);
+            self.publish(json!({"kind": "message", "message": view}));
+        }
+    }
+
+    fn publish_ephemeral(&mut self, ts: &str) {
+        if let Some(e) = self.ephemeral.get(ts) {
+            let view = web::ephemeral_view(e);
+            self.publish(json!({"kind": "ephemeral", "ephemeral": view}));
+        }
+    }
+
+    fn subscribe(&self) -> Option<broadcast::Receiver<Arc<str>>> {
+        self.feed.as_ref().map(broadcast::Sender::subscribe)
     }
 
     fn next_ts(&mut self) -> String {
@@ -262,7 +446,22 @@ impl SlackWorld {
     }
 }
 
-type Shared = Arc<Mutex<SlackWorld>>;
+/// Where the page's actions go: Steward's base URL and the secret to sign with.
+#[derive(Debug, Clone)]
+struct StewardTarget {
+    url: String,
+    /// `None` sends unsigned requests, which Steward refuses; the page then says why.
+    signing_secret: Option<SecretString>,
+}
+
+/// What the handlers share: the world, and where the page's actions are forwarded.
+struct SimState {
+    world: Mutex<SlackWorld>,
+    steward: Mutex<Option<StewardTarget>>,
+    http: reqwest::Client,
+}
+
+type Shared = Arc<SimState>;
 
 /// A running fake Slack. Dropping it stops the server.
 pub struct SlackSim {
@@ -280,7 +479,19 @@ impl SlackSim {
         let mut seeded = SlackWorld::new();
         seeded.base_url = format!("http://{addr}");
         seed(&mut seeded, &opts.users, &opts.groups);
-        let world: Shared = Arc::new(Mutex::new(seeded));
+        seed_page(&mut seeded, &opts.channels, &opts.people);
+        let steward = opts.steward_url.clone().map(|url| StewardTarget {
+            url,
+            signing_secret: opts.signing_secret.clone(),
+        });
+        let world: Shared = Arc::new(SimState {
+            world: Mutex::new(seeded),
+            steward: Mutex::new(steward),
+            http: reqwest::Client::builder()
+                .timeout(web::STEWARD_TIMEOUT)
+                .build()
+                .map_err(std::io::Error::other)?,
+        });
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(world.clone());
         tokio::spawn(async move {
@@ -372,12 +583,54 @@ impl SlackSim {
 
     /// A copy of the whole state.
     pub fn snapshot(&self) -> SlackWorld {
-        self.world().clone()
+        let mut copy = self.world().clone();
+        // A copy must not keep the live feed open after the fake stops.
+        copy.feed = None;
+        copy
+    }
+
+    /// Points the page's actions at Steward (`base_url` like `http://127.0.0.1:3000`), signed
+    /// with `signing_secret` (`None`: unsigned, so Steward refuses them). For a Steward started
+    /// after this fake, since Steward needs the fake's URL first.
+    pub fn connect_steward(
+        &self,
+        base_url: &str,
+        signing_secret: Option<SecretString>,
+    ) -> Result<(), String> {
+        let url = parse_steward_url(base_url)?;
+        *self.world.steward.lock().unwrap_or_else(|p| p.into_inner()) = Some(StewardTarget {
+            url,
+            signing_secret,
+        });
+        Ok(())
+    }
+
+    /// Adds someone the page can act as (`--person`); pages opened from then on offer them.
+    pub fn add_person(&self, id: &str, label: &str) {
+        add_person(
+            &mut self.world(),
+            &Person {
+                id: id.to_owned(),
+                label: label.to_owned(),
+            },
+        );
+    }
+
+    /// Adds a channel the page lists (`--channel`).
+    pub fn add_channel(&self, id: &str, name: &str) {
+        self.world().channels.insert(id.to_owned(), name.to_owned());
+    }
+
+    /// The web page's address.
+    pub fn page_url(&self) -> String {
+        format!("{}/", self.base_url())
     }
 }
 
 impl Drop for SlackSim {
     fn drop(&mut self) {
+        // Ends the pages' event streams, which would otherwise hold the server open.
+        self.world().feed = None;
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -399,20 +652,70 @@ fn seed(world: &mut SlackWorld, users: &[SeedUser], groups: &[UserGroup]) {
     }
 }
 
+/// Adds the page's channels and people; people become users too. Without channels the page
+/// offers `#general`; without people, the seeded users (or one stand-in) to act as.
+fn seed_page(world: &mut SlackWorld, channels: &[SimChannel], people: &[Person]) {
+    for channel in channels {
+        world
+            .channels
+            .insert(channel.id.clone(), channel.name.clone());
+    }
+    if world.channels.is_empty() {
+        world.channels.insert("C0GENERAL".into(), "general".into());
+    }
+    for person in people {
+        add_person(world, person);
+    }
+    if world.people.is_empty() {
+        world.people = world
+            .users
+            .iter()
+            .map(|(id, name)| Person {
+                id: id.clone(),
+                label: name.clone().unwrap_or_else(|| id.clone()),
+            })
+            .collect();
+    }
+    if world.people.is_empty() {
+        world.users.insert(STAND_IN.into(), Some("you".into()));
+        world.people.push(Person {
+            id: STAND_IN.into(),
+            label: "you".into(),
+        });
+    }
+}
+
+/// Adds someone the page can act as, replacing the stand-in; a user without a name takes the
+/// label's first part (`Ada` of `Ada (approver)`).
+fn add_person(world: &mut SlackWorld, person: &Person) {
+    world
+        .people
+        .retain(|p| p.id != STAND_IN && p.id != person.id);
+    let name = person.label.split(" (").next().unwrap_or_default().trim();
+    let entry = world.users.entry(person.id.clone()).or_insert(None);
+    if entry.is_none() && !name.is_empty() {
+        *entry = Some(name.to_owned());
+    }
+    world.people.push(person.clone());
+}
+
+/// The user the page acts as when nobody else was seeded.
+const STAND_IN: &str = "U0YOU";
+
 fn user_json(id: &str, name: &Option<String>) -> Value {
     let name = name.clone().unwrap_or_else(|| id.to_lowercase());
     json!({"id": id, "team_id": "T0SIM", "name": name, "real_name": name,
            "profile": {"display_name": name, "real_name": name}})
 }
 
-fn lock(world: &Shared) -> MutexGuard<'_, SlackWorld> {
+fn lock(state: &Shared) -> MutexGuard<'_, SlackWorld> {
     // A panic while holding the lock leaves plain data behind; keep serving it.
-    world.lock().unwrap_or_else(|p| p.into_inner())
+    state.world.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The fake's routes: `/api/{method}`, `/hooks/{*name}` and the `/_sim/*` controls.
-pub fn router(world: Shared) -> Router {
-    Router::new()
+/// The fake's routes: `/api/{method}`, `/hooks/{*name}`, the `/_sim/*` controls and the page.
+fn router(world: Shared) -> Router {
+    web::routes()
         .route("/api/{method}", any(api))
         .route("/hooks/{*name}", post(hook))
         .route("/_sim/messages", get(list_calls))
@@ -590,6 +893,7 @@ async fn api(
             world
                 .messages
                 .insert((channel.clone(), ts.clone()), rec.clone());
+            world.publish_message(&channel, &ts);
             json!({"ok": true, "channel": channel, "ts": ts,
                    "message": {"ts": ts, "text": rec.text.clone().unwrap_or_default()}})
         }
@@ -611,20 +915,53 @@ async fn api(
             if rec.attachments.is_some() {
                 stored.attachments = rec.attachments.clone();
             }
+            world.edited.insert(key.clone());
+            world.publish_message(&key.0, &key.1);
             json!({"ok": true, "channel": key.0, "ts": key.1, "text": rec.text.clone().unwrap_or_default(),
                    "message": {"text": rec.text.clone().unwrap_or_default()}})
         }
         "chat.postEphemeral" => {
             let ts = world.next_ts();
+            // Kept for the page, which shows it to its one user.
+            if let (Some(channel), Some(user)) = (rec.channel.clone(), str_field(&value, "user")) {
+                let ephemeral = Ephemeral {
+                    ts: ts.clone(),
+                    channel,
+                    user,
+                    text: rec.text.clone(),
+                    blocks: rec.blocks.clone(),
+                    attachments: rec.attachments.clone(),
+                    thread_ts: rec.thread_ts.clone(),
+                };
+                world.ephemeral.insert(ts.clone(), ephemeral);
+                world.publish_ephemeral(&ts);
+            }
             json!({"ok": true, "message_ts": ts})
         }
         "views.open" => {
             world.views_opened += 1;
-            let mut view = value.get("view").cloned().unwrap_or(Value::Null);
+            let mut view = match value.get("view").cloned().unwrap_or(Value::Null) {
+                // A form-encoded call sends the view as a JSON string.
+                Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::Null),
+                v => v,
+            };
+            let id = format!("V{:08}", world.views_opened);
             if let Some(obj) = view.as_object_mut() {
-                obj.insert("id".into(), json!(format!("V{:08}", world.views_opened)));
+                obj.insert("id".into(), json!(id));
                 obj.insert("team_id".into(), json!("T0SIM"));
                 obj.insert("hash".into(), json!(format!("h{}", world.views_opened)));
+            }
+            if view.is_object() {
+                let user =
+                    str_field(&value, "trigger_id").and_then(|t| world.triggers.get(&t).cloned());
+                let modal = Modal {
+                    id: id.clone(),
+                    user,
+                    view: view.clone(),
+                    errors: BTreeMap::new(),
+                };
+                world.modals.insert(id, modal.clone());
+                world.publish(json!({"kind": "modal", "modal": modal}));
             }
             json!({"ok": true, "view": view})
         }
@@ -739,7 +1076,10 @@ async fn api(
                 let ts = world.next_ts();
                 rec.ts = Some(ts.clone());
                 rec.text = str_field(&value, "initial_comment");
-                world.messages.insert((channel.clone(), ts), rec.clone());
+                world
+                    .messages
+                    .insert((channel.clone(), ts.clone()), rec.clone());
+                world.publish_message(channel, &ts);
             }
             json!({"ok": true, "files": shared})
         }
@@ -778,6 +1118,10 @@ async fn hook(
             code,
         )
             .into_response();
+    }
+    // A response_url the page handed out: the reply lands where Slack would put it.
+    if let Some(target) = world.hooks.get(&name).cloned() {
+        world.apply_reply(&target, &value);
     }
     // Real Slack answers a response_url post with a bare `ok`.
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response()
@@ -855,6 +1199,8 @@ async fn add_usergroup(State(world): State<Shared>, Json(group): Json<UserGroup>
 /// `steward sim slack`: serve until Ctrl-C.
 pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     let (users, groups) = opts.seeds()?;
+    let opts_steward = opts.steward_url.clone();
+    let opts_signed = opts.signing_secret.is_some();
     let sim = SlackSim::start(SlackSimOptions {
         users,
         groups,
@@ -862,6 +1208,21 @@ pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     })
     .await?;
     println!("Fake Slack listening on {}", sim.base_url());
+    match &opts_steward {
+        Some(url) => println!(
+            "  page: {} (acts on Steward at {url}{})",
+            sim.page_url(),
+            if opts_signed {
+                ""
+            } else {
+                "; no --signing-secret, so Steward will refuse what it sends"
+            }
+        ),
+        None => println!(
+            "  page: {} (read-only: no --steward-url to send commands to)",
+            sim.page_url()
+        ),
+    }
     {
         let world = sim.world();
         if !world.users.is_empty() || !world.usergroups.is_empty() {
