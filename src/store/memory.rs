@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::Job;
 use super::{
     AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
-    Opened, OutputCount, StoreError, StoredRun, Swap,
+    Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::{CaseId, RunId};
@@ -72,6 +72,8 @@ struct Queue {
     last_delivered: u64,
     /// Delivered, unacknowledged entries.
     pending: BTreeMap<u64, Delivery>,
+    /// When each entry in `entries` was enqueued (a Redis stream id carries this).
+    enqueued_at: BTreeMap<u64, DateTime<Utc>>,
 }
 
 struct Delivery {
@@ -420,6 +422,7 @@ impl MemoryStore {
             s.queue.next_seq += 1;
             let seq = s.queue.next_seq;
             s.queue.entries.insert(seq, job.clone());
+            s.queue.enqueued_at.insert(seq, Utc::now());
             job_id(seq)
         };
         self.job_added.notify_waiters();
@@ -470,6 +473,14 @@ impl MemoryStore {
         }
     }
 
+    pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+        let s = self.lock();
+        Ok(QueueStats {
+            depth: s.queue.entries.len() as u64,
+            oldest_enqueued_at: s.queue.enqueued_at.values().next().copied(),
+        })
+    }
+
     pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
         let Some(seq) = parse_job_id(id) else {
             return Ok(());
@@ -477,6 +488,7 @@ impl MemoryStore {
         let mut s = self.lock();
         s.queue.pending.remove(&seq);
         s.queue.entries.remove(&seq);
+        s.queue.enqueued_at.remove(&seq);
         Ok(())
     }
 

@@ -21,6 +21,7 @@ mod hygiene;
 mod hygiene_slack;
 mod layering;
 mod mcp;
+mod metrics;
 mod no_side_door;
 mod recheck;
 mod run_cases;
