@@ -17,6 +17,7 @@ mod e2b_client;
 mod edge;
 mod envd;
 mod github;
+mod healthcheck;
 mod hygiene;
 mod hygiene_slack;
 mod layering;
