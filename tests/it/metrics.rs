@@ -526,3 +526,58 @@ async fn with_redis_down_a_scrape_still_answers_and_counts_the_redis_errors() {
     // steward_redis_up is not checked here: a gauge is shared by every app in this process, and
     // another test's scrape may set it back to 1 in between.
 }
+
+/// The series names a text mentions (`steward_…`), histogram suffixes taken off.
+fn series_named_in(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("steward_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        if name == "steward_" {
+            // The prefix itself, as prose names it.
+            continue;
+        }
+        let declared = |n: &str| SERIES.iter().any(|s| s.name == n);
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).filter(|b| declared(b)))
+            .map(str::to_owned)
+            .unwrap_or(name);
+        names.push(base);
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_the_alert_rules_and_readme_name_only_series_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    for file in [
+        "deploy/grafana-dashboard.json",
+        "deploy/alerts.yml",
+        "README.md",
+    ] {
+        let named = series_named_in(&read(file));
+        assert!(!named.is_empty(), "{file} names no series");
+        for name in named {
+            assert!(
+                SERIES.iter().any(|s| s.name == name),
+                "{file} names {name}, which metrics::SERIES does not declare"
+            );
+        }
+    }
+    let readme = series_named_in(&read("README.md"));
+    for s in SERIES {
+        assert!(
+            readme.iter().any(|n| n == s.name),
+            "README's Metrics table misses {}",
+            s.name
+        );
+    }
+    serde_json::from_str::<serde_json::Value>(&read("deploy/grafana-dashboard.json"))
+        .expect("the dashboard is JSON");
+}
