@@ -581,3 +581,39 @@ fn the_dashboard_the_alert_rules_and_readme_name_only_series_that_exist() {
     serde_json::from_str::<serde_json::Value>(&read("deploy/grafana-dashboard.json"))
         .expect("the dashboard is JSON");
 }
+
+#[tokio::test]
+async fn a_sweep_records_its_duration_and_the_fleet_it_saw() {
+    use sandbox_steward::hygiene::{SweepMode, sweep_once};
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 12,
+        worker: false,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let ctx = app.state.sweep.clone().expect("E2B is configured");
+    let (_, before) = scrape(&app).await;
+    let report = sweep_once(&ctx, chrono::Utc::now(), SweepMode::DryRun)
+        .await
+        .expect("the dry run succeeds");
+    assert_eq!(report.fleet.total, 12);
+    let (_, after) = scrape(&app).await;
+    let grew =
+        |name: &str, with: &[(&str, &str)]| total(&after, name, with) - total(&before, name, with);
+    let dry_ok = [("mode", "dry_run"), ("outcome", "ok")];
+    assert!(grew("steward_sweeps_total", &dry_ok) >= 1.0);
+    assert!(
+        grew(
+            "steward_sweep_duration_seconds_count",
+            &[("mode", "dry_run")]
+        ) >= 1.0
+    );
+    for gauge in [
+        "steward_fleet_sandboxes",
+        "steward_fleet_idle_sandboxes",
+        "steward_fleet_idle_cost_usd_per_day",
+    ] {
+        assert!(after.iter().any(|s| s.name == gauge), "{gauge} is missing");
+    }
+    assert_declared_and_bounded(&after);
+}
