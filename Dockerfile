@@ -49,7 +49,8 @@ RUN apt-get update \
 COPY --from=build /out/steward /usr/local/bin/steward
 
 USER 10001:10001
-WORKDIR /tmp
+# `steward serve` reads ./steward.toml when STEWARD_CONFIG is unset: mount the policy here.
+WORKDIR /etc/steward
 # Inside a container the listener must face the container's network, not its loopback.
 ENV STEWARD_LISTEN=0.0.0.0:3000 \
     STEWARD_LOG_FORMAT=json
