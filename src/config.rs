@@ -646,6 +646,9 @@ impl Policy {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub listen: SocketAddr,
+    /// `STEWARD_METRICS_LISTEN`: when set, `GET /metrics` is served on this address only (and
+    /// not on `listen`), so the scrape port can stay inside the cluster.
+    pub metrics_listen: Option<SocketAddr>,
     pub e2b: E2bSettings,
     pub slack: SlackSettings,
     pub redis: RedisSettings,
@@ -673,12 +676,22 @@ impl Settings {
             name: "STEWARD_LISTEN".into(),
             reason: format!("{listen_text:?} is not an address like 127.0.0.1:3000"),
         })?;
+        let metrics_listen = match env.var("STEWARD_METRICS_LISTEN") {
+            Some(text) if !text.trim().is_empty() => {
+                Some(text.trim().parse().map_err(|_| ConfigError::Invalid {
+                    name: "STEWARD_METRICS_LISTEN".into(),
+                    reason: format!("{text:?} is not an address like 0.0.0.0:9090"),
+                })?)
+            }
+            _ => None,
+        };
         let policy = match env.var("STEWARD_CONFIG") {
             Some(path) => Policy::load(Path::new(&path), true)?,
             None => Policy::load(Path::new("steward.toml"), false)?,
         };
         Ok(Self {
             listen,
+            metrics_listen,
             e2b: e2b_settings(env)?,
             slack: slack_settings(env),
             redis: redis_settings(env),

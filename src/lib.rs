@@ -8,6 +8,7 @@
 //! - [`cli`]: the `steward` command line (serve, sim, e2b, audit, ...).
 //! - [`config`]: one `Settings` tree from the environment and `steward.toml`.
 //! - [`telemetry`]: tracing subscriber setup.
+//! - [`metrics`]: every Prometheus series, named once, with one function per event.
 //! - [`ids`]: typed identifiers with parse constructors.
 //! - [`startup`]: `Application::build` binds the server and runs it with its workers.
 //! - [`http`]: the one route table and the HTTP error type.
@@ -41,6 +42,7 @@ pub mod hygiene;
 pub mod ids;
 pub mod jobs;
 pub mod mcp;
+pub mod metrics;
 pub mod runs;
 pub mod sim;
 pub mod slack;

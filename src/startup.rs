@@ -35,6 +35,8 @@ use crate::store::Store;
 /// A bound, ready-to-run Steward server.
 pub struct Application {
     listener: TcpListener,
+    /// `STEWARD_METRICS_LISTEN`'s listener, when set.
+    metrics: Option<TcpListener>,
     addr: SocketAddr,
     state: AppState,
     loops: LoopSettings,
@@ -123,11 +125,14 @@ impl Application {
             .await
             .map_err(|e| anyhow::anyhow!("could not listen on {}: {e}", settings.listen))?;
         let addr = listener.local_addr()?;
+        let metrics = crate::http::metrics::bind(settings.metrics_listen).await?;
+        crate::metrics::install();
         let loops = LoopSettings::new(&settings.replica_name);
         let state = build(settings)?;
         let sweep = state.sweep.clone();
         Ok(Application {
             listener,
+            metrics,
             addr,
             state,
             loops,
@@ -143,6 +148,11 @@ impl Application {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The port of the separate metrics listener, when `STEWARD_METRICS_LISTEN` is set.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics.as_ref()?.local_addr().ok().map(|a| a.port())
     }
 
     /// The state handlers see (tests use it to reach the same clients).
@@ -219,6 +229,14 @@ impl Application {
             ),
             (None, _) => tracing::info!("scheduled sweeps are off: E2B is not configured"),
             (_, None) => {}
+        }
+        if let Some(listener) = self.metrics {
+            let state = self.state.clone();
+            loops.push(tokio::spawn(crate::http::metrics::serve(
+                listener,
+                state,
+                signal(),
+            )));
         }
         let stop_runs = stopping.clone();
         tokio::spawn(async move {

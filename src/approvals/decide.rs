@@ -241,6 +241,7 @@ pub async fn option_clicked(
         return Reply::Ephemeral(format!("{option} is not an option of this case."));
     }
     if let Err(sentence) = authorize(svc, &case, user, option).await {
+        crate::metrics::decision(option.as_str(), "not_allowed");
         return Reply::Ephemeral(sentence);
     }
     // Leave/Keep and an unsnapshotted kill need a reason first: the modal's submission decides.
@@ -315,6 +316,7 @@ pub async fn reason_submitted(
         return error(CASE_REASON_BLOCK, already_sentence(&case).to_plain());
     }
     if let Err(sentence) = authorize(svc, &case, user, option).await {
+        crate::metrics::decision(option.as_str(), "not_allowed");
         return error(CASE_REASON_BLOCK, sentence);
     }
     match decide(svc, case_id, user, option, Some(reason.to_owned()), until).await {
@@ -340,7 +342,9 @@ async fn decide(
         until,
     };
     let action = format!("decide:{}", option.as_str());
-    let case = match svc.store.apply_event(case_id, event, Utc::now()).await {
+    let applied = svc.store.apply_event(case_id, event, Utc::now()).await;
+    crate::metrics::decision(option.as_str(), decision_outcome(&applied));
+    let case = match applied {
         Ok(Updated::Applied(case)) => case,
         Ok(Updated::Rejected { current, error }) => {
             audit(
@@ -363,6 +367,15 @@ async fn decide(
     audit(&svc.store, &case, person(user), &action, "ok").await;
     follow_up(svc, case).await;
     Ok(())
+}
+
+/// The `outcome` label of a decision the store was asked to record.
+fn decision_outcome(applied: &Result<Updated, StoreError>) -> &'static str {
+    match applied {
+        Ok(Updated::Applied(_)) => "recorded",
+        Ok(Updated::Rejected { .. }) => "refused",
+        Err(_) => "store_error",
+    }
 }
 
 /// Runs [`after_decision`]: the card update and the enqueue may wait on Slack's rate limits,

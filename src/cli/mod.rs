@@ -9,6 +9,7 @@ pub mod audit;
 mod check;
 pub mod demo;
 pub mod e2b;
+pub mod healthcheck;
 mod mcp;
 pub mod run;
 pub mod sweep;
@@ -60,6 +61,9 @@ pub enum Command {
     /// `STEWARD_API_TOKEN`), streaming its output here. Exits with the command's exit code,
     /// 124 when Steward stopped it at its timeout, 1 when the run failed.
     Run(run::RunArgs),
+    /// Ask the Steward on `STEWARD_LISTEN` whether it is alive (`GET /healthz`): exit 0 if it
+    /// is, 1 if not. The container image's HEALTHCHECK.
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(args) => audit::run(args).await,
         Command::Mcp => mcp::run().await,
         Command::Run(args) => run::run(args).await,
+        Command::Healthcheck(args) => healthcheck::run(args).await,
     }
 }
 

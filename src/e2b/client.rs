@@ -352,6 +352,7 @@ impl E2bClient {
                     .body(body.clone());
             }
             let limit = self.max_response_bytes;
+            let started = std::time::Instant::now();
             let result = async {
                 let mut response = request.send().await?;
                 let status = response.status();
@@ -374,6 +375,7 @@ impl E2bClient {
                 }))
             }
             .await;
+            crate::metrics::e2b_request(call.op.name(), attempt_status(&result), started.elapsed());
             let (outcome, err) = match result {
                 // Asking again would get the same answer (and a mutation was delivered): give up.
                 Ok(None) => {
@@ -409,6 +411,7 @@ impl E2bClient {
             };
             match retry::decide(&self.retry, call.op.replay(), outcome, attempt) {
                 RetryDecision::RetryAfter(delay) => {
+                    crate::metrics::e2b_retry(call.op.name(), retry_reason(outcome), delay);
                     tracing::warn!(
                         op = call.op.name(),
                         attempt,
@@ -501,6 +504,25 @@ impl E2bClient {
             next_token: reply.header("x-next-token").map(str::to_owned),
             total_running: None,
         })
+    }
+}
+
+/// The `status` label of one attempt: its HTTP status, `too_large`, or `transport`.
+fn attempt_status(result: &Result<Option<Reply>, reqwest::Error>) -> &'static str {
+    match result {
+        Ok(Some(reply)) => crate::metrics::e2b_status(Some(reply.status.as_u16()), false),
+        Ok(None) => crate::metrics::e2b_status(None, true),
+        Err(_) => crate::metrics::e2b_status(None, false),
+    }
+}
+
+/// The `reason` label of a retry.
+fn retry_reason(outcome: AttemptOutcome) -> &'static str {
+    match outcome {
+        AttemptOutcome::Status { status: 429, .. } => "rate_limited",
+        AttemptOutcome::Status { .. } => "status",
+        AttemptOutcome::NotConnected => "not_connected",
+        AttemptOutcome::Interrupted => "interrupted",
     }
 }
 

@@ -67,6 +67,9 @@ impl IntoResponse for ApiError {
             Self::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         };
-        (status, Json(json!({ "error": reason }))).into_response()
+        // Tells the request counter this 401 was the signature, not another refusal.
+        let refused = matches!(self, Self::Signature(_))
+            .then_some(axum::Extension(super::metrics::SignatureRefused));
+        (status, refused, Json(json!({ "error": reason }))).into_response()
     }
 }

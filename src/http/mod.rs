@@ -1,5 +1,5 @@
 //! The HTTP surface: [`router`] is the one route table; handlers live in one file per surface
-//! (`slack.rs`, `health.rs`), and [`error::ApiError`] is the only place errors become statuses.
+//! (`slack.rs`, `health.rs`, `metrics.rs`), and [`error::ApiError`] is the only place errors become statuses.
 //!
 //! This module must not hold business rules: it verifies, parses, acknowledges and hands work
 //! to `execute` (and later to jobs and cases).
@@ -27,6 +27,7 @@ pub mod edge;
 pub mod error;
 pub mod github;
 pub mod health;
+pub mod metrics;
 pub mod slack;
 
 pub use error::ApiError;
@@ -95,6 +96,11 @@ pub fn router(state: AppState) -> Router {
             tokens.clone(),
             api::auth::authenticate,
         ));
+    // With STEWARD_METRICS_LISTEN, /metrics is served by its own listener instead.
+    let scrape = match state.settings.metrics_listen {
+        None => Router::new().route("/metrics", get(metrics::scrape)),
+        Some(_) => Router::new(),
+    };
     Router::new()
         .merge(slack_routes)
         .nest("/api/v1", api::routes(tokens))
@@ -102,11 +108,13 @@ pub fn router(state: AppState) -> Router {
         .route("/github/webhook", post(github::webhook))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .merge(scrape)
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
         ))
         .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(metrics::track_slack))
         .with_state(state)
 }

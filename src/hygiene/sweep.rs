@@ -53,6 +53,28 @@ pub(super) async fn sweep_pass(
     mode: SweepMode,
     slot: Option<DateTime<Utc>>,
 ) -> Result<SweepReport, SweepError> {
+    let started = std::time::Instant::now();
+    let result = pass(ctx, now, mode, slot).await;
+    let figures = result.as_ref().ok().map(|r| crate::metrics::SweepFigures {
+        running: r.fleet.running,
+        paused: r.fleet.paused,
+        idle: r.counts.idle,
+        idle_cost_per_day_usd: r.idle_cost_per_day_usd,
+    });
+    let mode_label = match mode {
+        SweepMode::Live => "live",
+        SweepMode::DryRun => "dry_run",
+    };
+    crate::metrics::sweep(mode_label, started.elapsed(), figures);
+    result
+}
+
+async fn pass(
+    ctx: &SweepContext,
+    now: DateTime<Utc>,
+    mode: SweepMode,
+    slot: Option<DateTime<Utc>>,
+) -> Result<SweepReport, SweepError> {
     // Checked first: a live pass with nowhere to post must not do the reading for nothing.
     let channel = match mode {
         SweepMode::Live => Some(ctx.channel.clone().ok_or(SweepError::NoChannel)?),

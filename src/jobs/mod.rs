@@ -15,7 +15,7 @@ use crate::cases::{
     self, Case, CaseState, Event, Evidence, Step, StepOutcome, StepRecord, TransitionError,
 };
 use crate::ids::CaseId;
-use crate::store::{ClaimedJob, JobId, Store, StoreError, Updated};
+use crate::store::{ClaimedJob, Job, JobId, Store, StoreError, Updated};
 
 /// How long one worker may hold a case's execution lease before another may take over.
 pub const EXECUTION_LEASE: Duration = Duration::from_secs(10 * 60);
@@ -205,7 +205,10 @@ where
                 "lost the execution lease of case {case_id}"
             )));
         }
-        match run_step(step, done).await {
+        let started = std::time::Instant::now();
+        let result = run_step(step, done).await;
+        crate::metrics::job_step(step.as_str(), step_outcome(&result), started.elapsed());
+        match result {
             Ok(outcome) => {
                 let record = log.record(step, outcome, Utc::now()).await?;
                 mirror_step(store, case_id, record).await?;
@@ -339,7 +342,11 @@ where
     Fut: Future<Output = Result<(), JobError>>,
 {
     let id = claimed.id.clone();
-    match handler(claimed).await {
+    let kind = job_kind(&claimed.job);
+    let started = std::time::Instant::now();
+    let result = handler(claimed).await;
+    crate::metrics::job(kind, job_outcome(&result), started.elapsed());
+    match result {
         Ok(()) => {
             store.ack(&id).await?;
             Ok(WorkOutcome::Finished(id))
@@ -353,6 +360,34 @@ where
             tracing::info!(job = %id, %error, "job left for a later retry");
             Ok(WorkOutcome::LeftForRetry { id, error })
         }
+    }
+}
+
+/// The `kind` label of a job.
+fn job_kind(job: &Job) -> &'static str {
+    match job {
+        Job::RunDecision { .. } => "decision",
+        Job::Run { .. } => "run",
+        Job::Restore { .. } => "restore",
+    }
+}
+
+/// The `outcome` label of a job, as [`run_job`] treats it.
+fn job_outcome(result: &Result<(), JobError>) -> &'static str {
+    match result {
+        Ok(()) => "finished",
+        Err(JobError::Permanent(_)) => "gave_up",
+        Err(JobError::Transient(_)) => "left_for_retry",
+    }
+}
+
+/// The `outcome` label of one step.
+fn step_outcome(result: &Result<StepOutcome, StepFailure>) -> &'static str {
+    match result {
+        Ok(_) => "done",
+        Err(StepFailure::Transient(_)) => "transient",
+        Err(StepFailure::Permanent(_)) => "permanent",
+        Err(StepFailure::EvidenceChanged { .. }) => "evidence_changed",
     }
 }
 

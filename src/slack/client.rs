@@ -230,7 +230,9 @@ impl SlackClient {
         let token = self.token()?;
         let mut attempt = 0;
         loop {
-            match call(token.clone()).await.map_err(SlackError::from) {
+            let result = call(token.clone()).await.map_err(SlackError::from);
+            crate::metrics::slack_api_call(method, call_outcome(&result));
+            match result {
                 Err(SlackError::RateLimited { retry_after })
                     if attempt < RATE_LIMIT_MAX_RETRIES =>
                 {
@@ -523,8 +525,10 @@ impl SlackClient {
                 .json(payload)
                 .send()
                 .await
+                .inspect_err(|_| crate::metrics::slack_api_call("response_url", "transport"))
                 .map_err(|e| SlackError::Transport(e.without_url().to_string()))?;
             let status = resp.status();
+            crate::metrics::slack_api_call("response_url", respond_outcome(status));
             if status == reqwest::StatusCode::TOO_MANY_REQUESTS && attempt < RATE_LIMIT_MAX_RETRIES
             {
                 let wait = retry_after(resp.headers()).unwrap_or(Duration::from_secs(1));
@@ -576,6 +580,27 @@ impl SlackClient {
         self.api_origin.as_ref().is_some_and(|(scheme, h, port)| {
             scheme == url.scheme() && h == host && *port == url.port_or_known_default()
         })
+    }
+}
+
+/// The `outcome` label of one Web API attempt.
+fn call_outcome<T>(result: &Result<T, SlackError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(SlackError::RateLimited { .. }) => "rate_limited",
+        Err(SlackError::Api { .. }) => "api_error",
+        Err(SlackError::Transport(_)) => "transport",
+        Err(_) => "refused",
+    }
+}
+
+/// The `outcome` label of one `response_url` post, from its status (a JSON `ok:false` body
+/// still counts as `ok` here: Slack took the request).
+fn respond_outcome(status: reqwest::StatusCode) -> &'static str {
+    match status.as_u16() {
+        200..=299 => "ok",
+        429 => "rate_limited",
+        _ => "api_error",
     }
 }
 

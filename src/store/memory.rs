@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::Job;
 use super::{
     AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
-    Opened, OutputCount, StoreError, StoredRun, Swap,
+    Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::{CaseId, RunId};
@@ -75,6 +75,8 @@ struct Queue {
     last_delivered: u64,
     /// Delivered, unacknowledged entries.
     pending: BTreeMap<u64, Delivery>,
+    /// When each entry in `entries` was enqueued (a Redis stream id carries this).
+    enqueued_at: BTreeMap<u64, DateTime<Utc>>,
 }
 
 struct Delivery {
@@ -488,6 +490,7 @@ impl MemoryStore {
             s.queue.next_seq += 1;
             let seq = s.queue.next_seq;
             s.queue.entries.insert(seq, job.clone());
+            s.queue.enqueued_at.insert(seq, Utc::now());
             job_id(seq)
         };
         self.job_added.notify_waiters();
@@ -538,6 +541,14 @@ impl MemoryStore {
         }
     }
 
+    pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+        let s = self.lock();
+        Ok(QueueStats {
+            depth: s.queue.entries.len() as u64,
+            oldest_enqueued_at: s.queue.enqueued_at.values().next().copied(),
+        })
+    }
+
     pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
         let Some(seq) = parse_job_id(id) else {
             return Ok(());
@@ -545,6 +556,7 @@ impl MemoryStore {
         let mut s = self.lock();
         s.queue.pending.remove(&seq);
         s.queue.entries.remove(&seq);
+        s.queue.enqueued_at.remove(&seq);
         Ok(())
     }
 

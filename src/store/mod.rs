@@ -140,6 +140,14 @@ impl std::fmt::Display for JobId {
     }
 }
 
+/// The queue at one moment: jobs not yet acknowledged (waiting or being worked on) and when
+/// the oldest of them was enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub depth: u64,
+    pub oldest_enqueued_at: Option<DateTime<Utc>>,
+}
+
 /// A job handed to one consumer, which must [`Store::ack`] it when finished. Until then it
 /// stays pending and another consumer may take it over with [`Store::reclaim_stale`].
 #[derive(Debug, Clone, PartialEq)]
@@ -676,6 +684,11 @@ impl Store {
         block: Duration,
     ) -> Result<Option<ClaimedJob>, StoreError> {
         delegate!(self.claim(consumer, block))
+    }
+
+    /// How many jobs are not yet acknowledged, and when the oldest was enqueued.
+    pub async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+        delegate!(self.queue_stats())
     }
 
     /// Marks a job finished; it will not be handed out again.

@@ -89,6 +89,7 @@ suite!(
     history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
     out_of_date_cards_are_counted_until_cleared,
     a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_the_cap,
+    queue_figures_count_unacknowledged_jobs_and_date_the_oldest,
 );
 
 /// Runs: created once, compare-and-swapped by version, output counted in full but kept only up
@@ -432,6 +433,39 @@ async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// What `/metrics` reports as queue depth and the oldest job's age.
+async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Store) {
+    let empty = store.queue_stats().await.unwrap();
+    assert_eq!((empty.depth, empty.oldest_enqueued_at), (0, None));
+    let case = open(&store, &new_sandbox()).await;
+    let before = Utc::now() - chrono::Duration::seconds(1);
+    let first = store
+        .enqueue(&job_for(&case, DecisionOption::Kill))
+        .await
+        .unwrap();
+    store
+        .enqueue(&job_for(&case, DecisionOption::Pause))
+        .await
+        .unwrap();
+    let after = Utc::now() + chrono::Duration::seconds(1);
+    let two = store.queue_stats().await.unwrap();
+    assert_eq!(two.depth, 2);
+    let oldest = two.oldest_enqueued_at.expect("the oldest job has a time");
+    assert!(before <= oldest && oldest <= after, "{oldest}");
+    // A claimed job still counts until it is acknowledged.
+    let claimed = store
+        .claim("worker-a", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, first);
+    assert_eq!(store.queue_stats().await.unwrap().depth, 2);
+    store.ack(&claimed.id).await.unwrap();
+    let one = store.queue_stats().await.unwrap();
+    assert_eq!(one.depth, 1);
+    assert!(one.oldest_enqueued_at.unwrap() >= oldest);
 }
 
 async fn a_blocked_claim_wakes_up_when_a_job_arrives(store: Store) {

@@ -10,6 +10,7 @@ use crate::store::{Actor, StoreError};
 /// replica) and rewrites their cards. Returns the cases this pass expired.
 pub async fn expire_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Case>, StoreError> {
     let expired = svc.store.expire_due(now).await?;
+    crate::metrics::cases_expired(expired.len());
     for case in &expired {
         audit(
             &svc.store,

@@ -85,5 +85,6 @@ pub async fn reconcile_once(svc: &Services, now: DateTime<Utc>) -> Result<Vec<Ca
         .await;
         requeued.push(case.id.clone());
     }
+    crate::metrics::decisions_requeued(requeued.len());
     Ok(requeued)
 }

@@ -182,6 +182,11 @@ fn map_err(e: RedisError) -> StoreError {
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.kind() == redis::ErrorKind::ClusterConnectionNotFound;
+    crate::metrics::redis_error(if unreachable {
+        "unavailable"
+    } else {
+        "backend"
+    });
     if unreachable {
         StoreError::Unavailable(e.to_string())
     } else {

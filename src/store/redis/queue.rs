@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 use redis::RedisError;
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamReadReply};
+use redis::streams::{
+    StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamRangeReply, StreamReadReply,
+};
 
 use super::{MAX_CLAIM_BLOCK, PAGE, RedisStore, field, map_err, ms};
 use crate::cases::StepRecord;
 use crate::ids::CaseId;
 use crate::store::keys::{CASE_RETENTION, JOB_GROUP};
-use crate::store::{ClaimedJob, Job, JobId, StoreError, decode, encode};
+use crate::store::{ClaimedJob, Job, JobId, QueueStats, StoreError, decode, encode};
 
 /// Field of a queue entry that holds the job's JSON.
 const JOB_FIELD: &str = "job";
@@ -175,6 +177,34 @@ impl RedisStore {
             }
             cursor = reply.next_stream_id;
         }
+    }
+
+    /// Unacknowledged entries and the oldest one's enqueue time (from its stream id, which is
+    /// the enqueue time in milliseconds). Acknowledged entries are deleted, so the stream holds
+    /// exactly the jobs not yet done.
+    pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+        let (depth, oldest): (u64, StreamRangeReply) = self
+            .query_pipe(
+                redis::pipe()
+                    .cmd("XLEN")
+                    .arg(self.keys().jobs())
+                    .cmd("XRANGE")
+                    .arg(self.keys().jobs())
+                    .arg("-")
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(1),
+            )
+            .await?;
+        let oldest_enqueued_at = oldest
+            .ids
+            .first()
+            .and_then(|entry| entry.id.split('-').next()?.parse::<i64>().ok())
+            .and_then(chrono::DateTime::from_timestamp_millis);
+        Ok(QueueStats {
+            depth,
+            oldest_enqueued_at,
+        })
     }
 
     /// How many times an entry has been delivered (XAUTOCLAIM counts a takeover).

@@ -1,0 +1,121 @@
+//! `GET /metrics` (Prometheus text format) and the middleware that counts Slack requests.
+//!
+//! `/metrics` is served by the main listener, or, with `STEWARD_METRICS_LISTEN`, by a listener of
+//! its own (and then not by the main one), so the scrape port need not be reachable from where
+//! Slack's requests come in. Each scrape first samples the queue from the store (depth and the
+//! oldest job's age), since those are facts about Redis, not events of this replica.
+//!
+//! This module must not name series or labels itself: `crate::metrics` does. It must not log per
+//! request, and a scrape must answer even when Redis is down (the queue gauges keep their last value).
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use super::AppState;
+
+/// The content type of Prometheus' text exposition format.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// How long a scrape waits for the store's queue figures before answering without them.
+const QUEUE_SAMPLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Set on a response whose request was refused for its Slack signature, so the request counter
+/// can tell that from other 4xx answers.
+#[derive(Debug, Clone, Copy)]
+pub struct SignatureRefused;
+
+/// `GET /metrics`.
+pub async fn scrape(State(state): State<AppState>) -> Response {
+    let sampled = tokio::time::timeout(QUEUE_SAMPLE_TIMEOUT, state.store.queue_stats()).await;
+    crate::metrics::redis_reached(matches!(sampled, Ok(Ok(_))));
+    match sampled {
+        Ok(Ok(stats)) => {
+            let age = stats
+                .oldest_enqueued_at
+                .and_then(|at| (chrono::Utc::now() - at).to_std().ok())
+                .unwrap_or(Duration::ZERO);
+            crate::metrics::queue_sampled(stats.depth, age);
+        }
+        // Counted as a Redis error by the store; the gauges keep their last value.
+        Ok(Err(e)) => tracing::debug!(error = %e, "queue figures unavailable for this scrape"),
+        Err(_) => tracing::debug!("queue figures timed out for this scrape"),
+    }
+    (
+        [(header::CONTENT_TYPE, TEXT_FORMAT)],
+        crate::metrics::render(),
+    )
+        .into_response()
+}
+
+/// The route label of a Slack path, or `None` for any other path.
+fn slack_route(path: &str) -> Option<&'static str> {
+    match path {
+        "/slack/commands" => Some("commands"),
+        "/slack/interactions" => Some("interactions"),
+        "/slack/events" => Some("events"),
+        _ => None,
+    }
+}
+
+/// Counts and times every request to a Slack route. It wraps the whole router, so answers made
+/// by the outer layers (a 408 for a slow body or request) are counted too.
+pub async fn track_slack(request: Request, next: Next) -> Response {
+    let Some(route) = slack_route(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let refused = response.extensions().get::<SignatureRefused>().is_some();
+    let outcome = crate::metrics::slack_request_outcome(response.status().as_u16(), refused);
+    crate::metrics::slack_request(route, outcome, started.elapsed());
+    response
+}
+
+/// The router of the separate metrics listener: `/metrics` only.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .with_state(state)
+}
+
+/// Binds `STEWARD_METRICS_LISTEN` when it is set.
+pub async fn bind(addr: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    match addr {
+        None => Ok(None),
+        Some(addr) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("could not listen on {addr} for metrics: {e}")),
+    }
+}
+
+/// Serves `/metrics` on its own listener until `shutdown`, with the main listener's edge limits.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let limits = state.settings.edge;
+    super::edge::serve(listener, router(state), limits, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_three_slack_paths_have_a_route_label() {
+        assert_eq!(slack_route("/slack/commands"), Some("commands"));
+        assert_eq!(slack_route("/slack/interactions"), Some("interactions"));
+        assert_eq!(slack_route("/slack/events"), Some("events"));
+        assert_eq!(slack_route("/slack/commands/x"), None);
+        assert_eq!(slack_route("/api/v1/runs"), None);
+    }
+}

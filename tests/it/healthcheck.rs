@@ -1,0 +1,37 @@
+//! `steward healthcheck`, the container image's HEALTHCHECK, run as the binary against a running
+//! app and against a port nobody listens on.
+
+use crate::common::spawn_app;
+
+async fn healthcheck(listen: &str) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["healthcheck", "--listen", listen])
+        .env_remove("STEWARD_LISTEN")
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+#[tokio::test]
+async fn a_live_replica_passes_and_a_silent_port_fails_with_a_sentence() {
+    let app = spawn_app().await;
+    let alive = healthcheck(&format!("0.0.0.0:{}", app.port)).await;
+    assert!(
+        alive.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alive.stderr)
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = healthcheck(&format!("127.0.0.1:{port}")).await;
+    assert_eq!(dead.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&dead.stderr);
+    assert!(
+        said.contains(&format!("127.0.0.1:{port}/healthz did not answer")),
+        "{said}"
+    );
+}
