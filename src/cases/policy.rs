@@ -170,6 +170,13 @@ impl ApproverRule {
     fn is_empty(&self) -> bool {
         !self.anyone && self.users.is_empty() && self.groups.is_empty()
     }
+
+    /// Whether the rule lets `user` (a member of `user_groups`) in.
+    pub fn admits(&self, user: &SlackUserId, user_groups: &[SlackUserGroupId]) -> bool {
+        self.anyone
+            || self.users.contains(user)
+            || self.groups.iter().any(|g| user_groups.contains(g))
+    }
 }
 
 /// Why a person may not choose an option. The text is meant for that person.
@@ -201,11 +208,7 @@ pub fn may_start_sweep(
     user: &SlackUserId,
     user_groups: &[SlackUserGroupId],
 ) -> Result<(), Refusal> {
-    let rule = policy.approvers.sweep_rule();
-    let listed = rule.anyone
-        || rule.users.contains(user)
-        || rule.groups.iter().any(|g| user_groups.contains(g));
-    if listed {
+    if policy.approvers.sweep_rule().admits(user, user_groups) {
         Ok(())
     } else {
         Err(Refusal::NotASweeper)
@@ -218,11 +221,7 @@ pub fn may_restore(
     user: &SlackUserId,
     user_groups: &[SlackUserGroupId],
 ) -> Result<(), Refusal> {
-    let rule = policy.approvers.restore_rule();
-    let listed = rule.anyone
-        || rule.users.contains(user)
-        || rule.groups.iter().any(|g| user_groups.contains(g));
-    if listed {
+    if policy.approvers.restore_rule().admits(user, user_groups) {
         Ok(())
     } else {
         Err(Refusal::NotARestorer)
@@ -242,10 +241,7 @@ pub fn may_decide(
     if rule.is_empty() {
         return Err(Refusal::NoApprovers { option });
     }
-    let listed = rule.anyone
-        || rule.users.contains(user)
-        || rule.groups.iter().any(|g| user_groups.contains(g));
-    if !listed {
+    if !rule.admits(user, user_groups) {
         return Err(Refusal::NotAnApprover { option });
     }
     if policy.two_person_rule && option.is_irreversible() && requester == Some(user) {
@@ -440,6 +436,25 @@ delete_template = { users = ["U1"] }
             may_start_sweep(&policy, &user("U7"), &[group("S1")]),
             Ok(())
         );
+    }
+
+    #[test]
+    fn restores_follow_the_pause_rule_unless_a_restore_rule_is_set_and_the_window_defaults_to_a_week()
+     {
+        let default = ApprovalPolicy::default();
+        assert_eq!(default.restore_window, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(may_restore(&default, &user("U7"), &[]), Ok(()));
+        let policy = toml::from_str::<File>(
+            "[approvals]\nrestore_window = \"2d\"\n[approvals.approvers]\nrestore = { users = [\"U1\"] }\n",
+        )
+        .unwrap()
+        .approvals;
+        assert_eq!(policy.restore_window, Duration::from_secs(2 * 24 * 3600));
+        assert_eq!(
+            may_restore(&policy, &user("U7"), &[]),
+            Err(Refusal::NotARestorer)
+        );
+        assert_eq!(may_restore(&policy, &user("U1"), &[]), Ok(()));
     }
 
     #[test]
