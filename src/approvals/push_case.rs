@@ -109,7 +109,6 @@ fn clone_failure(tail: &[String]) -> String {
 }
 
 fn people(test: &PushTest) -> (Option<PushPerson>, Option<PushPerson>) {
-    // `slack_users` holds the author's mapping first, then the pusher's (see `github::plan`).
     let author = test
         .author_name
         .clone()
@@ -117,18 +116,11 @@ fn people(test: &PushTest) -> (Option<PushPerson>, Option<PushPerson>) {
         .or_else(|| test.author_email.clone())
         .map(|name| PushPerson {
             name,
-            slack_user: test.slack_users.first().cloned(),
+            slack_user: test.author_slack.clone(),
         });
-    let pusher = test.pusher.clone().map(|name| {
-        let same = Some(&name) == test.author_login.as_ref();
-        PushPerson {
-            name,
-            slack_user: if same {
-                author.as_ref().and_then(|a| a.slack_user.clone())
-            } else {
-                test.slack_users.get(1).cloned()
-            },
-        }
+    let pusher = test.pusher.clone().map(|name| PushPerson {
+        name,
+        slack_user: test.pusher_slack.clone(),
     });
     (author, pusher)
 }
@@ -440,7 +432,7 @@ async fn say_fixed(svc: &Services, test: &PushTest) {
         None => Mrkdwn::text(&short),
     };
     let mut headline = Mrkdwn::text("Fixed in ").and(commit);
-    if let Some(user) = test.slack_users.first() {
+    if let Some(user) = test.author_slack.as_ref().or(test.pusher_slack.as_ref()) {
         headline = headline.and(" by ").and(Mrkdwn::user(user));
     }
     let params = MentionDoneParams {

@@ -168,6 +168,13 @@ pub fn push_test(
         pusher.clone(),
         event.pusher.as_ref().and_then(|p| p.email.clone()),
     ];
+    let mapped = |who: &[Option<String>]| {
+        who.iter()
+            .flatten()
+            .find_map(|w| rule.authors.get(&w.trim().to_lowercase()).cloned())
+    };
+    let author_slack = mapped(&candidates[..2]);
+    let pusher_slack = mapped(&candidates[2..]);
     let mut slack_users = Vec::new();
     for who in candidates.into_iter().flatten() {
         if let Some(user) = rule.authors.get(&who.trim().to_lowercase())
@@ -190,6 +197,8 @@ pub fn push_test(
         author_email: author.and_then(|a| a.email.clone()),
         author_login: author.and_then(|a| a.username.clone()),
         slack_users,
+        author_slack,
+        pusher_slack,
         channel: rule.channel.as_ref().map(|c| c.to_string()),
         command: rule.command.clone(),
         delivery: delivery.to_owned(),
@@ -294,6 +303,8 @@ mod tests {
             RunId::parse("run_1").unwrap(),
             "d1",
         );
+        assert_eq!(t.author_slack.as_ref().map(|u| u.as_str()), Some("U0ALICE"));
+        assert_eq!(t.pusher_slack.as_ref().map(|u| u.as_str()), Some("U0BOB"));
         let users: Vec<&str> = t.slack_users.iter().map(|u| u.as_str()).collect();
         assert_eq!(users, ["U0ALICE", "U0BOB"]);
         assert_eq!(t.message.as_deref(), Some("Fix it"));

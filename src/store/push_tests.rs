@@ -35,6 +35,12 @@ pub struct PushTest {
     pub author_login: Option<String>,
     /// Slack users the pusher and the author map to (`authors` in `[[push_tests]]`), no repeats.
     pub slack_users: Vec<SlackUserId>,
+    /// The Slack user the head commit's author maps to (by e-mail, then login).
+    #[serde(default)]
+    pub author_slack: Option<SlackUserId>,
+    /// The Slack user the pusher maps to (by login, then e-mail).
+    #[serde(default)]
+    pub pusher_slack: Option<SlackUserId>,
     /// Where alerts about this run go (`channel` in `[[push_tests]]`).
     pub channel: Option<String>,
     /// The command the entry runs (without the clone steps Steward puts before it).
