@@ -216,6 +216,18 @@ impl Application {
             self.loops.expire_every,
             signal(),
         )));
+        if let (Some(runner), false) = (
+            &self.state.runs,
+            self.state.settings.github.push_tests.is_empty(),
+        ) {
+            loops.push(tokio::spawn(crate::github::intake::run_catch_up(
+                self.state.store.clone(),
+                runner.clone(),
+                Arc::new(self.state.settings.github.clone()),
+                self.loops.expire_every,
+                signal(),
+            )));
+        }
         match (self.sweep, self.sweep_every) {
             (Some(sweep), Some(every)) if sweep.channel.is_some() => {
                 loops.push(tokio::spawn(run_scheduler(

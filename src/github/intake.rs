@@ -319,17 +319,33 @@ async fn audit_start(store: &Store, waiting: &Waiting, result: &Started) {
 }
 
 /// A push-test run ended: frees its slot and starts the pushes waiting that now fit. Called by
-/// the run's hand-over; a failure is only logged (the next push or run end catches up).
+/// the run's hand-over; a failure is only logged (the catch-up loop starts them later).
 pub async fn run_ended(
     store: &Store,
     runner: &Runner,
     settings: &GithubSettings,
     run: &RunId,
 ) -> Result<(), StoreError> {
+    admit_waiting(store, runner, settings, Some(run)).await
+}
+
+/// Starts the pushes waiting that fit, after dropping the runs that ended (and `ended`). Cheap
+/// when nothing waits: one read, no lease.
+async fn admit_waiting(
+    store: &Store,
+    runner: &Runner,
+    settings: &GithubSettings,
+    ended: Option<&RunId>,
+) -> Result<(), StoreError> {
+    if ended.is_none() && queue::load(store).await?.waiting.is_empty() {
+        return Ok(());
+    }
     let lock = AdmissionLock::take(store).await?;
     let result = async {
         let mut state = queue::load(store).await?;
-        state.running.retain(|r| &r.run != run);
+        if let Some(run) = ended {
+            state.running.retain(|r| &r.run != run);
+        }
         prune(runner, &mut state).await;
         let started = admit(store, runner, settings, &mut state).await;
         queue::save(store, &state).await?;
@@ -341,4 +357,25 @@ pub async fn run_ended(
     .await;
     lock.release(store).await;
     result
+}
+
+/// Every `every` until `shutdown`: starts waiting pushes whose slot was freed without a hand-over
+/// saying so (a replica that died mid-run, a hand-over that could not reach Redis).
+pub async fn run_catch_up(
+    store: Store,
+    runner: Runner,
+    settings: std::sync::Arc<GithubSettings>,
+    every: std::time::Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(every) => {}
+        }
+        if let Err(e) = admit_waiting(&store, &runner, &settings, None).await {
+            tracing::warn!(error = %e, "could not start the push tests waiting; trying again later");
+        }
+    }
 }

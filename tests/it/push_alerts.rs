@@ -559,3 +559,44 @@ async fn the_token_is_in_no_log_line_of_a_steward_process_logging_at_debug() {
     let posted = format!("{:?}", slack.messages());
     assert!(!posted.contains(TOKEN));
 }
+
+#[tokio::test]
+async fn a_push_left_waiting_by_a_run_nobody_handed_over_starts_anyway() {
+    use sandbox_steward::github::queue::{Admission, Running, Waiting};
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, sha) = make_repo(dir.path());
+    let app = crate::github::spawn_with(&origin, "[github]\nmax_runs_per_repository = 1\n").await;
+    // The repository's slot is held by a run whose replica died before its hand-over: the run
+    // record is gone, and nobody will say it ended.
+    let event = serde_json::from_value(push_body("refs/heads/main", &sha, &["a"])).unwrap();
+    let state = Admission {
+        waiting: vec![Waiting {
+            delivery: "d-stranded".into(),
+            repository: crate::github::REPO.into(),
+            branch: "main".into(),
+            queued_at: chrono::Utc::now(),
+            event,
+        }],
+        running: vec![Running {
+            run: RunId::parse("run_lost").unwrap(),
+            repository: crate::github::REPO.into(),
+        }],
+    };
+    sandbox_steward::github::queue::save(&app.state.store, &state)
+        .await
+        .unwrap();
+    let started = wait_until("the waiting push starts", || async {
+        crate::github::audit_outcomes(&app)
+            .await
+            .into_iter()
+            .find(|o| o.starts_with("started run") && o.contains("in the queue"))
+    })
+    .await;
+    assert!(started.contains("for main"), "{started}");
+    let left = sandbox_steward::github::queue::load(&app.state.store)
+        .await
+        .unwrap();
+    assert!(left.waiting.is_empty());
+    assert_eq!(left.running.len(), 1);
+    assert_ne!(left.running[0].run.as_str(), "run_lost");
+}
