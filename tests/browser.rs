@@ -501,7 +501,11 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
 
     // 4. A malformed command gets the help.
     me.type_command("/sandbox frobnicate").await;
-    me.see("#messages .msg.ephemeral", "/sandbox help").await;
+    let help = me.see("#messages .msg.ephemeral", "/sandbox help").await;
+    assert!(
+        help.contains("frobnicate"),
+        "the help names what was typed: {help}"
+    );
     me.screenshot("5-help").await;
 
     // Text from Steward is never HTML: markup shows as typed, mrkdwn is drawn.
