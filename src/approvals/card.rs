@@ -216,6 +216,15 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
         _ => None,
     };
     let confirm = match option {
+        // A push-test alert's Snapshot for repro asks nothing: the run's own sandbox.
+        DecisionOption::SnapshotThenKill if case.evidence.push.is_none() => Some(ConfirmParams {
+            title: "Snapshot, then kill?".into(),
+            text: format!(
+                "{kind} `{id}` is snapshotted, then killed. Its card offers Restore from the snapshot for a while."
+            ),
+            confirm: "Snapshot and kill".into(),
+            deny: "Cancel".into(),
+        }),
         DecisionOption::Kill => Some(ConfirmParams {
             title: "Kill without a snapshot?".into(),
             text: format!(
