@@ -197,6 +197,23 @@ async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
         .map_err(store_sentence)
 }
 
+/// The case of a first click that came from its own card (`action` names the attempt in the
+/// audit of a refusal), or the reply that ends the click.
+async fn clicked_case(
+    svc: &Services,
+    user: &SlackUserId,
+    case_id: &CaseId,
+    dedupe: &str,
+    clicked: &ClickedMessage,
+    action: &str,
+) -> Result<Case, Reply> {
+    let case = first_click(svc, user, case_id, dedupe).await?;
+    check_card(svc, &case, user, action, clicked)
+        .await
+        .map_err(Reply::Ephemeral)?;
+    Ok(case)
+}
+
 /// The start of every click: a redelivered click does nothing, then the case is read. `Err` is
 /// the answer to give instead.
 async fn first_click(
@@ -226,14 +243,11 @@ pub async fn option_clicked(
     dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case = match first_click(svc, user, case_id, dedupe).await {
+    let action = format!("decide:{}", option.as_str());
+    let case = match clicked_case(svc, user, case_id, dedupe, clicked, &action).await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
-    let action = format!("decide:{}", option.as_str());
-    if let Err(sentence) = check_card(svc, &case, user, &action, clicked).await {
-        return Reply::Ephemeral(sentence);
-    }
     if case.state != CaseState::Pending {
         return Reply::Mentioning(already_sentence(&case));
     }
@@ -404,13 +418,10 @@ pub async fn restore_clicked(
     dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case = match first_click(svc, user, case_id, dedupe).await {
+    let case = match clicked_case(svc, user, case_id, dedupe, clicked, "restore").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
-    if let Err(sentence) = check_card(svc, &case, user, "restore", clicked).await {
-        return Reply::Ephemeral(sentence);
-    }
     let groups = groups_in_rule(svc, svc.policy.approvers.restore_rule(), user).await;
     if let Err(refusal) = crate::cases::may_restore(&svc.policy, user, &groups) {
         let sentence = refusal.to_string();
@@ -505,13 +516,10 @@ pub async fn retry_clicked(
     dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case = match first_click(svc, user, case_id, dedupe).await {
+    let case = match clicked_case(svc, user, case_id, dedupe, clicked, "retry").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
-    if let Err(sentence) = check_card(svc, &case, user, "retry", clicked).await {
-        return Reply::Ephemeral(sentence);
-    }
     let CaseState::Failed { decision, .. } = &case.state else {
         return Reply::Ephemeral(format!(
             "This case is {}, so there is nothing to retry.",
