@@ -74,6 +74,7 @@ pub struct SlackSimOptions {
     pub signing_secret: Option<SecretString>,
     /// The app-level token `apps.connections.open` accepts (Socket Mode); without it any
     /// `xapp-` token is accepted.
+    /// (Checked at start, not by clap, whose error would echo the token.)
     #[arg(long, value_parser = parse_app_token)]
     pub app_token: Option<SecretString>,
 }
@@ -147,11 +148,7 @@ fn parse_steward_url(text: &str) -> Result<String, String> {
 }
 
 fn parse_app_token(text: &str) -> Result<SecretString, String> {
-    if text.starts_with("xapp-") && text.len() > "xapp-".len() {
-        Ok(SecretString::from(text.to_owned()))
-    } else {
-        Err("an app-level token starts with xapp-".into())
-    }
+    Ok(SecretString::from(text.trim().to_owned()))
 }
 
 fn parse_secret(text: &str) -> Result<SecretString, String> {
@@ -490,6 +487,9 @@ impl SlackSim {
     /// Binds `opts.listen` and serves in the background, seeded with `opts.users` and
     /// `opts.groups` (not the `--seed` file: [`run_cli`] reads it).
     pub async fn start(opts: SlackSimOptions) -> std::io::Result<SlackSim> {
+        if let Some(token) = &opts.app_token {
+            socket::check_app_token(token).map_err(std::io::Error::other)?;
+        }
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let mut seeded = SlackWorld::new();

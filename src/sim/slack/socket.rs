@@ -161,6 +161,16 @@ pub(super) fn open(world: &Shared, headers: &HeaderMap) -> Response {
     Json(json!({"ok": true, "url": url})).into_response()
 }
 
+/// `--app-token` must be an app-level token; the error never repeats it.
+pub(super) fn check_app_token(token: &SecretString) -> Result<(), &'static str> {
+    let token = token.expose_secret();
+    if token.starts_with("xapp-") && token.len() > "xapp-".len() {
+        Ok(())
+    } else {
+        Err("--app-token must be an app-level token (xapp-…)")
+    }
+}
+
 #[derive(Deserialize)]
 struct Ticket {
     ticket: Option<String>,
@@ -400,4 +410,24 @@ async fn drop_all(State(world): State<Shared>, body: axum::body::Bytes) -> Respo
     };
     let closed = world.socket.close_all(body.disconnect);
     Json(json!({"ok": true, "closed": closed})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::SecretString;
+
+    use super::check_app_token;
+
+    fn check(token: &str) -> Result<(), &'static str> {
+        check_app_token(&SecretString::from(token.to_owned()))
+    }
+
+    #[test]
+    fn the_app_token_option_takes_only_an_app_level_token_and_never_repeats_it() {
+        let err = check("xoxb-SECRET123").unwrap_err();
+        assert!(!err.contains("SECRET123"), "{err}");
+        assert!(check("xapp-").is_err());
+        assert!(check("").is_err());
+        assert_eq!(check("xapp-1-A0SIM-1"), Ok(()));
+    }
 }
