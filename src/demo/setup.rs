@@ -213,6 +213,7 @@ pub fn slack_sim_options(
             .collect(),
         steward_url: Some(steward_url.to_owned()),
         signing_secret: Some(secrets.signing.clone()),
+        ..SlackSimOptions::default()
     }
 }
 

@@ -31,6 +31,7 @@ mod run_cases;
 mod runs;
 mod sim_e2b;
 mod sim_envd;
+mod sim_slack_socket;
 mod sim_slack_web;
 mod slack_commands;
 mod slack_router;

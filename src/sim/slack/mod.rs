@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, oneshot};
 
+mod socket;
 mod web;
 
 /// Options of `steward sim slack`.
@@ -71,6 +72,11 @@ pub struct SlackSimOptions {
     /// The signing secret of Steward's Slack app, used to sign what the page sends.
     #[arg(long, env = "SLACK_SIGNING_SECRET", hide_env_values = true, value_parser = parse_secret)]
     pub signing_secret: Option<SecretString>,
+    /// The app-level token `apps.connections.open` accepts (Socket Mode); without it any
+    /// `xapp-` token is accepted.
+    /// (Checked at start, not by clap, whose error would echo the token.)
+    #[arg(long, value_parser = parse_app_token)]
+    pub app_token: Option<SecretString>,
 }
 
 impl Default for SlackSimOptions {
@@ -84,6 +90,7 @@ impl Default for SlackSimOptions {
             people: Vec::new(),
             steward_url: None,
             signing_secret: None,
+            app_token: None,
         }
     }
 }
@@ -138,6 +145,10 @@ fn parse_steward_url(text: &str) -> Result<String, String> {
         ));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+fn parse_app_token(text: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(text.trim().to_owned()))
 }
 
 fn parse_secret(text: &str) -> Result<SecretString, String> {
@@ -459,6 +470,8 @@ struct SimState {
     world: Mutex<SlackWorld>,
     steward: Mutex<Option<StewardTarget>>,
     http: reqwest::Client,
+    /// Socket Mode: tickets, connections, envelopes awaiting their ack, and the acks.
+    socket: socket::Hub,
 }
 
 type Shared = Arc<SimState>;
@@ -474,6 +487,9 @@ impl SlackSim {
     /// Binds `opts.listen` and serves in the background, seeded with `opts.users` and
     /// `opts.groups` (not the `--seed` file: [`run_cli`] reads it).
     pub async fn start(opts: SlackSimOptions) -> std::io::Result<SlackSim> {
+        if let Some(token) = &opts.app_token {
+            socket::check_app_token(token).map_err(std::io::Error::other)?;
+        }
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let mut seeded = SlackWorld::new();
@@ -491,6 +507,7 @@ impl SlackSim {
                 .timeout(web::STEWARD_TIMEOUT)
                 .build()
                 .map_err(std::io::Error::other)?,
+            socket: socket::Hub::new(addr, opts.app_token.clone()),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(world.clone());
@@ -631,6 +648,8 @@ impl Drop for SlackSim {
     fn drop(&mut self) {
         // Ends the pages' event streams, which would otherwise hold the server open.
         self.world().feed = None;
+        // Upgraded sockets outlive the server's graceful shutdown: close them too.
+        self.world.socket.close_all(false);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -727,6 +746,7 @@ fn router(world: Shared) -> Router {
         .route("/_sim/files/{id}", get(file_bytes))
         .route("/_sim/faults", post(add_fault))
         .route("/_sim/usergroups", post(add_usergroup))
+        .merge(socket::routes())
         .with_state(world)
 }
 
@@ -849,6 +869,9 @@ async fn api(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if method == "apps.connections.open" {
+        return socket::open(&world, &headers);
+    }
     let authorized = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

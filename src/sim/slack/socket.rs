@@ -1,0 +1,433 @@
+//! Socket Mode in the Slack simulator: `apps.connections.open` hands out a one-use WebSocket
+//! URL; the socket says `hello`, delivers the envelopes it is asked to send
+//! (`POST /_sim/socket/send`) round robin across the open connections, reads acks
+//! (`GET /_sim/socket/acks` lists them with their payloads), re-delivers an envelope not acked
+//! within [`REDELIVER_AFTER`] with `retry_attempt` (as Slack does, up to [`MAX_RETRIES`]
+//! times), and `POST /_sim/socket/drop` closes every socket (after a `disconnect` envelope with
+//! `reason: "refresh_requested"` when the body says `{"disconnect": true}`).
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::{Shared, api_error};
+
+/// How long an envelope may go unacked before it is delivered again (Slack: a few seconds).
+pub const REDELIVER_AFTER: Duration = Duration::from_secs(3);
+/// How many times an unacked envelope is delivered again before the simulator gives up.
+pub const MAX_RETRIES: u32 = 3;
+
+const ENVELOPE_TYPES: [&str; 3] = ["slash_commands", "interactive", "events_api"];
+
+/// What a connection's writer is told to do.
+enum Outgoing {
+    Text(String),
+    Close,
+}
+
+struct Conn {
+    id: u64,
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+struct Pending {
+    envelope: Value,
+    attempts: u32,
+}
+
+#[derive(Default)]
+struct HubState {
+    tickets: HashSet<String>,
+    conns: Vec<Conn>,
+    next_conn: usize,
+    next_id: u64,
+    pending: HashMap<String, Pending>,
+    acks: Vec<Value>,
+}
+
+/// Socket Mode's shared state: one-use tickets, open connections, unacked envelopes, acks.
+pub(super) struct Hub {
+    addr: SocketAddr,
+    app_token: Option<SecretString>,
+    state: Mutex<HubState>,
+}
+
+impl Hub {
+    pub(super) fn new(addr: SocketAddr, app_token: Option<SecretString>) -> Self {
+        Self {
+            addr,
+            app_token,
+            state: Mutex::new(HubState::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes every socket (after a `disconnect` envelope when `disconnect`); how many.
+    pub(super) fn close_all(&self, disconnect: bool) -> usize {
+        let conns = std::mem::take(&mut self.lock().conns);
+        let closed = conns.len();
+        for conn in conns {
+            if disconnect {
+                let envelope = json!({
+                    "type": "disconnect",
+                    "reason": "refresh_requested",
+                    "debug_info": {"host": "applink-sim"},
+                });
+                let _ = conn.tx.send(Outgoing::Text(envelope.to_string()));
+            }
+            let _ = conn.tx.send(Outgoing::Close);
+        }
+        closed
+    }
+
+    /// Sends `envelope` on the next connection in turn; false when none is open.
+    fn deliver(&self, envelope: &Value) -> bool {
+        let mut state = self.lock();
+        let text = envelope.to_string();
+        while !state.conns.is_empty() {
+            let index = state.next_conn % state.conns.len();
+            state.next_conn = state.next_conn.wrapping_add(1);
+            if state.conns[index]
+                .tx
+                .send(Outgoing::Text(text.clone()))
+                .is_ok()
+            {
+                return true;
+            }
+            state.conns.remove(index);
+        }
+        false
+    }
+}
+
+/// The Socket Mode routes (`/_sim/socket*`).
+pub(super) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/_sim/socket", get(connect))
+        .route("/_sim/socket/send", post(send))
+        .route("/_sim/socket/acks", get(acks))
+        .route("/_sim/socket/drop", post(drop_all))
+}
+
+/// `apps.connections.open`: an app-level token gets a one-use WebSocket URL. As Slack answers:
+/// no token is `not_authed`, a bot or user token is `not_allowed_token_type`, and an `xapp-`
+/// token other than `--app-token` is `invalid_auth`.
+pub(super) fn open(world: &Shared, headers: &HeaderMap) -> Response {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    if token.is_empty() {
+        return api_error("not_authed");
+    }
+    if !token.starts_with("xapp-") {
+        return api_error(if token.starts_with("xox") {
+            "not_allowed_token_type"
+        } else {
+            "invalid_auth"
+        });
+    }
+    let hub = &world.socket;
+    if let Some(expected) = &hub.app_token
+        && expected.expose_secret() != token
+    {
+        return api_error("invalid_auth");
+    }
+    let ticket = uuid::Uuid::new_v4().to_string();
+    hub.lock().tickets.insert(ticket.clone());
+    let url = format!("ws://{}/_sim/socket?ticket={ticket}", hub.addr);
+    Json(json!({"ok": true, "url": url})).into_response()
+}
+
+/// `--app-token` must be an app-level token; the error never repeats it.
+pub(super) fn check_app_token(token: &SecretString) -> Result<(), &'static str> {
+    let token = token.expose_secret();
+    if token.starts_with("xapp-") && token.len() > "xapp-".len() {
+        Ok(())
+    } else {
+        Err("--app-token must be an app-level token (xapp-…)")
+    }
+}
+
+#[derive(Deserialize)]
+struct Ticket {
+    ticket: Option<String>,
+}
+
+/// The WebSocket itself: a valid, unused ticket and a WebSocket upgrade request.
+async fn connect(
+    State(world): State<Shared>,
+    Query(query): Query<Ticket>,
+    mut request: Request,
+) -> Response {
+    let valid = query
+        .ticket
+        .is_some_and(|t| world.socket.lock().tickets.remove(&t));
+    if !valid {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "unknown or used ticket: call apps.connections.open for a new URL",
+        )
+            .into_response();
+    }
+    let headers = request.headers();
+    let is_upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return (StatusCode::BAD_REQUEST, "expected a WebSocket upgrade").into_response();
+    };
+    if !is_upgrade {
+        return (StatusCode::BAD_REQUEST, "expected a WebSocket upgrade").into_response();
+    }
+    let accept = derive_accept_key(key.as_bytes());
+    let upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let ws =
+                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
+                        .await;
+                serve(world, ws).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "socket mode upgrade failed"),
+        }
+    });
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    resp
+}
+
+/// One connection: `hello` first, then envelopes out and acks in until either side closes.
+async fn serve<S>(world: Shared, ws: WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let id = {
+        let mut state = world.socket.lock();
+        state.next_id += 1;
+        let id = state.next_id;
+        let hello = json!({
+            "type": "hello",
+            "num_connections": state.conns.len() + 1,
+            "debug_info": {"host": "applink-sim", "build_number": 1,
+                           "approximate_connection_time": 18060},
+            "connection_info": {"app_id": "A0SIMAPP"},
+        });
+        let _ = tx.send(Outgoing::Text(hello.to_string()));
+        state.conns.push(Conn { id, tx });
+        id
+    };
+    let (mut sink, mut stream) = ws.split();
+    loop {
+        tokio::select! {
+            out = rx.recv() => match out {
+                Some(Outgoing::Text(text)) => {
+                    if sink.send(Message::text(text)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Outgoing::Close) | None => {
+                    let _ = sink.send(Message::Close(None)).await;
+                    break;
+                }
+            },
+            incoming = stream.next() => match incoming {
+                Some(Ok(Message::Text(text))) => record_ack(&world, text.as_str()),
+                Some(Ok(Message::Ping(data))) => {
+                    if sink.send(Message::Pong(data)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    world.socket.lock().conns.retain(|c| c.id != id);
+}
+
+/// An ack `{"envelope_id", "payload"?}` ends the envelope's redelivery and is recorded.
+fn record_ack(world: &Shared, text: &str) {
+    let Ok(ack) = serde_json::from_str::<Value>(text) else {
+        tracing::debug!("socket mode: a frame that is not JSON");
+        return;
+    };
+    let Some(id) = ack.get("envelope_id").and_then(Value::as_str) else {
+        tracing::debug!("socket mode: a frame without envelope_id");
+        return;
+    };
+    let mut state = world.socket.lock();
+    let known = state.pending.remove(id).is_some();
+    let mut entry = json!({"envelope_id": id, "known": known});
+    if let Some(payload) = ack.get("payload") {
+        entry["payload"] = payload.clone();
+    }
+    state.acks.push(entry);
+}
+
+#[derive(Deserialize)]
+struct SendBody {
+    #[serde(rename = "type")]
+    kind: String,
+    payload: Value,
+}
+
+/// `POST /_sim/socket/send` `{"type", "payload"}`: wraps the payload in an envelope, delivers
+/// it on the next connection and re-delivers it until acked.
+async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
+    let bad = |msg: &str| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"ok": false, "error": msg})),
+        )
+    };
+    let Ok(body) = serde_json::from_slice::<SendBody>(&body) else {
+        return bad("expected {\"type\": ..., \"payload\": {...}}").into_response();
+    };
+    if !ENVELOPE_TYPES.contains(&body.kind.as_str()) {
+        return bad("type must be slash_commands, interactive or events_api").into_response();
+    }
+    if !body.payload.is_object() {
+        return bad("payload must be a JSON object").into_response();
+    }
+    let envelope_id = uuid::Uuid::new_v4().to_string();
+    let envelope = json!({
+        "envelope_id": envelope_id,
+        "type": body.kind,
+        "payload": body.payload,
+        "accepts_response_payload": true,
+        "retry_attempt": 0,
+        "retry_reason": "",
+    });
+    {
+        // Registered before delivery so an ack that races the response still finds it.
+        let mut state = world.socket.lock();
+        if state.conns.is_empty() {
+            return (
+                StatusCode::CONFLICT,
+                Json(json!({"ok": false, "error": "no_connection"})),
+            )
+                .into_response();
+        }
+        state.pending.insert(
+            envelope_id.clone(),
+            Pending {
+                envelope: envelope.clone(),
+                attempts: 0,
+            },
+        );
+    }
+    if !world.socket.deliver(&envelope) {
+        world.socket.lock().pending.remove(&envelope_id);
+        return (
+            StatusCode::CONFLICT,
+            Json(json!({"ok": false, "error": "no_connection"})),
+        )
+            .into_response();
+    }
+    tokio::spawn(redeliver(Arc::clone(&world), envelope_id.clone()));
+    Json(json!({"ok": true, "envelope_id": envelope_id})).into_response()
+}
+
+/// Delivers the envelope again, with `retry_attempt` counting up, until it is acked.
+async fn redeliver(world: Shared, envelope_id: String) {
+    loop {
+        tokio::time::sleep(REDELIVER_AFTER).await;
+        let envelope = {
+            let mut state = world.socket.lock();
+            let Some(pending) = state.pending.get_mut(&envelope_id) else {
+                return;
+            };
+            if pending.attempts >= MAX_RETRIES {
+                state.pending.remove(&envelope_id);
+                return;
+            }
+            pending.attempts += 1;
+            pending.envelope["retry_attempt"] = json!(pending.attempts);
+            pending.envelope["retry_reason"] = json!("timeout");
+            pending.envelope.clone()
+        };
+        world.socket.deliver(&envelope);
+    }
+}
+
+/// `GET /_sim/socket/acks`: every ack read, oldest first.
+async fn acks(State(world): State<Shared>) -> Json<Value> {
+    Json(Value::Array(world.socket.lock().acks.clone()))
+}
+
+#[derive(Deserialize, Default)]
+struct DropBody {
+    #[serde(default)]
+    disconnect: bool,
+}
+
+/// `POST /_sim/socket/drop` (`{"disconnect": true}` optional): closes every socket.
+async fn drop_all(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
+    let body = if body.is_empty() {
+        DropBody::default()
+    } else {
+        match serde_json::from_slice::<DropBody>(&body) {
+            Ok(b) => b,
+            Err(_) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error": "expected {\"disconnect\": bool}"})),
+                )
+                    .into_response();
+            }
+        }
+    };
+    let closed = world.socket.close_all(body.disconnect);
+    Json(json!({"ok": true, "closed": closed})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::SecretString;
+
+    use super::check_app_token;
+
+    fn check(token: &str) -> Result<(), &'static str> {
+        check_app_token(&SecretString::from(token.to_owned()))
+    }
+
+    #[test]
+    fn the_app_token_option_takes_only_an_app_level_token_and_never_repeats_it() {
+        let err = check("xoxb-SECRET123").unwrap_err();
+        assert!(!err.contains("SECRET123"), "{err}");
+        assert!(check("xapp-").is_err());
+        assert!(check("").is_err());
+        assert_eq!(check("xapp-1-A0SIM-1"), Ok(()));
+    }
+}

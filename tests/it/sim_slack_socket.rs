@@ -1,0 +1,232 @@
+//! Socket Mode in the Slack simulator, over real sockets: `apps.connections.open`, the
+//! WebSocket's `hello`, envelopes and their acks, redelivery of an unacked envelope, dropped
+//! sockets and reconnects, and several connections sharing the deliveries.
+use std::collections::BTreeSet;
+
+use futures::{SinkExt, StreamExt};
+use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+use crate::common::PATIENCE;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const APP_TOKEN: &str = "xapp-1-A0SIM-socket-test";
+
+async fn start(app_token: Option<&str>) -> SlackSim {
+    SlackSim::start(SlackSimOptions {
+        app_token: app_token.map(|t| SecretString::from(t.to_owned())),
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// `apps.connections.open` with `token` (none when empty): Slack's JSON answer.
+async fn open(sim: &SlackSim, token: &str) -> Value {
+    let mut req = reqwest::Client::new().post(format!("{}/apps.connections.open", sim.api_url()));
+    if !token.is_empty() {
+        req = req.bearer_auth(token);
+    }
+    req.send().await.unwrap().json().await.unwrap()
+}
+
+/// Opens a connection and reads its `hello`.
+async fn connect(sim: &SlackSim) -> (Ws, Value) {
+    let answer = open(sim, APP_TOKEN).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    let url = answer["url"].as_str().unwrap();
+    assert!(url.starts_with("ws://127.0.0.1:"), "{url}");
+    let (mut ws, _) = connect_async(url).await.unwrap();
+    let hello = next_json(&mut ws).await.expect("a hello frame");
+    (ws, hello)
+}
+
+/// The next text frame as JSON; `None` when the socket closed.
+async fn next_json(ws: &mut Ws) -> Option<Value> {
+    loop {
+        let frame = tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("a frame within PATIENCE");
+        match frame {
+            Some(Ok(Message::Text(text))) => return Some(serde_json::from_str(&text).unwrap()),
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return None,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+async fn ack(ws: &mut Ws, ack: Value) {
+    ws.send(Message::text(ack.to_string())).await.unwrap();
+}
+
+async fn admin(sim: &SlackSim, path: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/socket/{path}", sim.base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
+    let (status, answer) = admin(sim, "send", json!({"type": kind, "payload": payload})).await;
+    assert_eq!(status, 200, "{answer}");
+    answer["envelope_id"].as_str().unwrap().to_owned()
+}
+
+async fn acks(sim: &SlackSim) -> Vec<Value> {
+    reqwest::get(format!("{}/_sim/socket/acks", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_says_hello_and_its_url_works_once() {
+    let sim = start(None).await;
+    let answer = open(&sim, APP_TOKEN).await;
+    let url = answer["url"].as_str().unwrap().to_owned();
+    let (mut ws, _) = connect_async(&url).await.unwrap();
+    let hello = next_json(&mut ws).await.unwrap();
+    assert_eq!(hello["type"], "hello", "{hello}");
+    assert_eq!(hello["num_connections"], 1);
+    let again = connect_async(&url).await;
+    assert!(again.is_err(), "a used ticket must be refused");
+}
+
+#[tokio::test]
+async fn tokens_other_than_the_app_token_are_refused() {
+    let sim = start(Some(APP_TOKEN)).await;
+    assert_eq!(open(&sim, "").await["error"], "not_authed");
+    assert_eq!(
+        open(&sim, "xoxb-bot-token").await["error"],
+        "not_allowed_token_type"
+    );
+    let wrong = open(&sim, "xapp-1-A0SIM-another").await;
+    assert_eq!(wrong, json!({"ok": false, "error": "invalid_auth"}));
+    assert_eq!(open(&sim, APP_TOKEN).await["ok"], true);
+    // No socket open, and bad bodies: clear errors, nothing queued.
+    let (status, answer) = admin(&sim, "send", json!({"type": "events_api", "payload": {}})).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("no_connection"))
+    );
+    let (status, _) = admin(&sim, "send", json!({"type": "nope", "payload": {}})).await;
+    assert_eq!(status, 400);
+    let (status, _) = admin(&sim, "send", json!({"type": "interactive", "payload": 3})).await;
+    assert_eq!(status, 400);
+    assert!(acks(&sim).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_envelope_is_delivered_and_its_ack_recorded_with_the_payload() {
+    let sim = start(None).await;
+    let (mut ws, _) = connect(&sim).await;
+    let payload = json!({"command": "/sandbox", "text": "help", "user_id": "U0ALICE01"});
+    let id = send(&sim, "slash_commands", payload.clone()).await;
+    let envelope = next_json(&mut ws).await.unwrap();
+    assert_eq!(envelope["envelope_id"], id.as_str());
+    assert_eq!(envelope["type"], "slash_commands");
+    assert_eq!(envelope["payload"], payload);
+    assert_eq!(envelope["accepts_response_payload"], true);
+    assert_eq!(envelope["retry_attempt"], 0);
+    let reply = json!({"response_type": "ephemeral", "text": "Usage: /sandbox …"});
+    ack(&mut ws, json!({"envelope_id": id, "payload": reply})).await;
+    let recorded =
+        crate::common::wait_until("the ack", || async { acks(&sim).await.into_iter().next() })
+            .await;
+    assert_eq!(recorded["envelope_id"], id.as_str());
+    assert_eq!(recorded["payload"], reply);
+    assert_eq!(recorded["known"], true);
+}
+
+#[tokio::test]
+async fn an_unacked_envelope_is_delivered_again_with_retry_attempt() {
+    let sim = start(None).await;
+    let (mut ws, _) = connect(&sim).await;
+    let id = send(&sim, "interactive", json!({"type": "block_actions"})).await;
+    let first = next_json(&mut ws).await.unwrap();
+    assert_eq!(first["retry_attempt"], 0);
+    let second = next_json(&mut ws).await.unwrap();
+    assert_eq!(second["envelope_id"], id.as_str());
+    assert_eq!(second["retry_attempt"], 1);
+    assert_eq!(second["retry_reason"], "timeout");
+    ack(&mut ws, json!({"envelope_id": id})).await;
+    let recorded =
+        crate::common::wait_until("the ack", || async { acks(&sim).await.into_iter().next() })
+            .await;
+    assert_eq!(recorded["envelope_id"], id.as_str());
+    assert!(recorded.get("payload").is_none());
+}
+
+#[tokio::test]
+async fn a_drop_closes_the_socket_and_a_new_connection_works() {
+    let sim = start(None).await;
+    let (mut ws, _) = connect(&sim).await;
+    let (status, answer) = admin(&sim, "drop", json!({"disconnect": true})).await;
+    assert_eq!((status, answer["closed"].as_u64()), (200, Some(1)));
+    let disconnect = next_json(&mut ws).await.unwrap();
+    assert_eq!(disconnect["type"], "disconnect");
+    assert_eq!(disconnect["reason"], "refresh_requested");
+    assert!(next_json(&mut ws).await.is_none(), "the socket closes");
+
+    let (mut ws, hello) = connect(&sim).await;
+    assert_eq!(hello["type"], "hello");
+    let id = send(
+        &sim,
+        "events_api",
+        json!({"event": {"type": "app_mention"}}),
+    )
+    .await;
+    assert_eq!(
+        next_json(&mut ws).await.unwrap()["envelope_id"],
+        id.as_str()
+    );
+    ack(&mut ws, json!({"envelope_id": id})).await;
+    crate::common::wait_until("the ack", || async { acks(&sim).await.into_iter().next() }).await;
+    // A plain drop sends no disconnect envelope first.
+    admin(&sim, "drop", json!({})).await;
+    assert!(
+        next_json(&mut ws).await.is_none(),
+        "closed without a disconnect"
+    );
+}
+
+#[tokio::test]
+async fn two_connections_share_the_deliveries() {
+    let sim = start(None).await;
+    let (mut a, _) = connect(&sim).await;
+    let (mut b, hello) = connect(&sim).await;
+    assert_eq!(hello["num_connections"], 2);
+    let mut sent = BTreeSet::new();
+    for n in 0..4 {
+        sent.insert(send(&sim, "slash_commands", json!({"text": format!("help {n}")})).await);
+    }
+    let mut seen = BTreeSet::new();
+    for ws in [&mut a, &mut b] {
+        for _ in 0..2 {
+            let envelope = next_json(ws).await.unwrap();
+            let id = envelope["envelope_id"].as_str().unwrap().to_owned();
+            ack(ws, json!({"envelope_id": id})).await;
+            seen.insert(id);
+        }
+    }
+    assert_eq!(
+        seen, sent,
+        "each connection got two of the four, none twice"
+    );
+    let all = crate::common::wait_until("four acks", || async {
+        let all = acks(&sim).await;
+        (all.len() == 4).then_some(all)
+    })
+    .await;
+    assert!(all.iter().all(|a| a["known"] == true), "{all:?}");
+}
