@@ -256,28 +256,36 @@ impl Person<'_> {
         }
     }
 
+    /// Clicks what `css` finds; found again when the page redrew it between the find and the
+    /// click (a stale element), until [`PAGE_PATIENCE`].
     async fn click_css(&self, css: &str) {
-        self.client
-            .wait()
-            .at_most(PAGE_PATIENCE)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|_| panic!("nothing to click at {css}"))
-            .click()
-            .await
-            .unwrap();
+        let deadline = Instant::now() + PAGE_PATIENCE;
+        loop {
+            let clicked = match self.client.find(Locator::Css(css)).await {
+                Ok(target) => target.click().await.is_ok(),
+                Err(_) => false,
+            };
+            if clicked {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.fail(format!("nothing to click at {css}")).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Confirms Slack's confirm dialog when the button just clicked asked for one (the page
     /// draws it before the click returns).
     async fn confirm_if_asked(&self, shot: &str) {
-        if let Ok(yes) = self
+        if self
             .client
             .find(Locator::Css("#overlay [data-confirm='confirm']"))
             .await
+            .is_ok()
         {
             self.screenshot(shot).await;
-            yes.click().await.unwrap();
+            self.click_css("#overlay [data-confirm='confirm']").await;
         }
     }
 
