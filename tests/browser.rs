@@ -158,59 +158,69 @@ impl Person<'_> {
 
     /// Waits until an element matching `css` shows text containing `text`; returns that text.
     async fn see(&self, css: &str, text: &str) -> String {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
-            for element in self.client.find_all(Locator::Css(css)).await.unwrap() {
+        let what = format!("the page never showed {text:?} in {css}");
+        self.until(&what, || async {
+            for element in self.client.find_all(Locator::Css(css)).await.ok()? {
                 if let Ok(shown) = element.text().await
                     && shown.contains(text)
                 {
-                    return shown;
+                    return Some(shown);
                 }
             }
-            if Instant::now() > deadline {
-                self.fail(format!("the page never showed {text:?} in {css}"))
-                    .await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None
+        })
+        .await
     }
 
-    /// Waits until exactly `n` elements match `css`; returns `n`.
-    async fn count(&self, css: &str, n: usize) -> usize {
+    /// Polls `check` until it gives a value; past [`PAGE_PATIENCE`] the test fails, saying
+    /// `what` and saving a screenshot. The one wait every page step uses.
+    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
         let deadline = Instant::now() + PAGE_PATIENCE;
         loop {
-            let count = self.client.find_all(Locator::Css(css)).await.unwrap().len();
-            if count == n {
-                return count;
+            if let Some(value) = check().await {
+                return value;
             }
             if Instant::now() > deadline {
-                self.fail(format!("the page showed {count} of {n} {css}"))
-                    .await;
+                self.fail(what.to_owned()).await;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
+    /// Waits until exactly `n` elements match `css`; returns `n`.
+    async fn count(&self, css: &str, n: usize) -> usize {
+        let what = format!("the page never showed {n} of {css}");
+        self.until(&what, || async {
+            let count = self.client.find_all(Locator::Css(css)).await.ok()?.len();
+            (count == n).then_some(count)
+        })
+        .await
+    }
+
     /// Waits for a message in `container` that holds an element matching `inner`; returns it.
     async fn message_with(&self, container: &str, inner: &str) -> Element {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
-            for message in self
-                .client
-                .find_all(Locator::Css(&format!("{container} .msg")))
-                .await
-                .unwrap()
-            {
+        let what = format!("no message in {container} has {inner}");
+        self.until(&what, || async {
+            for message in self.messages(container).await {
                 if message.find(Locator::Css(inner)).await.is_ok() {
-                    return message;
+                    return Some(message);
                 }
             }
-            if Instant::now() > deadline {
-                self.fail(format!("no message in {container} has {inner}"))
-                    .await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None
+        })
+        .await
+    }
+
+    /// The messages shown in `container` now.
+    async fn messages(&self, container: &str) -> Vec<Element> {
+        self.client
+            .find_all(Locator::Css(&format!("{container} .msg")))
+            .await
+            .unwrap_or_default()
     }
 
     async fn act_as(&self, user: &str) {
@@ -231,48 +241,29 @@ impl Person<'_> {
     /// Clicks the element `css` inside the message of `container` whose text contains `text`
     /// (found afresh each try: the page redraws messages as they change).
     async fn click_on_message(&self, container: &str, text: &str, css: &str) {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
-            for message in self
-                .client
-                .find_all(Locator::Css(&format!("{container} .msg")))
-                .await
-                .unwrap()
-            {
+        let what = format!("no {css} on a message with {text:?} in {container}");
+        self.until(&what, || async {
+            for message in self.messages(container).await {
                 if message.text().await.unwrap_or_default().contains(text)
                     && let Ok(target) = message.find(Locator::Css(css)).await
                     && target.click().await.is_ok()
                 {
-                    return;
+                    return Some(());
                 }
             }
-            if Instant::now() > deadline {
-                self.fail(format!(
-                    "no {css} on a message with {text:?} in {container}"
-                ))
-                .await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None
+        })
+        .await
     }
 
     /// Clicks what `css` finds; found again when the page redrew it between the find and the
     /// click (a stale element), until [`PAGE_PATIENCE`].
     async fn click_css(&self, css: &str) {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
-            let clicked = match self.client.find(Locator::Css(css)).await {
-                Ok(target) => target.click().await.is_ok(),
-                Err(_) => false,
-            };
-            if clicked {
-                return;
-            }
-            if Instant::now() > deadline {
-                self.fail(format!("nothing to click at {css}")).await;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.until(&format!("nothing to click at {css}"), || async {
+            let target = self.client.find(Locator::Css(css)).await.ok()?;
+            target.click().await.ok()
+        })
+        .await
     }
 
     /// Confirms Slack's confirm dialog when the button just clicked asked for one (the page
@@ -341,24 +332,16 @@ impl Person<'_> {
 
     /// Waits for a message in `container` whose text contains `text`; returns it.
     async fn message_with_text(&self, container: &str, text: &str) -> Element {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
-            for message in self
-                .client
-                .find_all(Locator::Css(&format!("{container} .msg")))
-                .await
-                .unwrap()
-            {
+        let what = format!("no message in {container} shows {text:?}");
+        self.until(&what, || async {
+            for message in self.messages(container).await {
                 if message.text().await.unwrap_or_default().contains(text) {
-                    return message;
+                    return Some(message);
                 }
             }
-            if Instant::now() > deadline {
-                self.fail(format!("no message in {container} shows {text:?}"))
-                    .await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None
+        })
+        .await
     }
 }
 
