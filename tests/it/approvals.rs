@@ -1183,3 +1183,49 @@ async fn after_the_restore_window_the_button_is_gone_and_the_snapshot_stays() {
         snapshots.items
     );
 }
+
+#[tokio::test]
+async fn a_restore_e2b_refuses_says_why_and_offers_restore_again() {
+    let app = spawn_app_with(options("")).await;
+    seed(&app, "victim11", "base").await;
+    let case = open_kill_case(&app, "victim11").await;
+    click(&app, &case, "case_snapshot_then_kill", "U0002", &hook()).await;
+    wait_done(&app, &case).await;
+    eventually("the card offers Restore", || async {
+        has_restore_button(&app, &case).await
+    })
+    .await;
+    // Someone deleted the snapshot meanwhile: E2B answers 404 to the create.
+    let snapshot = app
+        .state
+        .store
+        .get_case(&case)
+        .await
+        .unwrap()
+        .restore
+        .unwrap()
+        .snapshot;
+    let e2b = app.state.e2b.as_ref().unwrap();
+    e2b.delete_template(&snapshot).await.unwrap();
+    let creates_before = calls(&app, "create").await;
+    click(&app, &case, "case_restore", "U0003", &hook()).await;
+    let text = wait_until("the card says the restore failed", || async {
+        let text = card_text(&app, &case).await;
+        text.contains("failed").then_some(text)
+    })
+    .await;
+    assert!(
+        text.contains(&format!("Restoring from snapshot `{snapshot}` failed")),
+        "{text}"
+    );
+    assert!(
+        has_restore_button(&app, &case).await,
+        "Restore is offered again"
+    );
+    assert_eq!(calls(&app, "create").await, creates_before + 1);
+    let actions = audit_actions(&app, &case).await;
+    assert!(
+        actions.iter().any(|a| a.starts_with("restore failed:")),
+        "{actions:?}"
+    );
+}
