@@ -136,11 +136,7 @@ pub struct BadCommitUrl;
 /// `url` if it can be a Slack link target: `http(s)://` and nothing that ends the link early.
 pub fn commit_url(url: &str) -> Result<String, BadCommitUrl> {
     let url = url.trim();
-    let scheme_ok = url.starts_with("https://") || url.starts_with("http://");
-    let chars_ok = url
-        .chars()
-        .all(|c| !c.is_whitespace() && !c.is_control() && !matches!(c, '|' | '<' | '>'));
-    if scheme_ok && chars_ok && url.len() <= 2000 && url::Url::parse(url).is_ok() {
+    if format::is_link_target(url) && url.len() <= 2000 && url::Url::parse(url).is_ok() {
         Ok(url.to_owned())
     } else {
         Err(BadCommitUrl)

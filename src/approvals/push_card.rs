@@ -32,7 +32,8 @@ impl MessageParams for PushCaseParams {
     const TEMPLATE: &'static str = "push_case.json.j2";
 }
 
-fn person(who: &PushPerson) -> Person {
+/// The alert's view of someone behind a push.
+pub(super) fn person(who: &PushPerson) -> Person {
     Person {
         name: Some(who.name.clone()),
         email: None,

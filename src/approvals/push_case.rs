@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use super::run_case::{PolicyChoice, RunCaseOpening, open_for_run};
 use super::{ApprovalError, CardTarget, Services};
 use crate::alerts::message::{short_sha, test_failure_params};
-use crate::alerts::{self, Person, PostedAlert, Step, TestFailure, TestRunError};
+use crate::alerts::{self, PostedAlert, Step, TestFailure, TestRunError};
 use crate::cases::{
     CaseDraft, DecisionOption, Evidence, Opener, PushPerson, PushReport, Recommendation,
     RunOutcome, RunReport, Subject,
@@ -123,15 +123,6 @@ fn people(test: &PushTest) -> (Option<PushPerson>, Option<PushPerson>) {
         slack_user: test.pusher_slack.clone(),
     });
     (author, pusher)
-}
-
-fn person(who: &Option<PushPerson>) -> Option<Person> {
-    who.as_ref().map(|p| Person {
-        name: Some(p.name.clone()),
-        email: None,
-        login: None,
-        slack_user: p.slack_user.clone(),
-    })
 }
 
 /// The alert channel of `test`: its entry's, else the settings', else approvals.
@@ -277,8 +268,8 @@ async fn open_failure(
         commit_sha: test.after.clone(),
         commit_url: test.commit_url.clone(),
         commit_message: test.message.clone(),
-        pusher: person(&pusher),
-        author: person(&author),
+        pusher: pusher.as_ref().map(super::push_card::person),
+        author: author.as_ref().map(super::push_card::person),
         command: test.command.clone(),
         exit_code: super::push_card::shown_exit_code(&report),
         duration: Some(Duration::from_millis(report.duration_ms)),

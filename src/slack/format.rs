@@ -299,6 +299,15 @@ pub fn cut(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// Whether `url` can be the target of a Slack link (`<url|text>`): `http(s)://`, no whitespace
+/// or control characters, nothing that would end the link early (`|`, `<`, `>`).
+pub fn is_link_target(url: &str) -> bool {
+    (url.starts_with("https://") || url.starts_with("http://"))
+        && url
+            .chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && !matches!(c, '|' | '<' | '>'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

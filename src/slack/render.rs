@@ -53,11 +53,7 @@ impl Mrkdwn {
     /// A link: `<url|label>` when `url` is `http(s)` with nothing that would end the link
     /// early, else the label alone (escaped).
     pub fn link(url: &str, label: &str) -> Self {
-        let safe = (url.starts_with("https://") || url.starts_with("http://"))
-            && url
-                .chars()
-                .all(|c| !c.is_whitespace() && !c.is_control() && !matches!(c, '|' | '<' | '>'));
-        if safe {
+        if format::is_link_target(url) {
             Self(format!("<{url}|{}>", format::escape_mrkdwn(label)))
         } else {
             Self::text(label)
