@@ -174,6 +174,20 @@ mod tests {
     }
 }
 string_id!(
+    /// A sweep's list decision, e.g. `list_3f2a...` (see `cases::list`).
+    ListId,
+    "list id",
+    &[]
+);
+
+impl ListId {
+    /// A fresh, unique list id.
+    pub fn generate() -> Self {
+        Self(format!("list_{}", uuid::Uuid::new_v4().simple()))
+    }
+}
+
+string_id!(
     /// A governed run, e.g. `run_3f2a...` (see `runs`).
     RunId,
     "run id",

@@ -211,6 +211,16 @@ impl Application {
                 )));
             }
         }
+        if self.loops.worker_enabled {
+            // Approved list decisions are carried out by whichever replica holds each list's
+            // lease; this pass takes over lists whose replica died.
+            let every = svc.lists.progress_every;
+            loops.push(tokio::spawn(crate::approvals::list::run_lists(
+                svc.clone(),
+                every,
+                signal(),
+            )));
+        }
         loops.push(tokio::spawn(worker::run_expiry(
             svc,
             self.loops.expire_every,

@@ -20,6 +20,7 @@ pub mod decide;
 pub mod evidence;
 pub mod history;
 pub mod lifetime;
+pub mod list;
 pub mod push_card;
 pub mod push_case;
 pub mod repair;
@@ -51,6 +52,8 @@ pub struct Services {
     /// The bound on follow-up work: past it, a decision's card update runs in the task that
     /// recorded it instead of a new one.
     pub limits: Arc<crate::slack::limits::Limits>,
+    /// How approved list decisions are carried out (`[hygiene] list_*`).
+    pub lists: list::ListSettings,
 }
 
 /// The CPU percentage above which a sandbox of a template counts as busy (`[hygiene.idle]`). The

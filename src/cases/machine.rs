@@ -4,7 +4,8 @@
 //! Pending ──Decide / DecideByPolicy(action)──▶ Decided ──StartExecuting──▶ Executing ──StepDone*──▶ Executing ──Finish──▶ Done
 //!    │  └─Decide(Leave/Keep)─▶ Left          │                      │
 //!    └──Expire (after decide_by)─▶ Expired   └──────Fail────────────┴──▶ Failed ──Retry──▶ Decided
-//! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline)
+//! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline);
+//!    an item of a list decision (no card to ask on) is Left by Steward instead
 //! Decided/Executing ──TransientFailure──▶ same state, `retrying` counts the step's failures
 //! Done (Snapshot, then kill) ──OfferRestore──▶ restore offered ──RequestRestore──▶ requested
 //!    ──Restored / RestoreFailed (offered again)──▶ …; CloseRestore after its `until`
@@ -363,13 +364,27 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
                 return Err(TransitionError::DeadlineNotInFuture { decide_by });
             }
             next.evidence = *evidence;
-            next.decide_by = decide_by;
             next.retrying = None;
             next.notes.push(Note {
                 at: now,
-                text: note,
+                text: note.clone(),
             });
-            CaseState::Pending
+            if next.list.is_some() {
+                // An item of a list decision has no card to ask on: it is left alone, and the
+                // next sweep judges it afresh (the mark ends now, so it is not exempt).
+                CaseState::Left {
+                    option: DecisionOption::Leave,
+                    by: Decider::Policy {
+                        policy: "the list's re-check before acting".into(),
+                    },
+                    reason: Some(note),
+                    until: Some(now),
+                    at: now,
+                }
+            } else {
+                next.decide_by = decide_by;
+                CaseState::Pending
+            }
         }
 
         (
@@ -896,6 +911,38 @@ mod tests {
             },
             50,
             Err(TransitionError::DeadlineNotInFuture { decide_by: t(40) }),
+        );
+    }
+
+    #[test]
+    fn a_list_item_found_changed_is_left_by_steward_rather_than_asked_again() {
+        let mut case = in_state(executing(vec![]));
+        case.list = Some(crate::cases::ListRef {
+            list: crate::ids::ListId::parse("list_1").unwrap(),
+            group: 0,
+        });
+        let event = Event::EvidenceChanged {
+            evidence: Box::default(),
+            note: "it used 40 % CPU".into(),
+            decide_by: t(90),
+        };
+        let left = apply(&case, event, t(50)).unwrap();
+        match left.state {
+            CaseState::Left {
+                by: Decider::Policy { .. },
+                until,
+                reason,
+                ..
+            } => {
+                // Its mark ends now: the next sweep judges it afresh.
+                assert_eq!(until, Some(t(50)));
+                assert_eq!(reason.as_deref(), Some("it used 40 % CPU"));
+            }
+            other => panic!("expected Left, got {other:?}"),
+        }
+        assert_eq!(
+            left.decide_by, case.decide_by,
+            "no new deadline: nobody is asked"
         );
     }
 

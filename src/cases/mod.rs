@@ -15,11 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{CaseId, RunId, SandboxId, SlackChannelId, SlackUserId, TemplateId};
 
+pub mod list;
 mod machine;
 mod policy;
 pub mod recheck;
 mod steps;
 
+pub use list::ListRef;
 pub use machine::{Event, TransitionError, apply};
 pub use policy::{
     ApprovalPolicy, ApproverRule, Approvers, Refusal, may_decide, may_restore, may_start_sweep,
@@ -573,6 +575,9 @@ pub struct Case {
     /// its snapshot, and what became of a request to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<Restore>,
+    /// An item of a sweep's list decision: the list and group it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<ListRef>,
 }
 
 /// The restore window of a case whose Snapshot, then kill finished.
@@ -709,6 +714,7 @@ impl CaseDraft {
             keep_running_for_secs: None,
             retrying: None,
             restore: None,
+            list: None,
         })
     }
 }

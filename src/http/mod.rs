@@ -73,6 +73,11 @@ impl AppState {
             approvals_channel: self.approvals_channel.clone(),
             tasks: self.tasks.clone(),
             limits: self.limits.clone(),
+            lists: self
+                .sweep
+                .as_ref()
+                .map(|s| s.config.list_settings())
+                .unwrap_or_default(),
         }
     }
 }

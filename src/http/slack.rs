@@ -297,6 +297,10 @@ fn defer_sweep(state: &AppState, dry_run: bool, form: &CommandForm) -> Response 
             }
         }
         if allowed {
+            let ctx = crate::hygiene::SweepContext {
+                requester: Some(user.clone()),
+                ..ctx
+            };
             crate::hygiene::command::sweep_message(ctx, dry_run, chrono::Utc::now()).await
         } else {
             svc.templates.render_or_plain(&FailureParams {
@@ -412,6 +416,11 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
                 case_id,
                 CaseButton::Restore,
             ),
+            Action::List {
+                button,
+                list,
+                group,
+            } => list_click(&state, &interaction, block_action, button, list, group),
             Action::Unknown { action_id } => {
                 tracing::info!(%action_id, user = %interaction.user.id, "no handler for this action");
             }
@@ -483,6 +492,85 @@ fn case_click(
         };
         deliver(&svc, &interaction, reply).await;
     });
+}
+
+/// A click on a sweep's list decision. Handled after the 200, like a case click.
+fn list_click(
+    state: &AppState,
+    interaction: &Interaction,
+    action: &payload::BlockAction,
+    button: payload::ListButton,
+    list: crate::ids::ListId,
+    group: Option<usize>,
+) {
+    use crate::approvals::list::{self as lists, ListClick};
+    use payload::ListButton;
+    let dedupe = action
+        .action_ts
+        .clone()
+        .or_else(|| interaction.trigger_id.clone())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let Ok(permit) = state.limits.try_follow_up() else {
+        tracing::warn!(%list, user = %interaction.user.id, "too many follow-up tasks; a list click was not handled");
+        return;
+    };
+    let svc = state.services();
+    let interaction = interaction.clone();
+    state.tasks.spawn(async move {
+        let _permit = permit;
+        let container = interaction.container.as_ref();
+        let channel = container
+            .and_then(|c| c.channel_id.clone())
+            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string()));
+        let ts = container.and_then(|c| c.message_ts.clone());
+        let click = ListClick {
+            user: &interaction.user.id,
+            list: &list,
+            group,
+            dedupe: &dedupe,
+            clicked: (channel.as_deref(), ts.as_deref()),
+        };
+        let reply = match button {
+            ListButton::Approve | ListButton::ApproveAll => {
+                lists::approve_clicked(&svc, click).await
+            }
+            ListButton::Review => lists::review_clicked(&svc, click).await,
+            ListButton::Retry => lists::retry_clicked(&svc, click).await,
+            ListButton::Exclude => match lists::exclude_clicked(&svc, click).await {
+                Ok(modal) => open_modal(&svc, &interaction, &modal).await,
+                Err(reply) => reply,
+            },
+        };
+        deliver(&svc, &interaction, reply).await;
+    });
+}
+
+/// Opens a modal for the clicker; a failure is the sentence to tell them.
+async fn open_modal<P: crate::slack::render::MessageParams>(
+    svc: &Services,
+    interaction: &Interaction,
+    params: &P,
+) -> Reply {
+    let Some(trigger) = interaction.trigger_id.as_deref() else {
+        return Reply::Ephemeral("Slack sent no trigger for the form; click again.".into());
+    };
+    let opened = match svc.templates.render_view(params) {
+        Ok(view) => svc
+            .slack
+            .open_view(trigger, view)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match opened {
+        Ok(()) => Reply::Nothing,
+        Err(e) => {
+            tracing::error!(error = %e, "could not open a form");
+            Reply::Ephemeral(format!(
+                "Steward could not open the form ({e}); click again."
+            ))
+        }
+    }
 }
 
 /// Shows a click's reply to the person who clicked.
@@ -567,6 +655,9 @@ async fn view_submission(state: &AppState, interaction: &Interaction) -> Respons
     let Some(view) = &interaction.view else {
         return StatusCode::OK.into_response();
     };
+    if view.callback_id == crate::slack::payload::SWEEP_LIST_EXCLUDE_MODAL {
+        return exclude_submission(state, interaction, view).await;
+    }
     if view.callback_id != CASE_REASON_MODAL {
         tracing::debug!(callback_id = %view.callback_id, "ignoring a view submission");
         return StatusCode::OK.into_response();
@@ -610,6 +701,69 @@ async fn view_submission(state: &AppState, interaction: &Interaction) -> Respons
         }
         Err(_) => {
             tracing::warn!("a reason submission took longer than Slack waits; closing the form");
+            StatusCode::OK.into_response()
+        }
+    }
+}
+
+/// A page of the exclude modal submitted: exclude what it names, then show the next page.
+async fn exclude_submission(
+    state: &AppState,
+    interaction: &Interaction,
+    view: &payload::ViewPayload,
+) -> Response {
+    use crate::approvals::list::{self as lists, ExcludeReply, ExcludeSubmission};
+    use crate::slack::payload::{
+        CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, SWEEP_LIST_PASTE_ACTION, SWEEP_LIST_PASTE_BLOCK,
+        SWEEP_LIST_PICK_ACTION,
+    };
+    let mut ticked: Vec<String> = view
+        .state
+        .values
+        .iter()
+        .filter(|(block, _)| block.starts_with("pick_"))
+        .filter_map(|(_, inputs)| inputs.get(SWEEP_LIST_PICK_ACTION))
+        .flat_map(|input| input.selected_options.iter().map(|o| o.value.clone()))
+        .collect();
+    ticked.sort();
+    let pasted = view
+        .input(SWEEP_LIST_PASTE_BLOCK, SWEEP_LIST_PASTE_ACTION)
+        .and_then(|v| v.value.clone());
+    let until = view
+        .input(CASE_UNTIL_BLOCK, CASE_UNTIL_ACTION)
+        .and_then(|v| v.selected_date.clone());
+    let svc = state.services();
+    let user = interaction.user.id.clone();
+    let (view_id, metadata) = (view.id.clone(), view.private_metadata.clone());
+    let work = state.tasks.spawn(async move {
+        let sub = ExcludeSubmission {
+            user: &user,
+            view_id: &view_id,
+            metadata: &metadata,
+            ticked,
+            pasted: pasted.as_deref(),
+            until: until.as_deref(),
+        };
+        lists::exclude_submitted(&svc, sub, chrono::Utc::now()).await
+    });
+    match tokio::time::timeout(MODAL_ANSWER_BUDGET, work).await {
+        Ok(Ok(ExcludeReply::Modal(SubmissionReply::Error { block, message }))) => {
+            modal_error(block, &message)
+        }
+        Ok(Ok(ExcludeReply::NextPage(page))) => match state.templates.render_view(page.as_ref()) {
+            Ok(view) => Json(json!({ "response_action": "update", "view": view })).into_response(),
+            Err(e) => {
+                tracing::error!(error = %e, "could not render the next page of the exclude form");
+                StatusCode::OK.into_response()
+            }
+        },
+        Ok(Ok(ExcludeReply::Modal(SubmissionReply::Close))) => StatusCode::OK.into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "an exclude submission panicked");
+            StatusCode::OK.into_response()
+        }
+        Err(_) => {
+            tracing::warn!("an exclude submission took longer than Slack waits; closing the form");
             StatusCode::OK.into_response()
         }
     }

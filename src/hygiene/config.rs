@@ -14,6 +14,8 @@
 //! decide_within = "2d"
 //! max_cases_per_sweep = 200
 //! when_nothing_new = "one_line"  # or "nothing"
+//! list_from = 25                 # from this many idle sandboxes, one list decision
+//! list_concurrency = 8           # sandboxes an approved list acts on at once
 //!
 //! [hygiene.owners]
 //! alice = "U0ALICE"
@@ -46,6 +48,10 @@ pub const DEFAULT_KILL_SHARE_GUARD: f64 = 0.25;
 pub const DEFAULT_DECIDE_WITHIN: Duration = Duration::from_secs(2 * 86_400);
 /// Default cap on cases one sweep opens; the rest wait for the next sweep.
 pub const DEFAULT_MAX_CASES_PER_SWEEP: usize = 200;
+/// From this many idle sandboxes to raise, a sweep posts one list decision instead of a card each.
+pub const DEFAULT_LIST_FROM: usize = 25;
+/// Sandboxes an approved list acts on at once (across replicas).
+pub const DEFAULT_LIST_CONCURRENCY: usize = 8;
 
 /// Everything under `[hygiene]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +75,20 @@ pub struct HygieneConfig {
     pub max_cases_per_sweep: usize,
     /// What a live sweep that finds nothing new to raise posts.
     pub when_nothing_new: WhenNothingNew,
+    /// From this many idle sandboxes to raise, a live sweep posts one list decision (groups by
+    /// owner and recommendation, approved a group at a time) instead of one card per sandbox.
+    /// 0: always a list.
+    pub list_from: usize,
+    /// Sandboxes an approved list acts on at once.
+    pub list_concurrency: usize,
+    /// How long one list item's execution lease lasts (renewed before each step): how soon
+    /// another replica takes over the sandboxes of one that died mid-list.
+    #[serde(deserialize_with = "duration")]
+    pub list_item_lease: Option<Duration>,
+    /// How often an approved list's progress is rewritten on its digest (Slack paces
+    /// `chat.update`).
+    #[serde(deserialize_with = "duration")]
+    pub list_progress_every: Option<Duration>,
     /// Owner names found in metadata, mapped to the Slack users to mention.
     pub owners: BTreeMap<String, SlackUserId>,
     /// The idle policy: thresholds, per-template overrides, prices.
@@ -85,6 +105,10 @@ impl Default for HygieneConfig {
             decide_within: None,
             max_cases_per_sweep: DEFAULT_MAX_CASES_PER_SWEEP,
             when_nothing_new: WhenNothingNew::default(),
+            list_from: DEFAULT_LIST_FROM,
+            list_concurrency: DEFAULT_LIST_CONCURRENCY,
+            list_item_lease: None,
+            list_progress_every: None,
             owners: BTreeMap::new(),
             idle: IdlePolicy::default(),
         }
@@ -105,6 +129,16 @@ impl HygieneConfig {
                 })
             })
             .transpose()
+    }
+
+    /// How approved lists are carried out.
+    pub fn list_settings(&self) -> crate::approvals::list::ListSettings {
+        let defaults = crate::approvals::list::ListSettings::default();
+        crate::approvals::list::ListSettings {
+            concurrency: self.list_concurrency.max(1),
+            item_lease: self.list_item_lease.unwrap_or(defaults.item_lease),
+            progress_every: self.list_progress_every.unwrap_or(defaults.progress_every),
+        }
     }
 
     /// How long people have to decide a sweep's case.

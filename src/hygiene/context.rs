@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::config::HygieneConfig;
 use crate::e2b::{E2bClient, E2bError};
-use crate::ids::SlackChannelId;
+use crate::ids::{SlackChannelId, SlackUserId};
 use crate::slack::client::SlackClient;
 use crate::slack::render::Templates;
 use crate::store::{Store, StoreError};
@@ -57,6 +57,9 @@ pub struct SweepContext {
     pub channel: Option<SlackChannelId>,
     /// Candidate windows read at once.
     pub window_concurrency: usize,
+    /// The person who started this pass (`/sandbox sweep`), for the two-person rule on its
+    /// list decision; `None` for a scheduled pass.
+    pub requester: Option<SlackUserId>,
 }
 
 impl SweepContext {
@@ -76,6 +79,7 @@ impl SweepContext {
             config,
             channel,
             window_concurrency: DEFAULT_WINDOW_CONCURRENCY,
+            requester: None,
         }
     }
 }

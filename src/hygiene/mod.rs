@@ -2,7 +2,7 @@
 //!
 //! `policy` is pure (idle rules, recommendations, cost); `config` is `[hygiene]` in
 //! `steward.toml`; `sweep` does one pass over the fleet and `post` is its live half (digest and
-//! cases); `groups` is the idle list by owner and recommendation (pure); `command` answers `/sandbox sweep`; `digest` holds the messages' params; `schedule` decides which replica runs each
+//! cases); `groups` is the idle list by owner and recommendation (pure); `list` opens a long idle list as one list decision; `command` answers `/sandbox sweep`; `digest` holds the messages' params; `schedule` decides which replica runs each
 //! scheduled pass. Nothing here kills anything: the sweep only
 //! opens approval cases.
 pub mod command;
@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod digest;
 pub mod groups;
+pub mod list;
 pub mod policy;
 pub mod post;
 pub mod report;

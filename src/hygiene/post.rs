@@ -128,6 +128,11 @@ pub(super) async fn post(
     now: DateTime<Utc>,
     slot: Option<DateTime<Utc>>,
 ) -> Result<Posted, SweepError> {
+    let to_decide: usize = report.groups.iter().map(|g| g.count).sum();
+    if to_decide > 0 && to_decide >= ctx.config.list_from {
+        // A long idle list is one decision, a group at a time, instead of a card per sandbox.
+        return super::list::post_list(ctx, report, channel, now, ctx.requester.clone()).await;
+    }
     let (raise, mut posted) = plan(report, ctx.config.max_cases_per_sweep);
     if nothing_new(report) && ctx.config.when_nothing_new == WhenNothingNew::Nothing {
         // Configured to stay silent: no digest, so `digest_ts` stays empty.

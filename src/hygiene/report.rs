@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::context::SweepMode;
 use super::policy::{Exemption, IdleEvidence, Recommendation, RunState};
-use crate::ids::{CaseId, SandboxId, SlackUserId, TemplateId};
+use crate::ids::{CaseId, ListId, SandboxId, SlackUserId, TemplateId};
 
 /// Running and paused sandboxes seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -148,6 +148,9 @@ pub struct Posted {
     pub deferred: usize,
     /// Cases that could not be opened or posted.
     pub failed: usize,
+    /// The list decision the idle sandboxes were put in, when the sweep posted one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub list: Option<ListId>,
 }
 
 /// Everything one pass found (and, when live, did).

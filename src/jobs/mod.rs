@@ -127,6 +127,22 @@ pub fn execution_lease(case_id: &CaseId) -> String {
 pub async fn execute_decision<F, Fut>(
     store: &Store,
     case_id: &CaseId,
+    run_step: F,
+) -> Result<Case, JobError>
+where
+    F: FnMut(Step, Vec<StepRecord>) -> Fut,
+    Fut: Future<Output = Result<StepOutcome, StepFailure>>,
+{
+    execute_decision_leased(store, case_id, EXECUTION_LEASE, run_step).await
+}
+
+/// [`execute_decision`] holding the case's execution lease for `lease` at a time (renewed before
+/// every step). A list's items use a short one, so a replica that dies mid-list hands its
+/// sandboxes over quickly; their steps are short.
+pub async fn execute_decision_leased<F, Fut>(
+    store: &Store,
+    case_id: &CaseId,
+    lease_ttl: Duration,
     mut run_step: F,
 ) -> Result<Case, JobError>
 where
@@ -135,10 +151,7 @@ where
 {
     let lease = execution_lease(case_id);
     let holder = uuid::Uuid::new_v4().to_string();
-    if !store
-        .acquire_lease(&lease, &holder, EXECUTION_LEASE)
-        .await?
-    {
+    if !store.acquire_lease(&lease, &holder, lease_ttl).await? {
         return Err(JobError::Transient(format!(
             "another worker is running case {case_id}"
         )));
@@ -146,6 +159,7 @@ where
     let held = Held {
         lease: &lease,
         holder: &holder,
+        ttl: lease_ttl,
     };
     let result =
         execute_holding_lease(store, case_id, held, MAX_TRANSIENT_FAILURES, &mut run_step).await;
@@ -161,6 +175,7 @@ where
 struct Held<'a> {
     lease: &'a str,
     holder: &'a str,
+    ttl: Duration,
 }
 
 async fn execute_holding_lease<F, Fut>(
@@ -197,10 +212,7 @@ where
         };
         // A worker whose lease ran out may have been replaced: running the step too could
         // do it twice.
-        if !store
-            .renew_lease(held.lease, held.holder, EXECUTION_LEASE)
-            .await?
-        {
+        if !store.renew_lease(held.lease, held.holder, held.ttl).await? {
             return Err(JobError::Transient(format!(
                 "lost the execution lease of case {case_id}"
             )));

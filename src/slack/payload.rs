@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use crate::cases::DecisionOption;
-use crate::ids::{CaseId, SlackChannelId, SlackUserId};
+use crate::ids::{CaseId, ListId, SlackChannelId, SlackUserId};
 
 /// `action_id` of the "Next page" button under `/sandbox list`.
 pub const LIST_NEXT_PAGE: &str = "list_next_page";
@@ -19,6 +19,19 @@ pub const CASE_OPTION_PREFIX: &str = "case_";
 pub const CASE_RETRY: &str = "case_retry";
 /// Restore on a card whose Snapshot, then kill finished: start the sandbox again from its snapshot.
 pub const CASE_RESTORE: &str = "case_restore";
+/// The buttons of a sweep's list decision. A group's button value is `<list id>:<group index>`;
+/// Approve all's is the list id.
+pub const SWEEP_LIST_APPROVE: &str = "sweep_list_approve";
+pub const SWEEP_LIST_APPROVE_ALL: &str = "sweep_list_approve_all";
+pub const SWEEP_LIST_REVIEW: &str = "sweep_list_review";
+pub const SWEEP_LIST_EXCLUDE: &str = "sweep_list_exclude";
+pub const SWEEP_LIST_RETRY: &str = "sweep_list_retry";
+/// `callback_id` of the modal that excludes sandboxes from a list's group.
+pub const SWEEP_LIST_EXCLUDE_MODAL: &str = "sweep_list_exclude";
+/// `action_id` of the exclude modal's checkboxes (block ids `pick_<n>`), paste box and date.
+pub const SWEEP_LIST_PICK_ACTION: &str = "pick";
+pub const SWEEP_LIST_PASTE_BLOCK: &str = "paste";
+pub const SWEEP_LIST_PASTE_ACTION: &str = "paste_ids";
 /// `callback_id` of the modal that asks for a decision's reason.
 pub const CASE_REASON_MODAL: &str = "case_reason";
 /// `block_id` and `action_id` of the reason input in that modal.
@@ -131,6 +144,15 @@ pub struct InputValue {
     pub value: Option<String>,
     #[serde(default)]
     pub selected_date: Option<String>,
+    /// Checkboxes: the options ticked.
+    #[serde(default)]
+    pub selected_options: Vec<SelectedOption>,
+}
+
+/// One ticked checkbox.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SelectedOption {
+    pub value: String,
 }
 
 impl ViewPayload {
@@ -220,6 +242,12 @@ pub enum Action {
     CaseRetry { case_id: CaseId },
     /// Restore on a case whose Snapshot, then kill finished.
     CaseRestore { case_id: CaseId },
+    /// A button of a sweep's list decision.
+    List {
+        button: ListButton,
+        list: ListId,
+        group: Option<usize>,
+    },
     /// An `action_id` we do not (yet) handle, or a value we cannot read.
     Unknown { action_id: String },
 }
@@ -246,6 +274,31 @@ impl Action {
                     _ => unknown(),
                 }
             }
+            SWEEP_LIST_APPROVE
+            | SWEEP_LIST_APPROVE_ALL
+            | SWEEP_LIST_REVIEW
+            | SWEEP_LIST_EXCLUDE
+            | SWEEP_LIST_RETRY => {
+                let button = match action.action_id.as_str() {
+                    SWEEP_LIST_APPROVE => ListButton::Approve,
+                    SWEEP_LIST_APPROVE_ALL => ListButton::ApproveAll,
+                    SWEEP_LIST_REVIEW => ListButton::Review,
+                    SWEEP_LIST_EXCLUDE => ListButton::Exclude,
+                    _ => ListButton::Retry,
+                };
+                match action.value.as_deref().and_then(ListTarget::decode) {
+                    Some(ListTarget { list, group })
+                        if group.is_some() == (button != ListButton::ApproveAll) =>
+                    {
+                        Self::List {
+                            button,
+                            list,
+                            group,
+                        }
+                    }
+                    _ => unknown(),
+                }
+            }
             LIST_NEXT_PAGE => action
                 .value
                 .as_deref()
@@ -254,6 +307,43 @@ impl Action {
                 .unwrap_or_else(unknown),
             _ => unknown(),
         }
+    }
+}
+
+/// Which button of a list decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListButton {
+    Approve,
+    ApproveAll,
+    Review,
+    Exclude,
+    Retry,
+}
+
+/// A list (and one of its groups) as a button value or modal metadata: `list_x:3`, `list_x`,
+/// and for the exclude modal `list_x:3:<page>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListTarget {
+    pub list: ListId,
+    pub group: Option<usize>,
+}
+
+impl ListTarget {
+    pub fn encode(&self) -> String {
+        match self.group {
+            Some(group) => format!("{}:{group}", self.list),
+            None => self.list.to_string(),
+        }
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(2, ':');
+        let list = ListId::parse(parts.next()?).ok()?;
+        let group = match parts.next() {
+            Some(g) => Some(g.parse().ok()?),
+            None => None,
+        };
+        Some(Self { list, group })
     }
 }
 

@@ -118,6 +118,14 @@ impl Serialize for Mrkdwn {
 
 /// The templates compiled into the binary: file name and source.
 pub const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "list_digest.json.j2",
+        include_str!("../../templates/list_digest.json.j2"),
+    ),
+    (
+        "list_exclude_modal.json.j2",
+        include_str!("../../templates/list_exclude_modal.json.j2"),
+    ),
     ("help.json.j2", include_str!("../../templates/help.json.j2")),
     (
         "problem.json.j2",

@@ -43,13 +43,16 @@
 //! - `P:push-failing:<owner/name>:<branch>` (string, JSON [`FailingPush`](super::FailingPush)): the
 //!   alert of the branch's latest failed push test, so a later pass can say "fixed in" under it.
 //!
+//! - `P:list:{<list_id>}` (hash `v`, `json`): a sweep's list decision, written by compare-and-swap.
+//! - `P:lists` (zset): list decisions still in play, scored by creation (ms).
+//!
 //! A run's three keys share the run id's hash tag, so one script or pipeline touches them all.
 //!
 //! This file must not talk to Redis; it only names things.
 use std::time::Duration;
 
 use crate::cases::Subject;
-use crate::ids::{CaseId, RunId};
+use crate::ids::{CaseId, ListId, RunId};
 
 /// How long a case (and its pointers and step log) is kept after its last write. The audit log
 /// is the long-term record; this only bounds memory.
@@ -226,6 +229,16 @@ impl Keys {
     /// Case cards whose last update failed: case id -> failed repairs in a row (a hash).
     pub fn stale_cards(&self) -> String {
         format!("{}:cards:stale", self.prefix)
+    }
+
+    /// A sweep's list decision (hash `v`, `json`).
+    pub fn list(&self, id: &ListId) -> String {
+        format!("{}:list:{{{}}}", self.prefix, id.as_str())
+    }
+
+    /// List decisions still in play (zset scored by creation, ms).
+    pub fn active_lists(&self) -> String {
+        format!("{}:lists", self.prefix)
     }
 
     /// Where the digest of the scheduled sweep for `slot` (RFC 3339) was posted.

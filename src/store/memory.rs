@@ -19,7 +19,7 @@ use super::{
     Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
-use crate::ids::{CaseId, RunId};
+use crate::ids::{CaseId, ListId, RunId};
 
 /// A cheap-to-clone handle to one in-process state.
 #[derive(Clone, Default)]
@@ -53,6 +53,10 @@ struct State {
     push_failing: HashMap<(String, String), String>,
     push_admission: Option<String>,
     restore_windows: HashMap<CaseId, DateTime<Utc>>,
+    /// List id -> (version, JSON).
+    lists: HashMap<ListId, (u64, String)>,
+    /// Lists still in play, by creation (ms).
+    active_lists: BTreeMap<(i64, String), ()>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -391,6 +395,68 @@ impl MemoryStore {
     pub(crate) async fn unwatch_restore(&self, case: &CaseId) -> Result<(), StoreError> {
         self.lock().restore_windows.remove(case);
         Ok(())
+    }
+
+    pub(crate) async fn create_list(
+        &self,
+        id: &ListId,
+        json: &str,
+        score_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        if s.lists.contains_key(id) {
+            return Ok(false);
+        }
+        s.lists.insert(id.clone(), (1, json.to_owned()));
+        s.active_lists.insert((score_ms, id.to_string()), ());
+        Ok(true)
+    }
+
+    pub(crate) async fn load_list(&self, id: &ListId) -> Result<Option<(u64, String)>, StoreError> {
+        Ok(self.lock().lists.get(id).cloned())
+    }
+
+    pub(crate) async fn swap_list(
+        &self,
+        id: &ListId,
+        expected: u64,
+        json: &str,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        match s.lists.get_mut(id) {
+            Some(stored) if stored.0 == expected => {
+                *stored = (expected + 1, json.to_owned());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(crate) async fn active_lists(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .lock()
+            .active_lists
+            .keys()
+            .map(|(_, id)| id.clone())
+            .collect())
+    }
+
+    pub(crate) async fn retire_list(&self, id: &ListId) -> Result<(), StoreError> {
+        self.lock()
+            .active_lists
+            .retain(|(_, listed), _| listed != id.as_str());
+        Ok(())
+    }
+
+    pub(crate) async fn cases_of(
+        &self,
+        items: &[(Subject, CaseId)],
+    ) -> Result<Vec<Option<Case>>, StoreError> {
+        let s = self.lock();
+        Ok(items
+            .iter()
+            .map(|(_, id)| s.cases.get(id).cloned())
+            .collect())
     }
 
     pub(crate) async fn push_admission(&self) -> Result<Option<String>, StoreError> {

@@ -17,10 +17,12 @@ use crate::cases::{self, Card, Case, DecisionOption, Event, Subject, TransitionE
 use crate::ids::{CaseId, RunId, SlackUserId};
 
 pub mod keys;
+mod lists;
 mod memory;
 pub mod push_tests;
 mod redis;
 mod settings;
+pub use lists::ListUpdated;
 pub use push_tests::{FailingPush, PushTest};
 pub use settings::RedisSettings;
 

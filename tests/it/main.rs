@@ -22,6 +22,7 @@ mod healthcheck;
 mod hygiene;
 mod hygiene_slack;
 mod layering;
+mod list_cases;
 mod mcp;
 mod metrics;
 mod no_side_door;

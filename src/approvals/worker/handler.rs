@@ -13,11 +13,11 @@ use chrono::{DateTime, Utc};
 
 use crate::approvals::{Services, audit, evidence, refresh_card};
 use crate::cases::{
-    Case, CaseState, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord, Subject,
-    recheck,
+    Case, CaseState, Decider, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord,
+    Subject, recheck,
 };
 use crate::e2b::{E2bClient, E2bError, SandboxDetail, SandboxMetric, SandboxState, SnapshotInfo};
-use crate::ids::{SandboxId, TemplateId};
+use crate::ids::{CaseId, SandboxId, TemplateId};
 use crate::jobs::{self, JobError, StepFailure};
 use crate::store::{Actor, ClaimedJob, Updated};
 
@@ -185,6 +185,14 @@ async fn recheck_sandbox(
         return Ok(None);
     };
     if !done.is_empty() && step != Step::Kill {
+        return Ok(Some(evidence::from_detail(&detail, None)));
+    }
+    // A worker that died mid-pause (the case was left Executing) may have paused it already:
+    // paused is what was decided, not a change.
+    if step == Step::Pause
+        && detail.state == SandboxState::Paused
+        && matches!(case.state, CaseState::Executing { .. })
+    {
         return Ok(Some(evidence::from_detail(&detail, None)));
     }
     let samples = if detail.state == SandboxState::Running {
@@ -485,21 +493,34 @@ pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobEr
             claimed.id
         )));
     };
-    let before = svc.store.get_case(&case_id).await?;
-    let result = jobs::execute_decision(&svc.store, &case_id, |step, done| {
+    execute_case(svc, &case_id, jobs::EXECUTION_LEASE)
+        .await
+        .map(|_| ())
+}
+
+/// Runs a decided case's remaining steps (holding its execution lease `lease` at a time),
+/// audits how it ended and shows it on its card. Returns the case as it ended. The queue's
+/// decision jobs and a list's items both come through here.
+pub async fn execute_case(
+    svc: &Services,
+    case_id: &CaseId,
+    lease: std::time::Duration,
+) -> Result<Case, JobError> {
+    let before = svc.store.get_case(case_id).await?;
+    let result = jobs::execute_decision_leased(&svc.store, case_id, lease, |step, done| {
         let svc = svc.clone();
         let case = before.clone();
         async move { run_step(&svc, &case, step, &done).await }
     })
     .await;
     if matches!(result, Err(JobError::Transient(_))) {
-        return result.map(|_| ());
+        return result;
     }
-    let after = match svc.store.get_case(&case_id).await {
+    let after = match svc.store.get_case(case_id).await {
         Ok(case) => case,
         Err(e) => {
             tracing::error!(case = %case_id, error = %e, "could not read the case after its job");
-            return result.map(|_| ());
+            return result;
         }
     };
     // A duplicate job finds the case already finished: nothing new to show.
@@ -516,10 +537,21 @@ pub async fn handle_job(svc: &Services, claimed: ClaimedJob) -> Result<(), JobEr
                     .map(|n| n.text.clone())
                     .unwrap_or_default(),
             ),
+            CaseState::Left {
+                by: Decider::Policy { .. },
+                reason,
+                ..
+            } => ("skip", reason.clone().unwrap_or_default()),
             other => ("stop", other.name().to_owned()),
         };
         audit(&svc.store, &after, worker_actor(), action, &outcome).await;
-        refresh_card(&svc.store, &svc.slack, &svc.templates, &after).await;
+        if after.card.is_some() {
+            refresh_card(&svc.store, &svc.slack, &svc.templates, &after).await;
+        } else if after.restore.is_some() {
+            // A list's item has no card; its Restore button goes to the list's thread.
+            crate::approvals::list::post_restore_card(svc, &after).await;
+        }
+        return Ok(after);
     }
-    result.map(|_| ())
+    result
 }

@@ -10,6 +10,6 @@ pub mod reconcile;
 pub mod restore;
 
 pub use expiry::expire_once;
-pub use handler::{handle_job, snapshot_name};
+pub use handler::{execute_case, handle_job, snapshot_name};
 pub use loops::{LoopSettings, run_expiry, run_worker};
 pub use reconcile::{RECONCILE_GRACE, TRANSIENT_RETRY_WAIT, reconcile_once};

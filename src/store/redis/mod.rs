@@ -35,6 +35,7 @@ use crate::ids::CaseId;
 mod audit;
 mod cases;
 mod leases;
+mod lists;
 mod push_tests;
 mod queue;
 mod restore;

@@ -220,6 +220,15 @@ pub fn app_env(
     env
 }
 
+/// Steward against simulators the test started itself (a big fleet, latency).
+pub async fn spawn_app_on(
+    slack: Arc<SlackSim>,
+    e2b: Arc<SimServer>,
+    opts: TestAppOptions,
+) -> TestApp {
+    start_app(slack, e2b, opts).await
+}
+
 async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptions) -> TestApp {
     let redis_url = opts.redis_url.clone().unwrap_or_else(redis_url);
     let cleanup = opts.redis_prefix.is_none().then(|| PrefixCleanup {

@@ -1,0 +1,442 @@
+//! A list decision as Slack shows it: the digest and its thread messages
+//! (`list_digest.json.j2`), and the exclude modal (`list_exclude_modal.json.j2`), as typed
+//! params. Pure: it reads the list and its groups' progress, and calls nothing.
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::super::card::{ButtonParams, ConfirmParams};
+use crate::cases::DecisionOption;
+use crate::cases::list::{GroupDecision, ListCase, ListGroup, Progress, progress_line, thousands};
+use crate::slack::format::{human_bytes, when};
+use crate::slack::payload::{
+    CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ListTarget, SWEEP_LIST_APPROVE, SWEEP_LIST_APPROVE_ALL,
+    SWEEP_LIST_EXCLUDE, SWEEP_LIST_EXCLUDE_MODAL, SWEEP_LIST_PASTE_ACTION, SWEEP_LIST_PASTE_BLOCK,
+    SWEEP_LIST_PICK_ACTION, SWEEP_LIST_RETRY, SWEEP_LIST_REVIEW,
+};
+use crate::slack::render::{MessageParams, Mrkdwn};
+
+/// Groups per message: three blocks each, under Slack's 50 with the digest's header.
+pub const GROUPS_PER_MESSAGE: usize = 14;
+/// Sandboxes per page of the exclude modal: eight checkbox blocks of ten (Slack's most).
+pub const EXCLUDE_PAGE: usize = 80;
+const CHECKBOXES_PER_BLOCK: usize = 10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ListHeader {
+    pub title: String,
+    pub summary: Mrkdwn,
+    pub guard: Option<String>,
+    pub status: Mrkdwn,
+    pub approve_all: Option<ButtonParams>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupView {
+    pub index: usize,
+    pub title: Mrkdwn,
+    pub facts: String,
+    pub top: String,
+    pub status: Mrkdwn,
+    pub buttons: Vec<ButtonParams>,
+}
+
+/// One message of a list: the digest (with `header`) or a thread message (with `continued`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ListMessageParams {
+    pub text: String,
+    pub header: Option<ListHeader>,
+    pub continued: Option<String>,
+    pub groups: Vec<GroupView>,
+}
+
+impl MessageParams for ListMessageParams {
+    const TEMPLATE: &'static str = "list_digest.json.j2";
+}
+
+/// How many messages a list of `groups` groups takes (at least the digest).
+pub fn message_count(groups: usize) -> usize {
+    groups.div_ceil(GROUPS_PER_MESSAGE).max(1)
+}
+
+/// Which message shows group `index`.
+pub fn message_of(index: usize) -> usize {
+    index / GROUPS_PER_MESSAGE
+}
+
+/// Every message of `list`; `progress[i]` is group i's progress once it was approved.
+pub fn list_messages(
+    list: &ListCase,
+    progress: &[Option<Progress>],
+    now: DateTime<Utc>,
+) -> Vec<ListMessageParams> {
+    let count = message_count(list.groups.len());
+    (0..count)
+        .map(|m| {
+            let first = m * GROUPS_PER_MESSAGE;
+            let groups: Vec<GroupView> = list
+                .groups
+                .iter()
+                .enumerate()
+                .skip(first)
+                .take(GROUPS_PER_MESSAGE)
+                .map(|(i, g)| group_view(list, i, g, progress.get(i).copied().flatten(), now))
+                .collect();
+            let last = first + groups.len();
+            ListMessageParams {
+                text: headline(list),
+                header: (m == 0).then(|| header(list, now)),
+                continued: (m > 0).then(|| {
+                    format!(
+                        "Groups {}–{last} of {} of the list above.",
+                        first + 1,
+                        list.groups.len()
+                    )
+                }),
+                groups,
+            }
+        })
+        .collect()
+}
+
+fn headline(list: &ListCase) -> String {
+    let sandboxes: usize = list.groups.iter().map(|g| g.items.len()).sum();
+    format!(
+        "Fleet hygiene: {} idle sandboxes in {} groups to decide",
+        thousands(sandboxes),
+        list.groups.len()
+    )
+}
+
+fn open(list: &ListCase, now: DateTime<Utc>) -> bool {
+    list.expired_at.is_none() && now < list.decide_by
+}
+
+fn header(list: &ListCase, now: DateTime<Utc>) -> ListHeader {
+    let sandboxes: usize = list.groups.iter().map(|g| g.items.len()).sum();
+    let undecided = list
+        .groups
+        .iter()
+        .filter(|g| g.decision == GroupDecision::Open)
+        .count();
+    let held: Vec<&ListGroup> = list.groups.iter().filter(|g| g.held_by_guard).collect();
+    let guard = (!held.is_empty()).then(|| {
+        let n: usize = held.iter().map(|g| g.items.len()).sum();
+        format!(
+            "*Blast-radius guard:* {} kill recommendations are more than the share of the fleet \
+             Steward may kill at once. Their {} groups are held: *Approve all* leaves them out, \
+             and only someone allowed to kill can approve each one with its own button.",
+            thousands(n),
+            held.len()
+        )
+    });
+    let status = if !open(list, now) {
+        Mrkdwn::text(&format!(
+            ":zzz: This list expired {}: undecided groups were left alone. The next sweep lists them again.",
+            when(list.expired_at.unwrap_or(list.decide_by))
+        ))
+    } else if undecided == 0 {
+        Mrkdwn::text("Every group is decided.")
+    } else {
+        Mrkdwn::text(&format!(
+            ":hourglass_flowing_sand: {undecided} of {} groups wait for a decision by {}. Nothing is \
+             done to a sandbox until its group is approved; each is re-checked just before.",
+            list.groups.len(),
+            when(list.decide_by)
+        ))
+    };
+    let approvable: usize = list
+        .groups
+        .iter()
+        .filter(|g| g.decision == GroupDecision::Open && !g.held_by_guard)
+        .map(|g| g.included().count())
+        .sum();
+    let approve_all = (open(list, now) && approvable > 0).then(|| ButtonParams {
+        action_id: SWEEP_LIST_APPROVE_ALL.into(),
+        text: "Approve all recommendations".into(),
+        value: ListTarget {
+            list: list.id.clone(),
+            group: None,
+        }
+        .encode(),
+        style: Some("primary"),
+        confirm: Some(ConfirmParams {
+            title: "Approve all?".into(),
+            text: format!(
+                "Steward will act on {} sandboxes, each as its group recommends, re-checking \
+                 each one just before.{}",
+                thousands(approvable),
+                if held.is_empty() {
+                    ""
+                } else {
+                    " Groups held by the guard are left out."
+                }
+            ),
+            confirm: "Approve all".into(),
+            deny: "Cancel".into(),
+        }),
+    });
+    ListHeader {
+        title: format!("Fleet hygiene · {} idle sandboxes", thousands(sandboxes)),
+        summary: Mrkdwn::text(&list.summary),
+        guard,
+        status,
+        approve_all,
+    }
+}
+
+fn option_label(option: DecisionOption) -> &'static str {
+    match option {
+        DecisionOption::Pause => "Pause",
+        DecisionOption::SnapshotThenKill => "Snapshot, then kill",
+        DecisionOption::Kill => "Kill",
+        _ => "Leave",
+    }
+}
+
+fn group_view(
+    list: &ListCase,
+    index: usize,
+    g: &ListGroup,
+    progress: Option<Progress>,
+    now: DateTime<Utc>,
+) -> GroupView {
+    let owner = match (&g.owner, &g.owner_slack) {
+        (Some(owner), Some(user)) => Mrkdwn::text(&format!("*{owner}* ("))
+            .and(Mrkdwn::user(user))
+            .and(Mrkdwn::text(")")),
+        (Some(owner), None) => Mrkdwn::text(&format!("*{owner}*")),
+        (None, _) => Mrkdwn::text("*No owner in metadata*"),
+    };
+    let title = owner.and(Mrkdwn::text(&format!(
+        " · *{}* · {} sandbox{}",
+        option_label(g.option),
+        thousands(g.items.len()),
+        if g.items.len() == 1 { "" } else { "es" }
+    )));
+    let cost = if g.cost_per_day_usd.abs() < 0.005 {
+        0.0
+    } else {
+        g.cost_per_day_usd
+    };
+    let mut facts = vec![format!("${cost:.2} a day")];
+    if g.paused_disk_bytes > 0 {
+        facts.push(format!(
+            "{} of disk held while paused",
+            human_bytes(g.paused_disk_bytes)
+        ));
+    }
+    if !g.excluded.is_empty() {
+        facts.push(format!("{} excluded", thousands(g.excluded.len())));
+    }
+    let top = g
+        .top
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let target = ListTarget {
+        list: list.id.clone(),
+        group: Some(index),
+    }
+    .encode();
+    let button = |action_id: &str, text: &str, style: Option<&'static str>| ButtonParams {
+        action_id: action_id.into(),
+        text: text.into(),
+        value: target.clone(),
+        style,
+        confirm: None,
+    };
+    let mut buttons = Vec::new();
+    let status = match (&g.decision, progress) {
+        (GroupDecision::Open, _) if !open(list, now) => {
+            Mrkdwn::text("Expired undecided: nothing was done.")
+        }
+        (GroupDecision::Open, _) => {
+            let included = g.included().count();
+            let mut approve = button(
+                SWEEP_LIST_APPROVE,
+                if g.held_by_guard {
+                    "Approve despite the guard"
+                } else {
+                    "Approve group"
+                },
+                Some(if g.held_by_guard { "danger" } else { "primary" }),
+            );
+            if g.is_kill() {
+                approve.confirm = Some(ConfirmParams {
+                    title: format!("{}?", option_label(g.option)),
+                    text: format!(
+                        "{} {} sandboxes of {}. A killed sandbox and its files cannot be \
+                         brought back{}.",
+                        option_label(g.option),
+                        thousands(included),
+                        g.owner.as_deref().unwrap_or("no owner"),
+                        if g.option == DecisionOption::SnapshotThenKill {
+                            " except from its snapshot"
+                        } else {
+                            ""
+                        }
+                    ),
+                    confirm: option_label(g.option).into(),
+                    deny: "Cancel".into(),
+                });
+            }
+            buttons.push(approve);
+            buttons.push(button(SWEEP_LIST_REVIEW, "Review individually", None));
+            buttons.push(button(SWEEP_LIST_EXCLUDE, "Exclude…", None));
+            if g.held_by_guard {
+                Mrkdwn::text(
+                    ":warning: Held by the blast-radius guard: waiting for someone allowed to kill.",
+                )
+            } else {
+                Mrkdwn::text(&format!(
+                    "Recommended: {} these {}.",
+                    option_label(g.option).to_lowercase(),
+                    thousands(included)
+                ))
+            }
+        }
+        (GroupDecision::Reviewing { by, .. }, _) => Mrkdwn::user(by).and(Mrkdwn::text(
+            " chose to review these one by one: their cards are in this thread.",
+        )),
+        (GroupDecision::Approved { by, .. }, p) => {
+            let p = p.unwrap_or_default();
+            if p.failed > 0 && p.finished() {
+                buttons.push(button(SWEEP_LIST_RETRY, "Retry failed", Some("primary")));
+            }
+            let icon = if !p.finished() {
+                ":gear:"
+            } else if p.failed > 0 {
+                ":x:"
+            } else {
+                ":white_check_mark:"
+            };
+            Mrkdwn::text(&format!("{icon} Approved by "))
+                .and(Mrkdwn::user(by))
+                .and(Mrkdwn::text(&format!(" · {}", progress_line(g.option, &p))))
+        }
+    };
+    GroupView {
+        index,
+        title,
+        facts: facts.join(" · "),
+        top,
+        status,
+        buttons,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckboxOption {
+    pub text: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckboxChunk {
+    pub label: String,
+    pub options: Vec<CheckboxOption>,
+}
+
+/// The exclude modal, page `page` (0-based) of group `index`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExcludeModalParams {
+    pub callback_id: &'static str,
+    pub metadata: String,
+    pub submit: String,
+    pub prompt: Mrkdwn,
+    pub pages: Vec<CheckboxChunk>,
+    pub pick_action: &'static str,
+    pub paste_block: &'static str,
+    pub paste_action: &'static str,
+    pub until_block: &'static str,
+    pub until_action: &'static str,
+    pub footer: String,
+}
+
+impl MessageParams for ExcludeModalParams {
+    const TEMPLATE: &'static str = "list_exclude_modal.json.j2";
+}
+
+/// The modal's metadata: `<list>:<group>:<page>`.
+pub fn exclude_metadata(list: &ListCase, group: usize, page: usize) -> String {
+    format!("{}:{group}:{page}", list.id)
+}
+
+/// Reads [`exclude_metadata`] back.
+pub fn parse_exclude_metadata(text: &str) -> Option<(ListTarget, usize)> {
+    let (target, page) = text.rsplit_once(':')?;
+    Some((ListTarget::decode(target)?, page.parse().ok()?))
+}
+
+/// How many pages the exclude modal of a group has (its sandboxes not yet excluded).
+pub fn exclude_pages(g: &ListGroup) -> usize {
+    g.included().count().div_ceil(EXCLUDE_PAGE).max(1)
+}
+
+pub fn exclude_modal(
+    list: &ListCase,
+    index: usize,
+    g: &ListGroup,
+    page: usize,
+    note: Option<&str>,
+) -> ExcludeModalParams {
+    let remaining: Vec<_> = g.included().collect();
+    let pages = exclude_pages(g);
+    let page = page.min(pages - 1);
+    let shown: Vec<_> = remaining
+        .iter()
+        .skip(page * EXCLUDE_PAGE)
+        .take(EXCLUDE_PAGE)
+        .collect();
+    let chunks = shown
+        .chunks(CHECKBOXES_PER_BLOCK)
+        .enumerate()
+        .map(|(n, chunk)| CheckboxChunk {
+            label: format!(
+                "{}–{}",
+                page * EXCLUDE_PAGE + n * CHECKBOXES_PER_BLOCK + 1,
+                page * EXCLUDE_PAGE + n * CHECKBOXES_PER_BLOCK + chunk.len()
+            ),
+            options: chunk
+                .iter()
+                .map(|item| CheckboxOption {
+                    text: format!("`{}`", item.sandbox),
+                    value: item.sandbox.to_string(),
+                })
+                .collect(),
+        })
+        .collect();
+    let more = page + 1 < pages;
+    let mut prompt = format!(
+        "Exclude sandboxes of *{}* from this list: they are left alone, like a Leave, and \
+         sweeps do not raise them again before the date below (no date: until someone decides \
+         otherwise). Most expensive first.",
+        g.label()
+    );
+    if let Some(note) = note {
+        prompt = format!("{note}\n{prompt}");
+    }
+    ExcludeModalParams {
+        callback_id: SWEEP_LIST_EXCLUDE_MODAL,
+        metadata: exclude_metadata(list, index, page),
+        submit: if more {
+            "Exclude, next page".into()
+        } else {
+            "Exclude".into()
+        },
+        prompt: Mrkdwn::text(&prompt),
+        pages: chunks,
+        pick_action: SWEEP_LIST_PICK_ACTION,
+        paste_block: SWEEP_LIST_PASTE_BLOCK,
+        paste_action: SWEEP_LIST_PASTE_ACTION,
+        until_block: CASE_UNTIL_BLOCK,
+        until_action: CASE_UNTIL_ACTION,
+        footer: format!(
+            "Page {} of {pages} · {} sandboxes not excluded · {} excluded",
+            page + 1,
+            thousands(remaining.len()),
+            thousands(g.excluded.len())
+        ),
+    }
+}
