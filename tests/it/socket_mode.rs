@@ -357,6 +357,65 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
     app.shutdown().await;
 }
 
+#[tokio::test]
+async fn envelopes_a_dead_replica_never_acked_are_redelivered_and_handled_once() {
+    use futures::StreamExt;
+    let app = spawn_socket_app().await;
+    let first = open_kill_case(&app, "sockdead0").await;
+    let second = open_kill_case(&app, "sockdead1").await;
+    // A second connection that reads envelopes and never acks them: a replica that dies holding
+    // them. Deliveries alternate between it and Steward.
+    let opened: Value = reqwest::Client::new()
+        .post(format!("{}/apps.connections.open", app.slack.api_url()))
+        .bearer_auth(APP_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (mut dead, _) = tokio_tungstenite::connect_async(opened["url"].as_str().unwrap())
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for (n, case) in [&first, &second].into_iter().enumerate() {
+        let click =
+            click_payload(&app, case, "case_pause", "U0002", &format!("17100000{n}.1")).await;
+        sent.push(send(&app.slack, "interactive", click).await);
+    }
+    // The dead replica holds one of the two (after its hello), then goes away without an ack.
+    let held = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let frame = dead.next().await.expect("the socket stays open").unwrap();
+            let Ok(text) = frame.to_text() else { continue };
+            let v: Value = serde_json::from_str(text).unwrap_or_default();
+            if let Some(id) = v.get("envelope_id").and_then(Value::as_str) {
+                break id.to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the dead replica reads an envelope");
+    assert!(sent.contains(&held), "{held} is one of {sent:?}");
+    drop(dead);
+    for case in [&first, &second] {
+        wait_done(&app, case).await;
+    }
+    // Slack's redelivery (retry_attempt 1) reached Steward, which handled it and acked it.
+    let ack = wait_until("the held envelope acked", || async {
+        acks(&app.slack)
+            .await
+            .into_iter()
+            .find(|a| a["envelope_id"] == held.as_str() && a["known"] == true)
+    })
+    .await;
+    assert!(ack.get("payload").is_none(), "{ack}");
+    assert_eq!(decisions(&app, &first).await, 1);
+    assert_eq!(decisions(&app, &second).await, 1);
+    assert_eq!(calls(&app, "pause").await, 2);
+    app.shutdown().await;
+}
+
 /// `steward serve` with `SLACK_APP_TOKEN`: its exit status and everything it wrote.
 async fn serve_with_app_token(sim: &SlackSim, token: &str) -> (Option<i32>, String) {
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
@@ -423,9 +482,12 @@ async fn start_replica(slack: &SlackSim, e2b: &SimServer, prefix: &str) -> Repli
     };
     let dir = tempfile::tempdir().unwrap();
     let env = app_env(slack, e2b, &redis_url(), prefix, &opts, dir.path());
-    let app = Application::build(Settings::load(&env).unwrap())
+    let mut app = Application::build(Settings::load(&env).unwrap())
         .await
         .unwrap();
+    // Only the Slack side is under test: no queue worker, no scheduled sweep.
+    app.loops_mut().worker_enabled = false;
+    app.set_sweep_every(None);
     let status = app.socket_status().expect("SLACK_APP_TOKEN is set");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(app.run_until_stopped(async {
