@@ -354,6 +354,34 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
     .await;
     assert!(ack_of(&app.slack, &id).await["payload"].is_object());
     assert_eq!(calls(&app, "pause").await, 6);
+    // The reconnects and the envelopes show in the metrics.
+    let metrics = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let has = |series: &str, label: &str| {
+        metrics
+            .lines()
+            .any(|l| l.starts_with(series) && l.contains(label))
+    };
+    for reason in ["reason=\"disconnect\"", "reason=\"dropped\""] {
+        assert!(
+            has("steward_slack_socket_reconnects_total", reason),
+            "{metrics}"
+        );
+    }
+    assert!(
+        has(
+            "steward_slack_socket_envelopes_total",
+            "type=\"interactive\""
+        ),
+        "{metrics}"
+    );
     app.shutdown().await;
 }
 
