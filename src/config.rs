@@ -19,6 +19,7 @@ use crate::hygiene::HygieneConfig;
 use crate::ids::SlackChannelId;
 use crate::runs::{OnFinish, RunLimits, RunPolicy};
 pub use crate::slack::SlackSettings;
+pub use crate::slack::socket::SocketSettings;
 pub use crate::store::RedisSettings;
 use serde::Deserialize;
 
@@ -168,6 +169,27 @@ pub fn slack_settings(env: &dyn Env) -> SlackSettings {
         signing_secret: env.var("SLACK_SIGNING_SECRET").map(SecretString::from),
         templates_dir: env.var("STEWARD_TEMPLATES").map(PathBuf::from),
     }
+}
+
+/// Socket Mode from `SLACK_APP_TOKEN`: `None` when unset (Slack then reaches Steward over
+/// HTTP only). Anything but an app-level token (`xapp-…`) is refused without repeating it.
+pub fn socket_settings(env: &dyn Env) -> Result<Option<SocketSettings>, ConfigError> {
+    let Some(token) = env.var("SLACK_APP_TOKEN") else {
+        return Ok(None);
+    };
+    let token = token.trim();
+    if !token.starts_with("xapp-") || token.len() <= "xapp-".len() {
+        return Err(ConfigError::Invalid {
+            name: "SLACK_APP_TOKEN".into(),
+            reason:
+                "it must be the app-level token (xapp-…) from the app's Basic Information page, \
+                     not the bot token (xoxb-…) or the signing secret"
+                    .into(),
+        });
+    }
+    Ok(Some(SocketSettings {
+        app_token: SecretString::from(token.to_owned()),
+    }))
 }
 
 /// [`RedisSettings`] from `REDIS_URL` and `STEWARD_REDIS_PREFIX`.
@@ -651,6 +673,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     pub e2b: E2bSettings,
     pub slack: SlackSettings,
+    /// `SLACK_APP_TOKEN`: when set, Slack delivers over Socket Mode (see `slack::socket`).
+    pub socket: Option<SocketSettings>,
     pub redis: RedisSettings,
     /// Timeouts and the connection cap of `steward serve`'s listener.
     pub edge: EdgeSettings,
@@ -694,6 +718,7 @@ impl Settings {
             metrics_listen,
             e2b: e2b_settings(env)?,
             slack: slack_settings(env),
+            socket: socket_settings(env)?,
             redis: redis_settings(env),
             edge: EdgeSettings::from_env(env)?,
             replica_name: env
@@ -876,6 +901,27 @@ mod tests {
         assert!(!shown.contains("xoxb-secret-token"), "{shown}");
         assert!(!shown.contains("signing-secret-value"), "{shown}");
         assert_eq!(e2b.api_key.unwrap().expose_secret(), "e2b_deadbeef");
+    }
+
+    #[test]
+    fn the_app_token_must_be_app_level_and_is_never_repeated() {
+        assert!(socket_settings(&env(&[])).unwrap().is_none());
+        assert!(
+            socket_settings(&env(&[("SLACK_APP_TOKEN", "  ")]))
+                .unwrap()
+                .is_none()
+        );
+        for wrong in ["xoxb-bot-SECRET", "xapp-", "SECRET"] {
+            let e = socket_settings(&env(&[("SLACK_APP_TOKEN", wrong)])).unwrap_err();
+            let shown = e.to_string();
+            assert!(shown.starts_with("SLACK_APP_TOKEN is not valid"), "{shown}");
+            assert!(!shown.contains("SECRET"), "{shown}");
+        }
+        let ok = socket_settings(&env(&[("SLACK_APP_TOKEN", "xapp-1-A0-SECRET")]))
+            .unwrap()
+            .unwrap();
+        assert!(!format!("{ok:?}").contains("SECRET"));
+        assert_eq!(ok.app_token.expose_secret(), "xapp-1-A0-SECRET");
     }
 
     #[test]

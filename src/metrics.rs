@@ -24,6 +24,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const SLACK_REQUESTS: &str = "steward_slack_requests_total";
 /// How long Steward took to answer a Slack request, by route.
 pub const SLACK_REQUEST_DURATION: &str = "steward_slack_request_duration_seconds";
+/// Socket Mode envelopes read, by type and outcome.
+pub const SLACK_SOCKET_ENVELOPES: &str = "steward_slack_socket_envelopes_total";
+/// Socket Mode connections opened again, by why the last one ended.
+pub const SLACK_SOCKET_RECONNECTS: &str = "steward_slack_socket_reconnects_total";
 /// Slack Web API calls (and `response_url` posts) by method and outcome, one per attempt.
 pub const SLACK_API_CALLS: &str = "steward_slack_api_calls_total";
 /// Slack Web API answers that were 429s, by method.
@@ -114,6 +118,18 @@ pub const SERIES: &[Series] = &[
         Kind::Histogram,
         &["route"],
         "Time to answer a Slack request.",
+    ),
+    series(
+        SLACK_SOCKET_ENVELOPES,
+        Kind::Counter,
+        &["type", "outcome"],
+        "Socket Mode envelopes by type (slash_commands, interactive, events_api, other) and outcome (handled, duplicate, refused, ignored).",
+    ),
+    series(
+        SLACK_SOCKET_RECONNECTS,
+        Kind::Counter,
+        &["reason"],
+        "Socket Mode reconnects by why the last connection ended (disconnect, dropped, open_failed, connect_failed, refused).",
     ),
     series(
         SLACK_API_CALLS,
@@ -344,6 +360,18 @@ pub fn slack_request_outcome(status: u16, signature_refused: bool) -> &'static s
 pub fn slack_request(route: &'static str, outcome: &'static str, took: Duration) {
     counter!(SLACK_REQUESTS, "route" => route, "outcome" => outcome).increment(1);
     histogram!(SLACK_REQUEST_DURATION, "route" => route).record(took.as_secs_f64());
+}
+
+/// A Socket Mode envelope acked. `kind`: `slash_commands`, `interactive`, `events_api`, `other`;
+/// `outcome`: `handled`, `duplicate`, `refused`, `ignored`.
+pub fn slack_socket_envelope(kind: &'static str, outcome: &'static str) {
+    counter!(SLACK_SOCKET_ENVELOPES, "type" => kind, "outcome" => outcome).increment(1);
+}
+
+/// A Socket Mode connection about to be opened again. `reason`: `disconnect` (Slack asked),
+/// `dropped`, `open_failed`, `connect_failed`, `refused` (the app token).
+pub fn slack_socket_reconnect(reason: &'static str) {
+    counter!(SLACK_SOCKET_RECONNECTS, "reason" => reason).increment(1);
 }
 
 /// One attempt of a Slack Web API call (`method` as Slack names it, or `response_url`).

@@ -30,6 +30,7 @@ use crate::runs::{HandOver, HandOverError, HandOverRequest, RunEngine, RunPolicy
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
 use crate::slack::render::Templates;
+use crate::slack::socket::{OpenError, SocketClient, SocketStatus};
 use crate::store::Store;
 
 /// A bound, ready-to-run Steward server.
@@ -44,6 +45,8 @@ pub struct Application {
     sweep: Option<SweepContext>,
     /// How often the scheduler checks whether a sweep is due; `None` switches it off.
     sweep_every: Option<Duration>,
+    /// The Socket Mode client, when `SLACK_APP_TOKEN` is set.
+    socket: Option<SocketClient>,
 }
 
 /// Builds the clients and handles of one replica from settings. Fails on broken configuration
@@ -129,6 +132,10 @@ impl Application {
         crate::metrics::install();
         let loops = LoopSettings::new(&settings.replica_name);
         let state = build(settings)?;
+        let socket = match &state.settings.socket {
+            Some(socket) => Some(SocketClient::new(socket, &state.settings.slack.api_url)?),
+            None => None,
+        };
         let sweep = state.sweep.clone();
         Ok(Application {
             listener,
@@ -138,6 +145,7 @@ impl Application {
             loops,
             sweep,
             sweep_every: Some(schedule::TICK_INTERVAL),
+            socket,
         })
     }
 
@@ -170,6 +178,11 @@ impl Application {
         &mut self.loops
     }
 
+    /// What the Socket Mode connection is doing; `None` without `SLACK_APP_TOKEN`.
+    pub fn socket_status(&self) -> Option<SocketStatus> {
+        self.socket.as_ref().map(SocketClient::status)
+    }
+
     /// Lets tests switch the sweep scheduler off, or make it check more often.
     pub fn set_sweep_every(&mut self, every: Option<Duration>) {
         self.sweep_every = every;
@@ -181,7 +194,23 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        tracing::info!(addr = %self.addr, consumer = %self.loops.worker.consumer, "Steward listening");
+        // A token Slack refuses stops the replica before it starts anything, with a sentence
+        // (retrying cannot help); Slack merely unreachable is retried in the background.
+        let socket = match self.socket {
+            Some(client) => {
+                let first = match client.open().await {
+                    Ok(url) => Some(url),
+                    Err(e @ OpenError::Refused { .. }) => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Socket Mode is not connected yet; retrying");
+                        None
+                    }
+                };
+                Some((client, first))
+            }
+            None => None,
+        };
+        tracing::info!(addr = %self.addr, consumer = %self.loops.worker.consumer, socket_mode = socket.is_some(), "Steward listening");
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = move || {
             let mut stopped = stopped.clone();
@@ -251,6 +280,10 @@ impl Application {
             ),
             (None, _) => tracing::info!("scheduled sweeps are off: E2B is not configured"),
             (_, None) => {}
+        }
+        if let Some((client, first)) = socket {
+            let handler = crate::http::socket::handler(self.state.clone());
+            loops.push(tokio::spawn(client.run(handler, first, signal())));
         }
         if let Some(listener) = self.metrics {
             let state = self.state.clone();

@@ -29,6 +29,7 @@ pub mod github;
 pub mod health;
 pub mod metrics;
 pub mod slack;
+pub mod socket;
 
 pub use error::ApiError;
 

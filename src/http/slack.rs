@@ -4,7 +4,9 @@
 //! Handlers acknowledge within Slack's 3 s: quick answers go inline, anything that touches E2B
 //! answers "Working on it…" and finishes in a spawned task whose answer, posted to the
 //! `response_url`, replaces that acknowledgement.
-//! Nothing here may run before [`verify_request`] has accepted the raw body.
+//! Nothing here may run before [`verify_request`] has accepted the raw body; the `handle_*` entry
+//! points are also called by `http::socket` for an envelope Socket Mode delivered (authenticated
+//! by the app token that opened the connection).
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -112,6 +114,12 @@ fn inline(message: Message) -> Response {
 /// `POST /slack/commands`.
 pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let form = CommandForm::parse(&body)?;
+    handle_command(state, form).await
+}
+
+/// A slash command from either transport (its request already verified): the immediate reply,
+/// the HTTP body or the Socket Mode ack's payload.
+pub async fn handle_command(state: AppState, form: CommandForm) -> Result<Response, ApiError> {
     let templates = &state.templates;
     let cmd = SandboxCommand::parse(&form.text);
     tracing::info!(user = %form.user_id, channel = %form.channel_id, command = ?cmd, "slash command");
@@ -384,12 +392,18 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
 /// to the inputs).
 pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let interaction = Interaction::parse(&body)?;
+    Ok(handle_interaction(state, interaction).await)
+}
+
+/// An interaction from either transport (its request already verified): an empty answer, or a
+/// modal submission's `response_action`.
+pub async fn handle_interaction(state: AppState, interaction: Interaction) -> Response {
     match interaction.kind.as_str() {
         "block_actions" => {}
-        "view_submission" => return Ok(view_submission(&state, &interaction).await),
+        "view_submission" => return view_submission(&state, &interaction).await,
         other => {
             tracing::debug!(kind = %other, "ignoring interaction");
-            return Ok(StatusCode::OK.into_response());
+            return StatusCode::OK.into_response();
         }
     }
     for block_action in &interaction.actions {
@@ -426,7 +440,7 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
             }
         }
     }
-    Ok(StatusCode::OK.into_response())
+    StatusCode::OK.into_response()
 }
 
 /// Which button of a case card was clicked.
@@ -836,14 +850,19 @@ pub async fn event(
     axum::Extension(retry): axum::Extension<SlackRetry>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    match EventEnvelope::parse(&body)? {
+    Ok(handle_event(EventEnvelope::parse(&body)?, &retry))
+}
+
+/// An Events API delivery from either transport (its request already verified).
+pub fn handle_event(envelope: EventEnvelope, retry: &SlackRetry) -> Response {
+    match envelope {
         EventEnvelope::UrlVerification { challenge } => {
-            Ok(Json(json!({ "challenge": challenge })).into_response())
+            Json(json!({ "challenge": challenge })).into_response()
         }
         EventEnvelope::EventCallback { event_id } => {
             tracing::debug!(?event_id, retry_num = ?retry.num, retry_reason = ?retry.reason, "event ignored");
-            Ok(StatusCode::OK.into_response())
+            StatusCode::OK.into_response()
         }
-        EventEnvelope::Other => Ok(StatusCode::OK.into_response()),
+        EventEnvelope::Other => StatusCode::OK.into_response(),
     }
 }

@@ -38,6 +38,7 @@ mod slack_commands;
 mod slack_router;
 mod slack_signature;
 mod slack_sim;
+mod socket_mode;
 mod store_cluster;
 mod store_redis_down;
 mod store_suite;

@@ -1,0 +1,599 @@
+//! Steward over Socket Mode, against the Slack simulator's Socket Mode and real sockets: a slash
+//! command's ack carries the same immediate reply as the HTTP body, a click delivered as an
+//! `interactive` envelope decides a case once, dropped sockets (with and without `disconnect`)
+//! lose no decision and double none, a refused app token stops `steward serve` with a sentence
+//! that never shows the token, and two replicas each hold a connection and both receive.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use sandbox_steward::cases::CaseState;
+use sandbox_steward::config::Settings;
+use sandbox_steward::ids::CaseId;
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
+use sandbox_steward::slack::socket::{Envelope, Outcome, SocketStatus};
+use sandbox_steward::startup::Application;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+use crate::common::{
+    E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, eventually, hook,
+    redis_url, spawn_app_with, unique_prefix, visible_json_text, visible_text, wait_until,
+};
+
+const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
+const APPROVALS: &str = "C0APPROVALS";
+
+fn policy() -> String {
+    format!(
+        r#"
+[channels]
+approvals = "{APPROVALS}"
+[approvals.approvers]
+kill = {{ users = ["U0002"] }}
+pause = {{ anyone = true }}
+leave = {{ anyone = true }}
+keep = {{ anyone = true }}
+"#
+    )
+}
+
+/// A Steward with `SLACK_APP_TOKEN` set, so it connects to the simulator's Socket Mode.
+async fn spawn_socket_app() -> TestApp {
+    spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        env: vec![("SLACK_APP_TOKEN".into(), APP_TOKEN.into())],
+        ..TestAppOptions::default()
+    })
+    .await
+}
+
+async fn sim_post(sim: &SlackSim, path: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/socket/{path}", sim.base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// Delivers an envelope on the next open connection, waiting until Steward holds one (the
+/// simulator answers 409 `no_connection` while none is open); its envelope id.
+async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
+    let body = json!({"type": kind, "payload": payload});
+    wait_until("Steward holds a Socket Mode connection", || async {
+        let (status, answer) = sim_post(sim, "send", body.clone()).await;
+        match status {
+            200 => Some(answer["envelope_id"].as_str().unwrap().to_owned()),
+            409 => None,
+            _ => panic!("the simulator refused the envelope: {answer}"),
+        }
+    })
+    .await
+}
+
+async fn acks(sim: &SlackSim) -> Vec<Value> {
+    reqwest::get(format!("{}/_sim/socket/acks", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The first ack of `envelope_id`, once there is one.
+async fn ack_of(sim: &SlackSim, envelope_id: &str) -> Value {
+    wait_until(&format!("the ack of {envelope_id}"), || async {
+        acks(sim)
+            .await
+            .into_iter()
+            .find(|a| a["envelope_id"] == envelope_id)
+    })
+    .await
+}
+
+/// A slash command's Socket Mode payload: the HTTP form's fields as JSON.
+fn command_payload(text: &str, user: &str, response_url: &str) -> Value {
+    json!({
+        "token": "legacy-verification-token",
+        "team_id": "T0001",
+        "team_domain": "example",
+        "channel_id": "C0001",
+        "channel_name": "ops",
+        "user_id": user,
+        "user_name": "someone",
+        "command": "/sandbox",
+        "text": text,
+        "api_app_id": "A0001",
+        "is_enterprise_install": "false",
+        "response_url": response_url,
+        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+    })
+}
+
+/// A click on `case`'s card, as its `interactive` payload (from the card, as Slack sends it).
+async fn click_payload(
+    app: &TestApp,
+    case: &CaseId,
+    action_id: &str,
+    user: &str,
+    action_ts: &str,
+) -> Value {
+    let card = app.state.store.get_case(case).await.unwrap().card.unwrap();
+    json!({
+        "type": "block_actions",
+        "user": {"id": user},
+        "trigger_id": format!("trigger-{}", hook()),
+        "response_url": app.slack.response_url(&hook()),
+        "container": {"type": "message", "channel_id": card.channel.as_str(), "message_ts": card.ts},
+        "channel": {"id": card.channel.as_str()},
+        "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
+    })
+}
+
+fn case_id_in(text: &str) -> CaseId {
+    let start = text
+        .find("case_")
+        .unwrap_or_else(|| panic!("no case id in {text}"));
+    let id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    CaseId::parse(id).unwrap()
+}
+
+/// Opens a kill case for `sandbox` over Socket Mode; the ack says so at once.
+async fn open_kill_case(app: &TestApp, sandbox: &str) -> CaseId {
+    app.seed_sandbox(json!({"sandboxID": sandbox, "templateID": "base", "state": "running"}))
+        .await;
+    let reply = hook();
+    let payload = command_payload(
+        &format!("kill {sandbox} finished with it"),
+        "U0001",
+        &app.slack.response_url(&reply),
+    );
+    let id = send(&app.slack, "slash_commands", payload).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(
+        visible_json_text(&ack["payload"]).contains("Opening a case"),
+        "{ack}"
+    );
+    let text = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(text.contains("Opened case"), "{text}");
+    case_id_in(&text)
+}
+
+async fn calls(app: &TestApp, op: &str) -> u64 {
+    app.e2b.hooks().calls_of(op).await.unwrap()
+}
+
+async fn decisions(app: &TestApp, case: &CaseId) -> usize {
+    app.state
+        .store
+        .audit_for_case(case)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action.starts_with("decide:"))
+        .count()
+}
+
+async fn wait_done(app: &TestApp, case: &CaseId) {
+    eventually("the case finishes", || async {
+        matches!(
+            app.state.store.get_case(case).await.unwrap().state,
+            CaseState::Done { .. }
+        )
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_slash_command_envelope_is_acked_with_the_same_reply_as_over_http() {
+    let app = spawn_socket_app().await;
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("help", "U0001", &app.slack.response_url(&hook())),
+    )
+    .await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert_eq!(ack["known"], true, "{ack}");
+    let over_http: Value = app.post_command("help").await.json().await.unwrap();
+    assert_eq!(ack["payload"], over_http, "the ack carries the HTTP body");
+    assert_eq!(ack["payload"]["response_type"], "ephemeral");
+
+    // A command that calls E2B is acknowledged with "Working on it…" and answered through the
+    // response_url, exactly as over HTTP.
+    let reply = hook();
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("list", "U0001", &app.slack.response_url(&reply)),
+    )
+    .await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(
+        visible_json_text(&ack["payload"]).contains("Working on it"),
+        "{ack}"
+    );
+    let answer = app.wait_for_hook(&reply).await;
+    assert!(answer.replace_original == Some(true), "{answer:?}");
+
+    // A payload that is no slash command is acked (Slack stops delivering it) and does nothing.
+    let id = send(&app.slack, "slash_commands", json!({"text": "help"})).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(ack.get("payload").is_none(), "{ack}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_click_delivered_as_an_interactive_envelope_decides_the_case_once() {
+    let app = spawn_socket_app().await;
+    let case = open_kill_case(&app, "sockvictim1").await;
+    let ts = "1700000001.000100";
+    let click = click_payload(&app, &case, "case_pause", "U0002", ts).await;
+    let id = send(&app.slack, "interactive", click.clone()).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(
+        ack.get("payload").is_none(),
+        "a click's ack is empty: {ack}"
+    );
+    wait_done(&app, &case).await;
+    // The same click again (Slack's redelivery of a click carries the same action_ts).
+    let again = send(&app.slack, "interactive", click).await;
+    ack_of(&app.slack, &again).await;
+    eventually("the card shows the decision", || async {
+        let card = app.state.store.get_case(&case).await.unwrap().card.unwrap();
+        app.slack
+            .message(card.channel.as_str(), &card.ts)
+            .is_some_and(|m| visible_text(&m).contains("<@U0002> chose *Pause*"))
+    })
+    .await;
+    assert_eq!(decisions(&app, &case).await, 1);
+    assert_eq!(calls(&app, "pause").await, 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_redelivered_envelope_is_acked_and_not_handled_again() {
+    let app = spawn_socket_app().await;
+    app.seed_sandbox(json!({"sandboxID": "sockget1", "templateID": "base", "state": "running"}))
+        .await;
+    let reply = hook();
+    let envelope = |retry_attempt: u32| -> Envelope {
+        serde_json::from_value(json!({
+            "envelope_id": "5f0c7a36-0000-4000-8000-redelivered1",
+            "type": "slash_commands",
+            "payload": command_payload("get sockget1", "U0001", &app.slack.response_url(&reply)),
+            "accepts_response_payload": true,
+            "retry_attempt": retry_attempt,
+            "retry_reason": if retry_attempt > 0 { "timeout" } else { "" },
+        }))
+        .unwrap()
+    };
+    let first = sandbox_steward::http::socket::answer(&app.state, envelope(0)).await;
+    assert_eq!(first.outcome, Outcome::Handled);
+    assert!(first.payload.is_some());
+    app.wait_for_hook(&reply).await;
+    let gets = calls(&app, "get").await;
+    assert!(gets >= 1, "the command read the sandbox");
+    let again = sandbox_steward::http::socket::answer(&app.state, envelope(1)).await;
+    assert_eq!(again.outcome, Outcome::Duplicate);
+    assert!(again.payload.is_none());
+    assert_eq!(calls(&app, "get").await, gets, "the command ran once");
+    assert_eq!(
+        app.slack.hook_posts(&reply).len(),
+        1,
+        "and was answered once"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
+    let app = spawn_socket_app().await;
+    let mut cases = Vec::new();
+    for n in 0..6 {
+        cases.push(open_kill_case(&app, &format!("sockdrop{n}")).await);
+    }
+    let mut sent = Vec::new();
+    for (n, case) in cases.iter().enumerate() {
+        let click =
+            click_payload(&app, case, "case_pause", "U0002", &format!("17000000{n}.1")).await;
+        sent.push(send(&app.slack, "interactive", click).await);
+        // Every socket is dropped while clicks are still in flight: after the second with a
+        // `disconnect` envelope first, after the fourth without one (the next send waits for
+        // the new connection).
+        match n {
+            1 => assert_eq!(
+                sim_post(&app.slack, "drop", json!({"disconnect": true}))
+                    .await
+                    .0,
+                200
+            ),
+            3 => assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200),
+            _ => {}
+        }
+    }
+    for case in &cases {
+        wait_done(&app, case).await;
+    }
+    // Every envelope is acked (a lost ack is written on the next connection, or the redelivery
+    // is acked as a duplicate).
+    let acked = wait_until("every click envelope acked", || async {
+        let all = acks(&app.slack).await;
+        let acked: BTreeSet<String> = all
+            .iter()
+            .filter(|a| a["known"] == true)
+            .filter_map(|a| a["envelope_id"].as_str().map(str::to_owned))
+            .collect();
+        sent.iter().all(|id| acked.contains(id)).then_some(all)
+    })
+    .await;
+    let clicks: Vec<&Value> = acked
+        .iter()
+        .filter(|a| sent.iter().any(|id| a["envelope_id"] == id.as_str()))
+        .collect();
+    assert!(
+        clicks.iter().all(|a| a.get("payload").is_none()),
+        "a click's ack is empty: {clicks:?}"
+    );
+    for case in &cases {
+        assert_eq!(decisions(&app, case).await, 1, "{case}");
+    }
+    assert_eq!(calls(&app, "pause").await, 6, "six clicks, six pauses");
+    // After the drops the connection is back: a command still gets its reply.
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("help", "U0001", &app.slack.response_url(&hook())),
+    )
+    .await;
+    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    assert_eq!(calls(&app, "pause").await, 6);
+    // The reconnects and the envelopes show in the metrics.
+    let metrics = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let has = |series: &str, label: &str| {
+        metrics
+            .lines()
+            .any(|l| l.starts_with(series) && l.contains(label))
+    };
+    for reason in ["reason=\"disconnect\"", "reason=\"dropped\""] {
+        assert!(
+            has("steward_slack_socket_reconnects_total", reason),
+            "{metrics}"
+        );
+    }
+    assert!(
+        has(
+            "steward_slack_socket_envelopes_total",
+            "type=\"interactive\""
+        ),
+        "{metrics}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn envelopes_a_dead_replica_never_acked_are_redelivered_and_handled_once() {
+    use futures::StreamExt;
+    let app = spawn_socket_app().await;
+    let first = open_kill_case(&app, "sockdead0").await;
+    let second = open_kill_case(&app, "sockdead1").await;
+    // A second connection that reads envelopes and never acks them: a replica that dies holding
+    // them. Deliveries alternate between it and Steward.
+    let opened: Value = reqwest::Client::new()
+        .post(format!("{}/apps.connections.open", app.slack.api_url()))
+        .bearer_auth(APP_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (mut dead, _) = tokio_tungstenite::connect_async(opened["url"].as_str().unwrap())
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for (n, case) in [&first, &second].into_iter().enumerate() {
+        let click =
+            click_payload(&app, case, "case_pause", "U0002", &format!("17100000{n}.1")).await;
+        sent.push(send(&app.slack, "interactive", click).await);
+    }
+    // The dead replica holds one of the two (after its hello), then goes away without an ack.
+    let held = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let frame = dead.next().await.expect("the socket stays open").unwrap();
+            let Ok(text) = frame.to_text() else { continue };
+            let v: Value = serde_json::from_str(text).unwrap_or_default();
+            if let Some(id) = v.get("envelope_id").and_then(Value::as_str) {
+                break id.to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the dead replica reads an envelope");
+    assert!(sent.contains(&held), "{held} is one of {sent:?}");
+    drop(dead);
+    for case in [&first, &second] {
+        wait_done(&app, case).await;
+    }
+    // Slack's redelivery (retry_attempt 1) reached Steward, which handled it and acked it.
+    let ack = wait_until("the held envelope acked", || async {
+        acks(&app.slack)
+            .await
+            .into_iter()
+            .find(|a| a["envelope_id"] == held.as_str() && a["known"] == true)
+    })
+    .await;
+    assert!(ack.get("payload").is_none(), "{ack}");
+    assert_eq!(decisions(&app, &first).await, 1);
+    assert_eq!(decisions(&app, &second).await, 1);
+    assert_eq!(calls(&app, "pause").await, 2);
+    app.shutdown().await;
+}
+
+/// `steward serve` with `SLACK_APP_TOKEN`: its exit status and everything it wrote.
+async fn serve_with_app_token(sim: &SlackSim, token: &str) -> (Option<i32>, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "debug")
+        .env("STEWARD_LISTEN", "127.0.0.1:0")
+        .env("SLACK_API_URL", sim.api_url())
+        .env("SLACK_BOT_TOKEN", "xoxb-test-bot-token")
+        .env("SLACK_SIGNING_SECRET", "test-signing-secret")
+        .env("SLACK_APP_TOKEN", token)
+        .env("REDIS_URL", redis_url())
+        .env("STEWARD_REDIS_PREFIX", unique_prefix())
+        .current_dir(std::env::temp_dir())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, child)
+        .await
+        .expect("steward serve stops on its own")
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), all)
+}
+
+#[tokio::test]
+async fn a_refused_app_token_stops_serve_with_a_sentence_that_never_shows_the_token() {
+    let sim = SlackSim::start(SlackSimOptions {
+        app_token: Some(SecretString::from(APP_TOKEN.to_owned())),
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap();
+    // Slack says invalid_auth: another app's token.
+    let (code, out) = serve_with_app_token(&sim, "xapp-1-A0OTHER-SECRETPART").await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("Slack refused SLACK_APP_TOKEN (invalid_auth)"),
+        "{out}"
+    );
+    assert!(!out.contains("SECRETPART"), "the token leaked: {out}");
+    // A bot token where the app token belongs is refused before anything is called.
+    let (code, out) = serve_with_app_token(&sim, "xoxb-SECRETPART").await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("SLACK_APP_TOKEN is not valid"), "{out}");
+    assert!(!out.contains("SECRETPART"), "the token leaked: {out}");
+}
+
+/// A replica started by hand, so the test can watch its Socket Mode connection.
+struct Replica {
+    status: SocketStatus,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start_replica(slack: &SlackSim, e2b: &SimServer, prefix: &str) -> Replica {
+    let opts = TestAppOptions {
+        env: vec![("SLACK_APP_TOKEN".into(), APP_TOKEN.into())],
+        ..TestAppOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let env = app_env(slack, e2b, &redis_url(), prefix, &opts, dir.path());
+    let mut app = Application::build(Settings::load(&env).unwrap())
+        .await
+        .unwrap();
+    // Only the Slack side is under test: no queue worker, no scheduled sweep.
+    app.loops_mut().worker_enabled = false;
+    app.set_sweep_every(None);
+    let status = app.socket_status().expect("SLACK_APP_TOKEN is set");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    Replica {
+        status,
+        stop,
+        running,
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_each_hold_a_connection_and_both_receive() {
+    sandbox_steward::telemetry::init("error");
+    let slack = Arc::new(SlackSim::start(SlackSimOptions::default()).await.unwrap());
+    let e2b = SimServer::start(SimOptions {
+        api_key: Some(E2B_KEY.into()),
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: unique_prefix(),
+    };
+    let a = start_replica(&slack, &e2b, &cleanup.prefix).await;
+    let b = start_replica(&slack, &e2b, &cleanup.prefix).await;
+    eventually("both replicas are connected", || async {
+        a.status.connected() && b.status.connected()
+    })
+    .await;
+    let mut sent = Vec::new();
+    for _ in 0..4 {
+        let payload = command_payload("help", "U0001", &slack.response_url(&hook()));
+        sent.push(send(&slack, "slash_commands", payload).await);
+    }
+    for id in &sent {
+        let ack = ack_of(&slack, id).await;
+        assert!(ack["payload"].is_object(), "{ack}");
+    }
+    assert!(a.status.envelopes() >= 1, "replica A received nothing");
+    assert!(b.status.envelopes() >= 1, "replica B received nothing");
+    // Shutdown closes each socket cleanly: afterwards nobody is connected.
+    for replica in [a, b] {
+        let _ = replica.stop.send(());
+        replica.running.await.unwrap().unwrap();
+        assert!(!replica.status.connected());
+    }
+    eventually("the simulator has no connection left", || async {
+        let body = json!({"type": "events_api", "payload": {"type": "event_callback"}});
+        sim_post(&slack, "send", body).await.0 == 409
+    })
+    .await;
+}
+
+#[test]
+fn the_socket_mode_manifest_is_the_http_one_with_socket_mode_on_and_no_urls() {
+    let read = |name: &str| {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name))
+            .unwrap()
+    };
+    let (http, socket) = (read("manifest.yml"), read("manifest.socket.yml"));
+    assert!(socket.contains("socket_mode_enabled: true"));
+    assert!(http.contains("socket_mode_enabled: false"));
+    assert!(
+        !socket.contains("url:"),
+        "Socket Mode needs no request URLs"
+    );
+    // Everything else the app declares is the same: command, usage hint, scopes, names.
+    let declared = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter(|l| !l.contains("url:") && !l.starts_with("socket_mode_enabled"))
+            .filter(|l| !l.starts_with("request_url") && !l.starts_with("event_subscriptions"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(declared(&socket), declared(&http));
+}
