@@ -17,77 +17,13 @@ use std::time::{Duration, Instant};
 use sandbox_steward::config::{E2bSettings, SlackSettings};
 use sandbox_steward::e2b::E2bClient;
 use sandbox_steward::hygiene::{HygieneConfig, SweepContext, SweepMode, sweep_once};
-use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::e2b::SimOptions;
 use sandbox_steward::slack::client::SlackClient;
 use sandbox_steward::slack::render::Templates;
 use sandbox_steward::store::Store;
 
-/// `VmHWM` (peak resident memory) of this process, in MiB.
-fn peak_memory_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
-
-/// The simulator on its own thread and runtime, as E2B would be on its own machines: its
-/// request handling must not queue behind the sweep's tasks (or the other way round).
-struct SimThread {
-    base_url: String,
-    team_id: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl SimThread {
-    fn start(opts: SimOptions) -> anyhow::Result<SimThread> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("the simulator's runtime starts");
-            runtime.block_on(async move {
-                match SimServer::start(opts).await {
-                    Ok(sim) => {
-                        let _ = ready_tx.send(Ok((sim.base_url(), sim.team_id().to_owned())));
-                        let _ = stopped.await;
-                        sim.shutdown().await;
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                    }
-                }
-            });
-        });
-        let (base_url, team_id) = ready_rx.recv()?.map_err(anyhow::Error::msg)?;
-        Ok(SimThread {
-            base_url,
-            team_id,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    fn base_url(&self) -> String {
-        self.base_url.clone()
-    }
-
-    fn team_id(&self) -> &str {
-        &self.team_id
-    }
-
-    fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+mod support;
+use support::{SimThread, peak_memory_mib};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

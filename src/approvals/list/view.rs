@@ -176,7 +176,10 @@ fn header(list: &ListCase, now: DateTime<Utc>) -> ListHeader {
         }),
     });
     ListHeader {
-        title: format!("Fleet hygiene · {} idle sandboxes", thousands(sandboxes)),
+        title: format!(
+            "Fleet hygiene · {} idle sandboxes to decide",
+            thousands(sandboxes)
+        ),
         summary: Mrkdwn::text(&list.summary),
         guard,
         status,
@@ -438,5 +441,127 @@ pub fn exclude_modal(
             thousands(remaining.len()),
             thousands(g.excluded.len())
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cases::list::{ListGroup, ListItem};
+    use crate::ids::{CaseId, ListId, SandboxId, SlackUserId};
+    use crate::slack::render::Templates;
+
+    fn group(owner: Option<&str>, option: DecisionOption, n: usize, held: bool) -> ListGroup {
+        let items: Vec<ListItem> = (0..n)
+            .map(|i| ListItem {
+                sandbox: SandboxId::parse(format!("i{i:04}{}", owner.unwrap_or("x"))).unwrap(),
+                case: CaseId::parse(format!("case_{i}")).unwrap(),
+            })
+            .collect();
+        ListGroup {
+            owner: owner.map(str::to_owned),
+            owner_slack: owner
+                .filter(|o| *o == "alice")
+                .map(|_| SlackUserId::parse("U0ALICE").unwrap()),
+            option,
+            top: items.iter().take(3).map(|i| i.sandbox.clone()).collect(),
+            items,
+            cost_per_day_usd: n as f64 * 0.41,
+            paused_disk_bytes: if option == DecisionOption::Pause {
+                0
+            } else {
+                (n as u64 * 3) << 30
+            },
+            held_by_guard: held,
+            decision: GroupDecision::Open,
+            excluded: vec![],
+            message: 0,
+        }
+    }
+
+    /// The digest as a person reads it: headers, texts, context lines, and buttons in brackets
+    /// (`[*Approve group*]` is the highlighted one, `!` asks to confirm first).
+    fn picture(message: &crate::slack::render::Message) -> String {
+        let blocks = serde_json::to_value(&message.blocks).unwrap();
+        let mut out = Vec::new();
+        for b in blocks.as_array().unwrap() {
+            match b["type"].as_str().unwrap() {
+                "header" => out.push(format!("# {}", b["text"]["text"].as_str().unwrap())),
+                "section" => out.push(b["text"]["text"].as_str().unwrap().to_owned()),
+                "context" => out.push(format!(
+                    "  ({})",
+                    b["elements"][0]["text"].as_str().unwrap()
+                )),
+                "actions" => out.push(
+                    b["elements"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|e| {
+                            let text = e["text"]["text"].as_str().unwrap();
+                            let confirm = if e.get("confirm").is_some() { "!" } else { "" };
+                            match e["style"].as_str() {
+                                Some("primary") => format!("[*{text}*{confirm}]"),
+                                Some("danger") => format!("[{text} (red){confirm}]"),
+                                _ => format!("[{text}{confirm}]"),
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                other => out.push(format!("<{other}>")),
+            }
+        }
+        out.join("\n")
+    }
+
+    #[test]
+    fn the_digest_reads_as_groups_with_their_figures_progress_and_buttons() {
+        let now = DateTime::parse_from_rfc3339("2026-12-03T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut list = ListCase {
+            id: ListId::parse("list_1").unwrap(),
+            version: 1,
+            created_at: now,
+            decide_by: now + chrono::Duration::days(2),
+            requester: None,
+            groups: vec![
+                group(Some("alice"), DecisionOption::SnapshotThenKill, 412, true),
+                group(Some("alice"), DecisionOption::Pause, 1892, false),
+                group(Some("bob"), DecisionOption::Pause, 37, false),
+                group(None, DecisionOption::Kill, 5, true),
+            ],
+            messages: vec![],
+            summary: "*Fleet:* 10,000 sandboxes (6,120 running · 3,880 paused) · *Idle:* 2,346 \
+                      costing $961.86 a day (1,929 pause · 412 snapshot, then kill · 5 kill)"
+                .into(),
+            expired_at: None,
+        };
+        list.groups[1].decision = GroupDecision::Approved {
+            by: SlackUserId::parse("U0ERIN").unwrap(),
+            at: now,
+            over_guard: false,
+        };
+        let first = list.groups[2].items[0].sandbox.clone();
+        list.groups[2].excluded.push(crate::cases::list::Exclusion {
+            sandbox: first,
+            by: SlackUserId::parse("U0ERIN").unwrap(),
+            until: None,
+            at: now,
+        });
+        let running = Progress {
+            total: 1892,
+            done: 1204,
+            skipped: 3,
+            failed: 2,
+            running: 8,
+            waiting: 675,
+            expired: 0,
+        };
+        let messages = list_messages(&list, &[None, Some(running), None, None], now);
+        assert_eq!(messages.len(), 1);
+        let rendered = Templates::embedded().render(&messages[0]).unwrap();
+        insta::assert_snapshot!("list_digest", picture(&rendered));
     }
 }

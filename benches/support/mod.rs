@@ -1,0 +1,72 @@
+//! What several benchmarks share: the E2B simulator on its own thread and runtime, and the
+//! process's peak memory.
+#![allow(dead_code)]
+
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+
+/// `VmHWM` (peak resident memory) of this process, in MiB.
+pub fn peak_memory_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The simulator on its own thread and runtime, as E2B would be on its own machines: its
+/// request handling must not queue behind the sweep's tasks (or the other way round).
+pub struct SimThread {
+    base_url: String,
+    team_id: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SimThread {
+    pub fn start(opts: SimOptions) -> anyhow::Result<SimThread> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("the simulator's runtime starts");
+            runtime.block_on(async move {
+                match SimServer::start(opts).await {
+                    Ok(sim) => {
+                        let _ = ready_tx.send(Ok((sim.base_url(), sim.team_id().to_owned())));
+                        let _ = stopped.await;
+                        sim.shutdown().await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                    }
+                }
+            });
+        });
+        let (base_url, team_id) = ready_rx.recv()?.map_err(anyhow::Error::msg)?;
+        Ok(SimThread {
+            base_url,
+            team_id,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    pub fn team_id(&self) -> &str {
+        &self.team_id
+    }
+
+    pub fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
