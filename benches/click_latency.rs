@@ -157,13 +157,14 @@ impl Bench {
         Ok(resp)
     }
 
-    /// `/sandbox kill <sandbox>` as U0001, and the id of the case it opened (with its card).
+    /// `/sandbox kill <sandbox>`, and the id of the case it opened (with its card).
     async fn open_kill_case(&self, sandbox: &str, i: usize) -> anyhow::Result<CaseId> {
         let hook = format!("open{i}");
         let body = form_urlencoded::Serializer::new(String::new())
             .append_pair("team_id", "T0001")
             .append_pair("channel_id", "C0001")
-            .append_pair("user_id", "U0001")
+            // One requester per case: each person's commands are rate-limited.
+            .append_pair("user_id", &format!("U1{i:05}"))
             .append_pair("command", "/sandbox")
             .append_pair("text", &format!("kill {sandbox} benchmark"))
             .append_pair("response_url", &self.slack.response_url(&hook))
