@@ -83,7 +83,7 @@ PORT=$(free_port)
 PIDS+=($!)
 STEWARD_PID=$!
 wait_http "http://127.0.0.1:$PORT/healthz"
-echo "slack_load: steward $(git rev-parse --short HEAD 2>/dev/null || echo '?') pid $STEWARD_PID on cpu $SERVER_CPUS;" \
+echo "slack_load: $STEWARD_BIN (work tree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')) pid $STEWARD_PID on cpu $SERVER_CPUS;" \
   "redis, simulators and wrk on cpu $LOADGEN_CPUS; ${DURATION}s x $CONNECTIONS connections, $REPEAT runs each"
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
