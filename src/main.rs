@@ -3,6 +3,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: a Slack request allocates and frees many small
+/// buffers (headers, forms, JSON), and glibc's malloc was a sixth of the request path's CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = sandbox_steward::cli::Cli::parse();

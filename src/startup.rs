@@ -91,7 +91,7 @@ pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Resul
     let runs = e2b
         .as_ref()
         .map(|_| Runner::new(store.clone(), run_policy.clone()));
-    Ok(AppState {
+    Ok(AppState::from(crate::http::AppHandles {
         runs,
         approval_policy: Arc::new(policy.approvals.clone()),
         limits: Arc::new(Limits::new(policy.limits.clone())),
@@ -106,7 +106,7 @@ pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Resul
         approvals_channel,
         tasks: TaskTracker::new(),
         settings: Arc::new(settings),
-    })
+    }))
 }
 
 impl Application {

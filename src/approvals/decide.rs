@@ -13,7 +13,7 @@ use crate::cases::{Case, CaseState, Decider, DecisionOption, Event, may_decide};
 use crate::ids::{CaseId, SlackUserGroupId, SlackUserId};
 use crate::slack::render::Mrkdwn;
 use crate::store::Job;
-use crate::store::{Actor, StoreError, Updated};
+use crate::store::{Actor, FirstClick, StoreError, Updated};
 
 /// How long a click or submission is remembered, so Slack's redeliveries are not acted on.
 pub const CLICK_DEDUPE_TTL: Duration = Duration::from_secs(60 * 60);
@@ -189,7 +189,7 @@ async fn check_card(
     Err("This button does not belong to this case's card, so nothing was done. Use the buttons on the case's own card.".into())
 }
 
-/// Marks a click or submission as seen. `Ok(false)` for a repeat.
+/// Marks a modal submission as seen. `Ok(false)` for a repeat.
 async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
     svc.store
         .first_time(key, CLICK_DEDUPE_TTL)
@@ -214,23 +214,27 @@ async fn clicked_case(
     Ok(case)
 }
 
-/// The start of every click: a redelivered click does nothing, then the case is read. `Err` is
-/// the answer to give instead.
+/// The start of every click: a redelivered click does nothing, else the case is read (both in
+/// one store call: one Redis round trip). `Err` is the answer to give instead.
 async fn first_click(
     svc: &Services,
     user: &SlackUserId,
     case_id: &CaseId,
     dedupe: &str,
 ) -> Result<Case, Reply> {
-    match first_time(svc, &format!("click:{user}:{dedupe}")).await {
-        Ok(true) => {}
-        Ok(false) => return Err(Reply::Nothing),
-        Err(sentence) => return Err(Reply::Ephemeral(sentence)),
-    }
-    svc.store
-        .get_case(case_id)
+    let mark = format!("{user}:{dedupe}");
+    match svc
+        .store
+        .first_click(case_id, &mark, CLICK_DEDUPE_TTL)
         .await
-        .map_err(|e| Reply::Ephemeral(store_sentence(e)))
+    {
+        Ok(FirstClick::Case(case)) => Ok(*case),
+        Ok(FirstClick::Repeat) => Err(Reply::Nothing),
+        Ok(FirstClick::Missing) => Err(Reply::Ephemeral(store_sentence(StoreError::NotFound(
+            format!("case {case_id}"),
+        )))),
+        Err(e) => Err(Reply::Ephemeral(store_sentence(e))),
+    }
 }
 
 /// A click on an option button. `dedupe` identifies the click (its `action_ts`, else the

@@ -33,9 +33,37 @@ pub mod socket;
 
 pub use error::ApiError;
 
-/// Shared by every handler; every field is a cheap handle.
+/// Shared by every handler. Axum clones the state for every extractor and middleware of every
+/// request, so it is one `Arc` around [`AppHandles`], whose fields it reads through `Deref`
+/// (cloning the handles themselves cost a dozen allocations a request).
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<AppHandles>);
+
+impl From<AppHandles> for AppState {
+    fn from(handles: AppHandles) -> Self {
+        Self(Arc::new(handles))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppHandles;
+
+    fn deref(&self) -> &AppHandles {
+        &self.0
+    }
+}
+
+/// Changing a handle (tests do, before serving) changes this state only: clones made before
+/// keep the handles they had, as they did when the state was a plain struct.
+impl std::ops::DerefMut for AppState {
+    fn deref_mut(&mut self) -> &mut AppHandles {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+/// What every handler may use; every field is a cheap handle.
+#[derive(Clone, Debug)]
+pub struct AppHandles {
     pub settings: Arc<Settings>,
     pub slack: SlackClient,
     /// `None` when `E2B_API_KEY` is not set: commands then explain that E2B is not configured.

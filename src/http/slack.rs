@@ -29,7 +29,7 @@ use crate::slack::format;
 use crate::slack::limits::Refused;
 use crate::slack::payload::{self, Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
 use crate::slack::render::{
-    FailureParams, HelpParams, MentionFailureParams, Message, Mrkdwn, ProblemParams, WorkingParams,
+    FailureParams, MentionFailureParams, Message, Mrkdwn, ProblemParams, WorkingParams,
 };
 use crate::slack::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
@@ -107,8 +107,12 @@ async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 
 /// An immediate slash-command answer, visible to the invoker only.
 fn inline(message: Message) -> Response {
-    Json(json!({ "response_type": "ephemeral", "text": message.text, "blocks": message.blocks }))
-        .into_response()
+    json_body(message.ephemeral_json().into())
+}
+
+/// A JSON answer already serialized (no `serde_json::Value` in between).
+fn json_body(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// `POST /slack/commands`.
@@ -122,7 +126,8 @@ pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Respo
 pub async fn handle_command(state: AppState, form: CommandForm) -> Result<Response, ApiError> {
     let templates = &state.templates;
     let cmd = SandboxCommand::parse(&form.text);
-    tracing::info!(user = %form.user_id, channel = %form.channel_id, command = ?cmd, "slash command");
+    // Per request, so debug: at info it would cost more than answering the help.
+    tracing::debug!(user = %form.user_id, channel = %form.channel_id, command = ?cmd, "slash command");
     // Everything that reads E2B counts toward the person's rate limit (kill and
     // delete-template read the evidence; a sweep reads the whole fleet).
     let calls_e2b = cmd.needs_e2b()
@@ -139,9 +144,12 @@ pub async fn handle_command(state: AppState, form: CommandForm) -> Result<Respon
         return Ok(refuse(&state, refused));
     }
     let message = match &cmd {
-        SandboxCommand::Help => templates.render_or_plain(&HelpParams {
-            command: format::cut(&form.command, 100),
-        }),
+        // The same bytes for every `/sandbox help`: rendered once (see `Templates::help_reply`).
+        SandboxCommand::Help => {
+            return Ok(json_body(
+                templates.help_reply(&format::cut(&form.command, 100)),
+            ));
+        }
         SandboxCommand::Invalid { problem } => templates.render_or_plain(&ProblemParams {
             command: format::cut(&form.command, 100),
             // The problem quotes what was typed, which may be thousands of characters.

@@ -9,8 +9,16 @@
 //! which templates print as is.
 //!
 //! The templates are embedded in the binary; `STEWARD_TEMPLATES` names a directory whose files
-//! override embedded ones by file name. This module must not call Slack or E2B.
+//! override embedded ones by file name. Loading renders the messages whose parameters this
+//! module knows (help, problem, working, failure, done) with sample values, so a broken
+//! override stops the start instead of failing requests, and keeps the whole `/sandbox help`
+//! answer, which depends only on the command's name, as bytes ready to send. This module must
+//! not call Slack or E2B.
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::RwLock;
+
+use bytes::Bytes;
 
 use minijinja::value::Value;
 use minijinja::{Environment, UndefinedBehavior};
@@ -275,6 +283,23 @@ impl Message {
         }
     }
 
+    /// This message as the JSON body of an immediate answer only the person who asked sees
+    /// (a slash command's response), serialized straight from the typed blocks.
+    pub fn ephemeral_json(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Ephemeral<'a> {
+            response_type: &'static str,
+            text: &'a str,
+            blocks: &'a [SlackBlock],
+        }
+        serde_json::to_vec(&Ephemeral {
+            response_type: "ephemeral",
+            text: &self.text,
+            blocks: &self.blocks,
+        })
+        .unwrap_or_default()
+    }
+
     pub fn into_content(self) -> SlackMessageContent {
         let content = SlackMessageContent::new()
             .with_blocks(self.blocks)
@@ -305,9 +330,17 @@ pub trait MessageParams: Serialize {
     const TEMPLATE: &'static str;
 }
 
+/// The slash command of Steward's manifest: its help is rendered when the templates load.
+pub const DEFAULT_COMMAND: &str = "/sandbox";
+/// How many command names keep their rendered help. Slack sends the manifest's one; any other
+/// name is rendered at each request rather than letting the map grow.
+const HELP_CACHE_MAX_NAMES: usize = 4;
+
 /// The loaded template set. Cheap to share behind an `Arc`.
 pub struct Templates {
     env: Environment<'static>,
+    /// The whole `/sandbox help` answer (its JSON body) by command name.
+    help: RwLock<HashMap<String, Bytes>>,
 }
 
 impl std::fmt::Debug for Templates {
@@ -353,7 +386,67 @@ impl Templates {
             env.add_template_owned(name, source)
                 .map_err(|source| RenderError::Template { name, source })?;
         }
-        Ok(Self { env })
+        let templates = Self {
+            env,
+            help: RwLock::default(),
+        };
+        templates.check_at_start()?;
+        Ok(templates)
+    }
+
+    /// Renders every message whose parameters this module knows, with sample values (and
+    /// keeps the default command's help). Messages of other modules are checked at each
+    /// render, as before.
+    fn check_at_start(&self) -> Result<(), RenderError> {
+        self.help_body(DEFAULT_COMMAND)?;
+        let sample = || "a <sample> & more".to_owned();
+        self.render(&ProblemParams {
+            command: DEFAULT_COMMAND.into(),
+            problem: sample(),
+        })?;
+        self.render(&WorkingParams {
+            command: DEFAULT_COMMAND.into(),
+            input: sample(),
+        })?;
+        self.render(&FailureParams { sentence: sample() })?;
+        self.render(&MentionFailureParams {
+            sentence: Mrkdwn::text(&sample()),
+        })?;
+        for details in [None, Some(sample())] {
+            self.render(&DoneParams {
+                headline: sample(),
+                details,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The JSON body of the ephemeral `/sandbox help` answer for `command` (as typed, already
+    /// cut to length): rendered once per name and kept, since nothing else changes it.
+    pub fn help_reply(&self, command: &str) -> Bytes {
+        let cached = self
+            .help
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(command)
+            .cloned();
+        if let Some(body) = cached {
+            return body;
+        }
+        self.help_body(command)
+            .unwrap_or_else(|e| Bytes::from(fallback(e, HelpParams::TEMPLATE).ephemeral_json()))
+    }
+
+    fn help_body(&self, command: &str) -> Result<Bytes, RenderError> {
+        let message = self.render(&HelpParams {
+            command: command.to_owned(),
+        })?;
+        let body = Bytes::from(message.ephemeral_json());
+        let mut cache = self.help.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() < HELP_CACHE_MAX_NAMES {
+            cache.insert(command.to_owned(), body.clone());
+        }
+        Ok(body)
     }
 
     /// Renders `params` with its template and checks the result against Block Kit and
@@ -361,9 +454,12 @@ impl Templates {
     pub fn render<P: MessageParams>(&self, params: &P) -> Result<Message, RenderError> {
         let name = P::TEMPLATE;
         let json = self.render_raw(params)?;
-        let message: Message =
+        // Parsed once: the typed message is read from the same tree the checks compare with.
+        let raw: serde_json::Value =
             serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
-        check_limits(name, &json, &message)?;
+        let message =
+            Message::deserialize(&raw).map_err(|source| RenderError::Shape { name, source })?;
+        check_limits(name, &raw, &message)?;
         Ok(message)
     }
 
@@ -371,11 +467,11 @@ impl Templates {
     pub fn render_view<P: MessageParams>(&self, params: &P) -> Result<SlackView, RenderError> {
         let name = P::TEMPLATE;
         let json = self.render_raw(params)?;
-        let view: SlackView =
-            serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
-        // As for messages: a block that does not survive the round trip is not Block Kit.
         let raw: serde_json::Value =
             serde_json::from_str(&json).map_err(|source| RenderError::Shape { name, source })?;
+        let view =
+            SlackView::deserialize(&raw).map_err(|source| RenderError::Shape { name, source })?;
+        // As for messages: a block that does not survive the round trip is not Block Kit.
         let back = serde_json::to_value(&view).unwrap_or_default();
         for (index, raw_block) in raw["blocks"].as_array().into_iter().flatten().enumerate() {
             if back["blocks"].get(index) != Some(raw_block) {
@@ -403,22 +499,27 @@ impl Templates {
     /// Like [`render`](Self::render), but a broken template degrades to a plain sentence
     /// (and a logged error) instead of leaving the user without an answer.
     pub fn render_or_plain<P: MessageParams>(&self, params: &P) -> Message {
-        self.render(params).unwrap_or_else(|e| match e {
-            // Too long for Slack is about the input or the data, not a broken template.
-            RenderError::Limit { .. } => {
-                tracing::warn!(error = %e, "a reply was too long for Slack");
-                Message::plain(
-                    "That answer would be longer than Slack allows; ask for less (a shorter text, a filter or a limit).",
-                )
-            }
-            e => {
-                tracing::error!(error = %e, "message template failed");
-                Message::plain(format!(
-                    "Steward could not format this reply (template {} is broken); an operator has to fix it.",
-                    P::TEMPLATE
-                ))
-            }
-        })
+        self.render(params)
+            .unwrap_or_else(|e| fallback(e, P::TEMPLATE))
+    }
+}
+
+/// The plain sentence shown instead of a message that could not be rendered (logged).
+fn fallback(e: RenderError, template: &str) -> Message {
+    match e {
+        // Too long for Slack is about the input or the data, not a broken template.
+        RenderError::Limit { .. } => {
+            tracing::warn!(error = %e, "a reply was too long for Slack");
+            Message::plain(
+                "That answer would be longer than Slack allows; ask for less (a shorter text, a filter or a limit).",
+            )
+        }
+        e => {
+            tracing::error!(error = %e, "message template failed");
+            Message::plain(format!(
+                "Steward could not format this reply (template {template} is broken); an operator has to fix it."
+            ))
+        }
     }
 }
 
@@ -429,7 +530,11 @@ fn json_string_body(text: &str) -> String {
     quoted[1..quoted.len() - 1].to_owned()
 }
 
-fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(), RenderError> {
+fn check_limits(
+    name: &'static str,
+    raw: &serde_json::Value,
+    message: &Message,
+) -> Result<(), RenderError> {
     let count = message.blocks.len()
         + message
             .attachments
@@ -442,8 +547,6 @@ fn check_limits(name: &'static str, json: &str, message: &Message) -> Result<(),
             limit: format!("{count} blocks (at most {MESSAGE_MAX_BLOCKS})"),
         });
     }
-    let raw: serde_json::Value =
-        serde_json::from_str(json).map_err(|source| RenderError::Shape { name, source })?;
     let mut raw_blocks = raw["blocks"].as_array().cloned().unwrap_or_default();
     let mut typed_blocks: Vec<&SlackBlock> = message.blocks.iter().collect();
     for (index, bar) in message.attachments.iter().enumerate() {
@@ -929,24 +1032,94 @@ mod tests {
     }
 
     #[test]
-    fn a_template_that_is_not_block_kit_fails_to_render() {
+    fn a_broken_override_of_a_message_checked_at_start_stops_the_load() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("failure.json.j2"),
             r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
         )
         .unwrap();
+        let err = Templates::load(Some(dir.path())).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RenderError::NotBlockKit {
+                    name: "failure.json.j2",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        std::fs::remove_file(dir.path().join("failure.json.j2")).unwrap();
+        std::fs::write(
+            dir.path().join("help.json.j2"),
+            r#"{"text": "x", "blocks": [{"type": "nonsense"}]}"#,
+        )
+        .unwrap();
+        let err = Templates::load(Some(dir.path())).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RenderError::NotBlockKit {
+                    name: "help.json.j2",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_template_that_is_not_block_kit_fails_to_render() {
+        // team.json.j2's parameters belong to the caller, so it is checked when rendered.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("team.json.j2"),
+            r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
+        )
+        .unwrap();
         let templates = Templates::load(Some(dir.path())).unwrap();
-        let err = templates
-            .render(&FailureParams {
-                sentence: "x".into(),
-            })
-            .unwrap_err();
+        let params = || TeamParams {
+            capacity: CapacityParams {
+                window: "1 d".into(),
+                concurrent_now: 1,
+                concurrent_peak: 1,
+                peak_at: None,
+                start_rate: "1".into(),
+                start_rate_peak: "1".into(),
+            },
+            sparkline: None,
+        };
+        let err = templates.render(&params()).unwrap_err();
         assert!(matches!(err, RenderError::NotBlockKit { .. }), "{err}");
-        let fallback = templates.render_or_plain(&FailureParams {
-            sentence: "x".into(),
-        });
-        assert!(fallback.text.contains("failure.json.j2"));
+        let fallback = templates.render_or_plain(&params());
+        assert!(fallback.text.contains("team.json.j2"));
+    }
+
+    #[test]
+    fn the_help_answer_is_the_rendered_help_as_an_ephemeral_reply_for_each_name() {
+        let templates = Templates::embedded();
+        for command in [DEFAULT_COMMAND, "/sbx", "/sbx"] {
+            let body: serde_json::Value =
+                serde_json::from_slice(&templates.help_reply(command)).unwrap();
+            let message = templates
+                .render(&HelpParams {
+                    command: command.into(),
+                })
+                .unwrap();
+            assert_eq!(body["response_type"], "ephemeral");
+            assert_eq!(body["text"], message.text.as_str());
+            assert_eq!(
+                body["blocks"],
+                serde_json::to_value(&message.blocks).unwrap()
+            );
+        }
+        // Names past the cap are still answered, only not kept.
+        for i in 0..HELP_CACHE_MAX_NAMES + 2 {
+            let body = templates.help_reply(&format!("/s{i}"));
+            assert!(String::from_utf8_lossy(&body).contains(&format!("/s{i} list")));
+        }
+        assert_eq!(templates.help.read().unwrap().len(), HELP_CACHE_MAX_NAMES);
     }
 
     #[test]

@@ -27,6 +27,8 @@
 //! - `P:jobs` (stream, group [`JOB_GROUP`]): the durable work queue.
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
+//! - `P:click:{<case_id>}:<mark>` (string with a TTL): a click on the case's card was seen; in
+//!   the case-subject pointer's slot, so one script sets it and follows the pointer.
 //! - `P:sweep:last-completed` (string, RFC 3339): the scheduled slot of the last finished sweep.
 //! - `P:run:{<run_id>}` (hash `v`, `json`, `total`): one run's record (JSON only `runs` reads),
 //!   its version for compare-and-swap, and how many output bytes it produced in all.
@@ -116,7 +118,8 @@ impl Keys {
         self.case_by_subject_key(&subject.key(), id)
     }
 
-    /// Same as [`Keys::case`] when only the subject's key text is known.
+    /// Same as [`Keys::case`] when only the subject's key text is known. The click script
+    /// (`redis/click.rs`) builds this key the same way from the pointer it reads: change both.
     pub fn case_by_subject_key(&self, subject_key: &str, id: &CaseId) -> String {
         let tag = tag(shard_of(subject_key));
         format!("{}:case:{tag}:{subject_key}:{id}", self.prefix)
@@ -159,6 +162,11 @@ impl Keys {
 
     pub fn dedupe(&self, key: &str) -> String {
         format!("{}:dedupe:{}", self.prefix, key)
+    }
+
+    /// A click on `case`'s card, in the slot of [`Keys::case_subject`].
+    pub fn click(&self, case: &CaseId, mark: &str) -> String {
+        format!("{}:click:{{{}}}:{}", self.prefix, case, mark)
     }
 
     pub fn lease(&self, name: &str) -> String {

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use super::Job;
 use super::{
-    AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, IndexEntry, JobId, LeftMark,
-    Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
+    AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, FirstClick, IndexEntry, JobId,
+    LeftMark, Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
 };
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::{CaseId, ListId, RunId};
@@ -316,6 +316,25 @@ impl MemoryStore {
         // Keep the map from growing without bound in a long demo.
         s.dedupe.retain(|_, until| *until > now);
         Ok(true)
+    }
+
+    pub(crate) async fn first_click(
+        &self,
+        case: &CaseId,
+        mark: &str,
+        ttl: Duration,
+    ) -> Result<FirstClick, StoreError> {
+        // Its own key space, as in Redis: a click mark never collides with a `first_time` key.
+        if !self
+            .first_time(&format!("\0click:{case}:{mark}"), ttl)
+            .await?
+        {
+            return Ok(FirstClick::Repeat);
+        }
+        Ok(match self.load_case(case).await? {
+            Some(found) => FirstClick::Case(Box::new(found)),
+            None => FirstClick::Missing,
+        })
     }
 
     pub(crate) async fn forget_first_time(&self, key: &str) -> Result<(), StoreError> {

@@ -57,6 +57,17 @@ pub enum StoreError {
     Unconfirmed(String),
 }
 
+/// What a click finds (see [`Store::first_click`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FirstClick {
+    /// The same click was seen within its time to live: Slack's redelivery, not a new click.
+    Repeat,
+    /// A first click, on a case that does not exist (any more).
+    Missing,
+    /// A first click, and the case as it is now.
+    Case(Box<Case>),
+}
+
 /// The result of [`Store::open_case`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Opened {
@@ -631,6 +642,19 @@ impl Store {
     /// True the first time `key` is seen within `ttl`; false for repeats (Slack retries).
     pub async fn first_time(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
         delegate!(self.first_time(key, ttl))
+    }
+
+    /// Marks a click on `case`'s card (`mark` identifies the click: the person and Slack's
+    /// `action_ts`) as seen for `ttl` and, the first time, reads the case: what
+    /// [`Store::first_time`] and [`Store::get_case`] do, in one Redis round trip on one server
+    /// (two on a Cluster, where the case lives in its subject's slot).
+    pub async fn first_click(
+        &self,
+        case: &CaseId,
+        mark: &str,
+        ttl: Duration,
+    ) -> Result<FirstClick, StoreError> {
+        delegate!(self.first_click(case, mark, ttl))
     }
 
     /// Forgets a [`Store::first_time`] mark, so the next call is the first again (the work it

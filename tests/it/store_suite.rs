@@ -90,7 +90,52 @@ suite!(
     out_of_date_cards_are_counted_until_cleared,
     a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_the_cap,
     queue_figures_count_unacknowledged_jobs_and_date_the_oldest,
+    a_first_click_reads_its_case_and_a_repeat_or_a_missing_case_says_so,
 );
+
+/// A click: the first one with a mark reads the case (for subjects in every shard, since the
+/// Redis script finds the case's shard itself), a repeat of the mark is told apart without
+/// reading it, another mark on the same case is a first click again, and an unknown case is
+/// missing (and its mark is kept, so a redelivery of that click is a repeat too).
+async fn a_first_click_reads_its_case_and_a_repeat_or_a_missing_case_says_so(store: Store) {
+    use sandbox_steward::store::FirstClick;
+    let ttl = Duration::from_secs(60);
+    let mut shards = std::collections::HashSet::new();
+    for _ in 0..48 {
+        let subject = new_sandbox();
+        shards.insert(sandbox_steward::store::keys::shard_of(&subject.key()));
+        let case = open(&store, &subject).await;
+        let decided = store
+            .apply_event(&case.id, decide(DecisionOption::Pause, "U1"), Utc::now())
+            .await
+            .unwrap();
+        let Updated::Applied(now) = decided else {
+            panic!("{decided:?}")
+        };
+        let first = store.first_click(&case.id, "U1:1.1", ttl).await.unwrap();
+        assert_eq!(first, FirstClick::Case(Box::new(now.clone())));
+        assert_eq!(
+            store.first_click(&case.id, "U1:1.1", ttl).await.unwrap(),
+            FirstClick::Repeat
+        );
+        assert_eq!(
+            store.first_click(&case.id, "U2:1.1", ttl).await.unwrap(),
+            FirstClick::Case(Box::new(now))
+        );
+    }
+    assert!(shards.len() > 8, "only {} shards covered", shards.len());
+    let unknown = CaseId::generate();
+    assert_eq!(
+        store.first_click(&unknown, "U1:2.2", ttl).await.unwrap(),
+        FirstClick::Missing
+    );
+    assert_eq!(
+        store.first_click(&unknown, "U1:2.2", ttl).await.unwrap(),
+        FirstClick::Repeat
+    );
+    // A click mark and a `first_time` key of the same text do not see each other.
+    assert!(store.first_time("U1:2.2", ttl).await.unwrap());
+}
 
 /// Runs: created once, compare-and-swapped by version, output counted in full but kept only up
 /// to the cap, inputs deleted once uploaded.
@@ -1280,9 +1325,13 @@ impl LosingProxy {
                         let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
                         let trigger = {
                             let mut armed = armed.lock().unwrap();
-                            let hit = armed
-                                .as_ref()
-                                .is_some_and(|m| chunk.contains("EVALSHA") && chunk.contains(m));
+                            // The click's own script (its mark and the case read) names the
+                            // case too; the one to lose is the case write after it.
+                            let hit = armed.as_ref().is_some_and(|m| {
+                                chunk.contains("EVALSHA")
+                                    && chunk.contains(m)
+                                    && !chunk.contains(":click:{")
+                            });
                             if hit {
                                 *armed = None;
                             }

@@ -2,7 +2,8 @@
 //! helpers they share. What each part of the state needs lives in its own file: `cases` (case
 //! writes, indexes, pointers, Leave marks), `queue` (the job stream, its consumer group, claims
 //! and step logs), `audit` (the audit streams and their export), `leases` (deduplication
-//! marks, leases and sweep markers) and `runs` (run records, their output and files).
+//! marks, leases and sweep markers), `click` (a click's mark and its case in one script) and
+//! `runs` (run records, their output and files).
 //!
 //! One Redis server (`redis://`, `rediss://`) or a Redis Cluster (`redis+cluster://h1:p1,h2:p2`,
 //! see [`cluster_nodes`]). On one server, ordinary commands share one auto-reconnecting
@@ -34,6 +35,7 @@ use crate::ids::CaseId;
 
 mod audit;
 mod cases;
+mod click;
 mod leases;
 mod lists;
 mod push_tests;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The Slack request path under load, as the performance goals are measured: `steward serve`
+# (release build) pinned to one core, wrk and everything else on the other, 32 connections,
+# 10 s, RUST_LOG=warn, through the shared harness /work/shared/bench/bench.sh (or $BENCH_DIR).
+#
+#   benches/slack_load.sh [REPEAT]          (default 3; run from the repository root)
+#
+# Starts its own Redis (a free port, no persistence), `steward sim e2b` and `steward sim slack`
+# on the load generator's core, then `steward serve` on the server core against them, runs the
+# `/sandbox help` command bench and the case-click bench REPEAT times each, prints every RESULT
+# line and the median of each figure, and stops everything it started.
+#
+# Environment: STEWARD_BIN (default target/release/steward), SERVER_CPUS (1), LOADGEN_CPUS (0),
+# DURATION (10), CONNECTIONS (32), BENCH_DIR (/work/shared/bench), KINDS ("command action").
+# Take figures only on an otherwise idle machine (`pgrep -c rustc` should say 0).
+set -euo pipefail
+
+REPEAT="${1:-3}"
+STEWARD_BIN="${STEWARD_BIN:-target/release/steward}"
+SERVER_CPUS="${SERVER_CPUS:-1}"
+LOADGEN_CPUS="${LOADGEN_CPUS:-0}"
+DURATION="${DURATION:-10}"
+CONNECTIONS="${CONNECTIONS:-32}"
+BENCH_DIR="${BENCH_DIR:-/work/shared/bench}"
+KINDS="${KINDS:-command action}"
+SECRET="${SIGNING_SECRET:-8f742231b10e8888abcd99yyyzzz85a5}"
+
+[ -x "$STEWARD_BIN" ] || { echo "slack_load: $STEWARD_BIN not found (cargo build --release)" >&2; exit 2; }
+command -v redis-server >/dev/null || { echo "slack_load: redis-server not found" >&2; exit 2; }
+STEWARD_BIN="$(cd "$(dirname "$STEWARD_BIN")" && pwd)/$(basename "$STEWARD_BIN")"
+
+busy=$(pgrep -c rustc || true)
+[ "${busy:-0}" -eq 0 ] || echo "slack_load: WARNING: $busy rustc processes are running; figures will be low" >&2
+
+SCRATCH="$(mktemp -d /tmp/slack-load.XXXXXX)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_http() { # URL: until it answers at all (any status), for up to 10 s
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  echo "slack_load: $1 did not come up" >&2; exit 1
+}
+
+REDIS_PORT=$(free_port)
+taskset -c "$LOADGEN_CPUS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
+  --appendonly no --dir "$SCRATCH" > "$SCRATCH/redis.log" 2>&1 &
+PIDS+=($!)
+REDIS_PID=$!
+for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+E2B_PORT=$(free_port)
+taskset -c "$LOADGEN_CPUS" "$STEWARD_BIN" sim e2b --port "$E2B_PORT" --api-key e2b_bench \
+  --sandboxes 20 > "$SCRATCH/e2b.log" 2>&1 &
+PIDS+=($!)
+SLACK_PORT=$(free_port)
+taskset -c "$LOADGEN_CPUS" "$STEWARD_BIN" sim slack --listen "127.0.0.1:$SLACK_PORT" \
+  > "$SCRATCH/slack.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$E2B_PORT/"
+wait_http "http://127.0.0.1:$SLACK_PORT/"
+
+PORT=$(free_port)
+# No steward.toml: run from the scratch directory, so Steward takes its embedded defaults.
+(
+  cd "$SCRATCH"
+  export STEWARD_LISTEN="127.0.0.1:$PORT" SLACK_SIGNING_SECRET="$SECRET" SLACK_BOT_TOKEN=xoxb-bench \
+    SLACK_API_URL="http://127.0.0.1:$SLACK_PORT/api" E2B_API_KEY=e2b_bench \
+    E2B_API_URL="http://127.0.0.1:$E2B_PORT" REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+    STEWARD_REDIS_PREFIX="bench-$$" RUST_LOG=warn
+  exec taskset -c "$SERVER_CPUS" "$STEWARD_BIN" serve
+) > "$SCRATCH/steward.log" 2>&1 &
+PIDS+=($!)
+STEWARD_PID=$!
+wait_http "http://127.0.0.1:$PORT/healthz"
+echo "slack_load: $STEWARD_BIN (work tree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')) pid $STEWARD_PID on cpu $SERVER_CPUS;" \
+  "redis, simulators and wrk on cpu $LOADGEN_CPUS; ${DURATION}s x $CONNECTIONS connections, $REPEAT runs each"
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+for kind in $KINDS; do
+  case "$kind" in
+    command) url="http://127.0.0.1:$PORT/slack/commands"; extra=() ;;
+    action) url="http://127.0.0.1:$PORT/slack/interactions"; extra=(ACTION_ID=case_pause CASE_ID_PREFIX=case_) ;;
+    *) echo "slack_load: unknown kind $kind" >&2; exit 2 ;;
+  esac
+  : > "$SCRATCH/$kind.results"
+  for run in $(seq "$REPEAT"); do
+    out=$(env "${extra[@]}" SIGNING_SECRET="$SECRET" LOADGEN_CPUS="$LOADGEN_CPUS" \
+      WATCH_PIDS="$STEWARD_PID $REDIS_PID" "$BENCH_DIR/bench.sh" "$url" "$kind" "$DURATION" "$CONNECTIONS") || {
+      echo "$out" >&2; echo "slack_load: $kind run $run failed" >&2; exit 1; }
+    line=$(echo "$out" | grep '^RESULT')
+    echo "$kind run $run: $line"
+    echo "$line" >> "$SCRATCH/$kind.results"
+  done
+  for f in rps p50_ms p99_ms; do
+    printf '%s median %s=%s\n' "$kind" "$f" "$(field "$f" < "$SCRATCH/$kind.results" | median)"
+  done
+done
+if grep -qiE ' (ERROR|WARN) ' "$SCRATCH/steward.log"; then
+  echo "slack_load: steward logged warnings or errors (first 5):"
+  grep -iE ' (ERROR|WARN) ' "$SCRATCH/steward.log" | head -5
+fi
