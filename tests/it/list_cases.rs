@@ -282,6 +282,7 @@ async fn approving_a_group_of_1000_pauses_on_a_5000_fleet_runs_exactly_1000_paus
         [("pause".to_owned(), 1000)],
         "1,000 pauses and no other action: {calls:?}"
     );
+    assert_eq!(calls.get("paused").copied(), Some(1000), "{calls:?}");
     // No other group was touched: their sandboxes' cases still wait.
     for (i, other) in list.groups.iter().enumerate().filter(|(i, _)| *i != g) {
         assert_eq!(other.decision, GroupDecision::Open, "group {i}");
@@ -382,11 +383,23 @@ async fn a_replica_dying_mid_list_is_replaced_and_no_sandbox_is_acted_on_twice()
     let p = group_progress(&b.state.store, &list, g).await;
     assert_eq!(p.done + p.skipped, 1000, "{p:?}");
     assert_eq!(p.failed, 0, "{p:?}");
+    // Pause requests A had in flight when it died were never carried out (their connection
+    // closed before E2B handled them), and B sent those again: the simulator counts the pauses
+    // it actually made, one per sandbox, and nothing else was done.
     let calls = b.e2b_calls().await;
     assert_eq!(
-        mutations(&calls),
-        [("pause".to_owned(), 1000)],
+        calls.get("paused").copied(),
+        Some(1000),
         "each sandbox paused exactly once across both replicas: {calls:?}"
+    );
+    let requests = calls.get("pause").copied().unwrap_or(0);
+    assert!(
+        requests <= 1000 + 8,
+        "at most the 8 requests in flight at the crash were sent again: {calls:?}"
+    );
+    assert!(
+        mutations(&calls).iter().all(|(op, _)| op == "pause"),
+        "{calls:?}"
     );
 }
 

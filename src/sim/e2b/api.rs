@@ -438,7 +438,13 @@ pub(crate) async fn pause(
     body: Bytes,
 ) -> Reply {
     let _: PauseBody = parse_body(&body, false)?;
-    apply(&sim, |world, now| world.pause(&id, now))
+    let reply = apply(&sim, |world, now| world.pause(&id, now));
+    if reply.is_ok() {
+        // Calls are counted as they arrive; this counts the pauses E2B actually carried out
+        // (a request whose client died before it was handled pauses nothing).
+        sim.count("paused");
+    }
+    reply
 }
 
 #[derive(Deserialize, Default)]

@@ -323,7 +323,8 @@ fn fault_error(status: StatusCode, retry_after_secs: u64) -> ApiError {
     err
 }
 
-/// The op name of an API route, as `/_sim/calls` reports it.
+/// The op name of an API route, as `/_sim/calls` reports it (counted as requests arrive; besides,
+/// `paused` counts the pauses actually carried out).
 fn op_for(method: &Method, path: &str) -> &'static str {
     match (method.as_str(), path) {
         ("POST", "/sandboxes") => "create",
