@@ -331,18 +331,19 @@ pub fn doing(option: DecisionOption) -> &'static str {
     }
 }
 
-/// "Pausing 1,892: 1,204 done, 3 skipped (active again), 2 failed"; "Paused 1,892: ..." when
-/// finished.
+/// "Pausing 1,892: 1,204 done, 3 skipped (active again), 2 failed"; "Finished pausing 1,892: ..."
+/// when nothing is left to do.
 pub fn progress_line(option: DecisionOption, p: &Progress) -> String {
     let verb = if p.finished() {
-        match option {
-            DecisionOption::Pause => "Paused",
-            DecisionOption::SnapshotThenKill => "Snapshotted, then killed",
-            DecisionOption::Kill => "Killed",
-            _ => "Ran",
-        }
+        let doing = doing(option);
+        let mut lower = doing.chars();
+        let first = lower
+            .next()
+            .map(|c| c.to_lowercase().to_string())
+            .unwrap_or_default();
+        format!("Finished {first}{}", lower.as_str())
     } else {
-        doing(option)
+        doing(option).to_owned()
     };
     let mut parts = vec![format!("{} done", thousands(p.done))];
     if p.skipped > 0 {
@@ -567,7 +568,10 @@ mod tests {
             "Pausing 1,892: 1,204 done, 3 skipped (active again), 2 failed"
         );
         let p = progress([Some(&done), Some(&done)]);
-        assert_eq!(progress_line(DecisionOption::Pause, &p), "Paused 2: 2 done");
+        assert_eq!(
+            progress_line(DecisionOption::Pause, &p),
+            "Finished pausing 2: 2 done"
+        );
         assert_eq!(thousands(1_000_000), "1,000,000");
         assert_eq!(thousands(999), "999");
     }

@@ -289,7 +289,7 @@ async fn approving_a_group_of_1000_pauses_on_a_5000_fleet_runs_exactly_1000_paus
     }
     within(30, "the digest ends at 1,000 done", || async {
         let list = app.state.store.get_list(&list.id).await.unwrap();
-        shown(&app, &list, g).contains("Paused 1,000: 1,000 done")
+        shown(&app, &list, g).contains("Finished pausing 1,000: 1,000 done")
     })
     .await;
 }
@@ -703,4 +703,69 @@ async fn a_list_expires_like_a_case_and_a_late_click_does_nothing() {
         "{answer:?}"
     );
     assert!(mutations(&app.e2b_calls().await).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_busy_again_is_skipped_and_a_failed_one_is_retried_from_the_digest() {
+    let (slack, e2b) = simulators(0, 0).await;
+    let app = spawn_app_on(
+        slack,
+        e2b,
+        TestAppOptions {
+            policy: Some(policy("")),
+            ..TestAppOptions::default()
+        },
+    )
+    .await;
+    let ids = seed(&app, 6, &idle_running("frank")).await;
+    let list = sweep(&app).await;
+    let g = group_of(&list, "frank", DecisionOption::Pause);
+    let hooks = app.e2b.hooks();
+    // Someone starts using one again after the sweep; E2B is failing pauses.
+    hooks
+        .change(&ids[0], json!({"profile": "busy"}))
+        .await
+        .unwrap();
+    // Every pause fails until the faults are cleared (each item gives up after three tries).
+    hooks.fault(Some("pause"), 503, 1000, 0).await.unwrap();
+
+    click(&app, &list, "sweep_list_approve", Some(g), PAUSER).await;
+    crate::common::eventually("the group settles", || async {
+        settled(&app.state.store, &list, g).await
+    })
+    .await;
+    let p = group_progress(&app.state.store, &list, g).await;
+    assert_eq!((p.done, p.skipped, p.failed), (0, 1, 5), "{p:?}");
+    crate::common::eventually(
+        "the digest shows the skip, the failure and Retry failed",
+        || async {
+            let text = shown(&app, &list, g);
+            text.contains("Finished pausing 6: 0 done, 1 skipped (active again), 5 failed")
+                && text.contains("Retry failed")
+        },
+    )
+    .await;
+
+    hooks.clear_faults().await.unwrap();
+    click(&app, &list, "sweep_list_retry", Some(g), PAUSER).await;
+    crate::common::eventually("the failed ones are paused on retry", || async {
+        let p = group_progress(&app.state.store, &list, g).await;
+        p.done == 5 && p.failed == 0
+    })
+    .await;
+    let calls = app.e2b_calls().await;
+    assert_eq!(calls.get("paused").copied(), Some(5), "{calls:?}");
+    let busy = app
+        .state
+        .e2b
+        .as_ref()
+        .unwrap()
+        .get_sandbox(&sandbox_steward::ids::SandboxId::parse(ids[0].as_str()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        busy.state.as_str(),
+        "running",
+        "the busy one was left alone"
+    );
 }
