@@ -602,34 +602,9 @@ async fn deliver(svc: &Services, interaction: &Interaction, reply: Reply) {
         Reply::Ephemeral(sentence) => Mrkdwn::text(&sentence),
         Reply::Mentioning(sentence) => sentence,
         Reply::AskReason { case, option } => {
-            let Some(trigger) = interaction.trigger_id.as_deref() else {
-                return tell(
-                    svc,
-                    interaction,
-                    "Slack sent no trigger for the form; click again.".into(),
-                )
-                .await;
-            };
-            let opened = match svc
-                .templates
-                .render_view(&card::reason_modal(&case, option))
-            {
-                Ok(view) => svc
-                    .slack
-                    .open_view(trigger, view)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match opened {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::error!(error = %e, "could not open the reason form");
-                    format!(
-                        "Steward could not open the form that asks for a reason ({e}); click again."
-                    )
-                    .into()
-                }
+            match open_modal(svc, interaction, &card::reason_modal(&case, option)).await {
+                Reply::Ephemeral(sentence) => Mrkdwn::text(&sentence),
+                _ => return,
             }
         }
     };
