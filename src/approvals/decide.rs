@@ -275,6 +275,20 @@ pub async fn option_clicked(
     }
 }
 
+/// A form's optional "don't ask again before" date (`YYYY-MM-DD`, midnight UTC), which must be
+/// in the future; `Err` is the sentence to show next to the date picker.
+pub fn until_date(text: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, String> {
+    let Some(text) = text.map(str::trim).filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    let date = NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map_err(|_| "That is not a date.".to_owned())?;
+    match date.and_hms_opt(0, 0, 0).map(|t| t.and_utc()) {
+        Some(at) if at > now => Ok(Some(at)),
+        _ => Err("Pick a date in the future.".into()),
+    }
+}
+
 /// A reason modal as submitted.
 #[derive(Debug, Clone)]
 pub struct Submission<'a> {
@@ -308,18 +322,9 @@ pub async fn reason_submitted(
     let Some(reason) = reason else {
         return error(CASE_REASON_BLOCK, "Please say why.".into());
     };
-    let until = match until.map(str::trim).filter(|d| !d.is_empty()) {
-        None => None,
-        Some(text) => match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-            Ok(date) => {
-                let at = date.and_hms_opt(0, 0, 0).map(|t| t.and_utc());
-                match at {
-                    Some(at) if at > now => Some(at),
-                    _ => return error(CASE_UNTIL_BLOCK, "Pick a date in the future.".into()),
-                }
-            }
-            Err(_) => return error(CASE_UNTIL_BLOCK, "That is not a date.".into()),
-        },
+    let until = match until_date(until, now) {
+        Ok(until) => until,
+        Err(message) => return error(CASE_UNTIL_BLOCK, message),
     };
     match first_time(svc, &format!("view:{user}:{view_id}")).await {
         Ok(true) => {}

@@ -451,6 +451,16 @@ pub async fn handle_interaction(state: AppState, interaction: Interaction) -> Re
     StatusCode::OK.into_response()
 }
 
+/// What identifies one click across Slack's redeliveries: its action_ts; without one, the
+/// trigger id.
+fn click_id(interaction: &Interaction, action: &payload::BlockAction) -> String {
+    action
+        .action_ts
+        .clone()
+        .or_else(|| interaction.trigger_id.clone())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
 /// Which button of a case card was clicked.
 #[derive(Debug, Clone, Copy)]
 enum CaseButton {
@@ -467,12 +477,7 @@ fn case_click(
     case_id: CaseId,
     button: CaseButton,
 ) {
-    // The same click redelivered carries the same action_ts; without one, the trigger id.
-    let dedupe = action
-        .action_ts
-        .clone()
-        .or_else(|| interaction.trigger_id.clone())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let dedupe = click_id(interaction, action);
     let Ok(permit) = state.limits.try_follow_up() else {
         // Nothing changed: the card still shows its buttons, so the person can click again.
         tracing::warn!(%case_id, user = %interaction.user.id, "too many follow-up tasks; a click was not handled");
@@ -527,11 +532,7 @@ fn list_click(
 ) {
     use crate::approvals::list::{self as lists, ListClick};
     use payload::ListButton;
-    let dedupe = action
-        .action_ts
-        .clone()
-        .or_else(|| interaction.trigger_id.clone())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let dedupe = click_id(interaction, action);
     let Ok(permit) = state.limits.try_follow_up() else {
         tracing::warn!(%list, user = %interaction.user.id, "too many follow-up tasks; a list click was not handled");
         return;

@@ -769,3 +769,64 @@ async fn a_sandbox_busy_again_is_skipped_and_a_failed_one_is_retried_from_the_di
         "the busy one was left alone"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_sent_from_another_message_does_nothing_and_a_later_approval_is_told_who() {
+    let (slack, e2b) = simulators(0, 0).await;
+    let app = spawn_app_on(
+        slack,
+        e2b,
+        TestAppOptions {
+            policy: Some(policy("")),
+            ..TestAppOptions::default()
+        },
+    )
+    .await;
+    seed(&app, 2, &idle_running("grace")).await;
+    let list = sweep(&app).await;
+    let g = group_of(&list, "grace", DecisionOption::Pause);
+
+    // The button's value names the list, but the message it was sent from is not the list's.
+    let reply = hook();
+    let payload = json!({
+        "type": "block_actions",
+        "user": {"id": PAUSER},
+        "trigger_id": format!("trigger-{}", hook()),
+        "response_url": app.slack.response_url(&reply),
+        "container": {"type": "message", "channel_id": CHANNEL, "message_ts": "1.000001"},
+        "channel": {"id": CHANNEL},
+        "actions": [{"action_id": "sweep_list_approve", "block_id": "b",
+                     "value": format!("{}:{g}", list.id), "action_ts": hook()}],
+    });
+    assert_eq!(app.post_interaction(&payload).await.status(), 200);
+    let answer = app.wait_for_hook(&reply).await;
+    assert!(
+        crate::common::visible_text(&answer).contains("does not belong to this list"),
+        "{answer:?}"
+    );
+    assert_eq!(
+        app.state.store.get_list(&list.id).await.unwrap().groups[g].decision,
+        GroupDecision::Open
+    );
+
+    // A second person approving the same group is told who already did; nothing runs twice.
+    click(&app, &list, "sweep_list_approve", Some(g), PAUSER).await;
+    crate::common::eventually("the first approval is recorded", || async {
+        matches!(
+            app.state.store.get_list(&list.id).await.unwrap().groups[g].decision,
+            GroupDecision::Approved { .. }
+        )
+    })
+    .await;
+    let second = click(&app, &list, "sweep_list_approve", Some(g), "U0SECOND").await;
+    let answer = app.wait_for_hook(&second).await;
+    assert!(
+        crate::common::visible_text(&answer).contains("Already approved by"),
+        "{answer:?}"
+    );
+    crate::common::eventually("the two pauses run once", || async {
+        settled(&app.state.store, &list, g).await
+    })
+    .await;
+    assert_eq!(app.e2b_calls().await.get("paused").copied(), Some(2));
+}

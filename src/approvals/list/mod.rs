@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::decide::{Reply, SubmissionReply, groups_in_rule};
@@ -606,17 +606,9 @@ pub async fn exclude_submitted(
         Ok(pasted) => ids.extend(pasted.unwrap_or_default()),
         Err(e) => return error(SWEEP_LIST_PASTE_BLOCK, e),
     }
-    let until = match sub.until.filter(|d| !d.is_empty()) {
-        None => None,
-        Some(text) => match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-            Ok(date) => date.and_hms_opt(0, 0, 0).map(|t| t.and_utc()),
-            Err(_) => {
-                return error(
-                    crate::slack::payload::CASE_UNTIL_BLOCK,
-                    "That is not a date.".into(),
-                );
-            }
-        },
+    let until = match super::decide::until_date(sub.until, now) {
+        Ok(until) => until,
+        Err(message) => return error(crate::slack::payload::CASE_UNTIL_BLOCK, message),
     };
     let list = match svc.store.get_list(&target.list).await {
         Ok(list) => list,
@@ -836,6 +828,7 @@ async fn drive_holding(
                 let progress = progress_of(&svc.store, &list).await?;
                 if progress.iter().flatten().all(|p| p.finished()) {
                     svc.store.retire_list(id).await?;
+                    lock_shown().retain(|(shown, _), _| shown != id);
                 }
             }
             return Ok(());
