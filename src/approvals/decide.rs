@@ -197,37 +197,33 @@ async fn first_time(svc: &Services, key: &str) -> Result<bool, String> {
         .map_err(store_sentence)
 }
 
-/// The case of a first click that came from its own card (`action` names the attempt in the
-/// audit of a refusal), or the reply that ends the click.
+/// The case of a first click, checked to have come from its own card (`action` names the
+/// attempt in the audit of a refusal), or the reply that ends the click.
 async fn clicked_case(
     svc: &Services,
+    case: Case,
     user: &SlackUserId,
-    case_id: &CaseId,
-    dedupe: &str,
     clicked: &ClickedMessage,
     action: &str,
 ) -> Result<Case, Reply> {
-    let case = first_click(svc, user, case_id, dedupe).await?;
     check_card(svc, &case, user, action, clicked)
         .await
         .map_err(Reply::Ephemeral)?;
     Ok(case)
 }
 
-/// The start of every click: a redelivered click does nothing, else the case is read (both in
-/// one store call: one Redis round trip). `Err` is the answer to give instead.
-async fn first_click(
-    svc: &Services,
+/// The start of every click on a case card: a redelivered click does nothing, else the case is
+/// read (both in one store call: one Redis round trip). `Err` is the answer to give instead.
+/// The rest of the click ([`option_clicked`], [`retry_clicked`], [`restore_clicked`]) takes
+/// the case it returns, so a redelivery never builds the rest of the click's work.
+pub async fn first_click(
+    store: &crate::store::Store,
     user: &SlackUserId,
     case_id: &CaseId,
     dedupe: &str,
 ) -> Result<Case, Reply> {
     let mark = format!("{user}:{dedupe}");
-    match svc
-        .store
-        .first_click(case_id, &mark, CLICK_DEDUPE_TTL)
-        .await
-    {
+    match store.first_click(case_id, &mark, CLICK_DEDUPE_TTL).await {
         Ok(FirstClick::Case(case)) => Ok(*case),
         Ok(FirstClick::Repeat) => Err(Reply::Nothing),
         Ok(FirstClick::Missing) => Err(Reply::Ephemeral(store_sentence(StoreError::NotFound(
@@ -237,18 +233,17 @@ async fn first_click(
     }
 }
 
-/// A click on an option button. `dedupe` identifies the click (its `action_ts`, else the
-/// trigger id); `retried` is true when Slack says this is a redelivery.
+/// A first click on an option button (see [`first_click`]), with the case it read.
 pub async fn option_clicked(
     svc: &Services,
     user: &SlackUserId,
-    case_id: &CaseId,
+    case: Case,
     option: DecisionOption,
-    dedupe: &str,
     clicked: &ClickedMessage,
 ) -> Reply {
     let action = format!("decide:{}", option.as_str());
-    let case = match clicked_case(svc, user, case_id, dedupe, clicked, &action).await {
+    let case_id = &case.id.clone();
+    let case = match clicked_case(svc, case, user, clicked, &action).await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
@@ -423,11 +418,11 @@ async fn follow_up(svc: &Services, case: Case) {
 pub async fn restore_clicked(
     svc: &Services,
     user: &SlackUserId,
-    case_id: &CaseId,
-    dedupe: &str,
+    case: Case,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case = match clicked_case(svc, user, case_id, dedupe, clicked, "restore").await {
+    let case_id = &case.id.clone();
+    let case = match clicked_case(svc, case, user, clicked, "restore").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
@@ -521,11 +516,11 @@ pub(super) async fn queue_decision(svc: &Services, case: &Case) {
 pub async fn retry_clicked(
     svc: &Services,
     user: &SlackUserId,
-    case_id: &CaseId,
-    dedupe: &str,
+    case: Case,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case = match clicked_case(svc, user, case_id, dedupe, clicked, "retry").await {
+    let case_id = &case.id.clone();
+    let case = match clicked_case(svc, case, user, clicked, "retry").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };

@@ -7,6 +7,8 @@
 //! Nothing here may run before [`verify_request`] has accepted the raw body; the `handle_*` entry
 //! points are also called by `http::socket` for an envelope Socket Mode delivered (authenticated
 //! by the app token that opened the connection).
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -406,6 +408,8 @@ pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<R
 /// An interaction from either transport (its request already verified): an empty answer, or a
 /// modal submission's `response_action`.
 pub async fn handle_interaction(state: AppState, interaction: Interaction) -> Response {
+    // Shared with the click's follow-up task rather than copied into it.
+    let interaction = Arc::new(interaction);
     match interaction.kind.as_str() {
         "block_actions" => {}
         "view_submission" => return view_submission(&state, &interaction).await,
@@ -469,10 +473,14 @@ enum CaseButton {
     Restore,
 }
 
-/// A click on a case card. Handled after the 200.
+/// A click on a case card. Handled after the 200, in a task that first does the click's one
+/// store round trip (dedupe mark and case, [`decide::first_click`]) and ends there for a
+/// redelivery. The rest of the click (checks, the decision, card updates, replies) is a much
+/// larger future, so it is boxed: spawning, and finishing, a redelivery's task then copies a
+/// few hundred bytes rather than all of that.
 fn case_click(
     state: &AppState,
-    interaction: &Interaction,
+    interaction: &Arc<Interaction>,
     action: &payload::BlockAction,
     case_id: CaseId,
     button: CaseButton,
@@ -491,40 +499,53 @@ fn case_click(
         }
         return;
     };
-    let svc = state.services();
+    let state = state.clone();
     let interaction = interaction.clone();
-    let tasks = state.tasks.clone();
-    // The message the button sits on; the case named by the button must be the one whose card
-    // that message is.
-    let container = interaction.container.as_ref();
-    let clicked = decide::ClickedMessage {
-        channel: container
-            .and_then(|c| c.channel_id.clone())
-            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string())),
-        ts: container.and_then(|c| c.message_ts.clone()),
-    };
-    tasks.spawn(async move {
+    state.tasks.clone().spawn(async move {
         let _permit = permit;
-        let user = &interaction.user.id;
-        let reply = match button {
-            CaseButton::Option(option) => {
-                decide::option_clicked(&svc, user, &case_id, option, &dedupe, &clicked).await
-            }
-            CaseButton::Retry => {
-                decide::retry_clicked(&svc, user, &case_id, &dedupe, &clicked).await
-            }
-            CaseButton::Restore => {
-                decide::restore_clicked(&svc, user, &case_id, &dedupe, &clicked).await
-            }
-        };
-        deliver(&svc, &interaction, reply).await;
+        let first =
+            decide::first_click(&state.store, &interaction.user.id, &case_id, &dedupe).await;
+        if matches!(first, Err(Reply::Nothing)) {
+            return;
+        }
+        Box::pin(async move {
+            let svc = state.services();
+            let user = &interaction.user.id;
+            let reply = match first {
+                Ok(case) => {
+                    // The message the button sits on; the case named by the button must be the
+                    // one whose card that message is.
+                    let container = interaction.container.as_ref();
+                    let clicked = decide::ClickedMessage {
+                        channel: container
+                            .and_then(|c| c.channel_id.clone())
+                            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string())),
+                        ts: container.and_then(|c| c.message_ts.clone()),
+                    };
+                    match button {
+                        CaseButton::Option(option) => {
+                            decide::option_clicked(&svc, user, case, option, &clicked).await
+                        }
+                        CaseButton::Retry => {
+                            decide::retry_clicked(&svc, user, case, &clicked).await
+                        }
+                        CaseButton::Restore => {
+                            decide::restore_clicked(&svc, user, case, &clicked).await
+                        }
+                    }
+                }
+                Err(reply) => reply,
+            };
+            deliver(&svc, &interaction, reply).await;
+        })
+        .await;
     });
 }
 
 /// A click on a sweep's list decision. Handled after the 200, like a case click.
 fn list_click(
     state: &AppState,
-    interaction: &Interaction,
+    interaction: &Arc<Interaction>,
     action: &payload::BlockAction,
     button: payload::ListButton,
     list: crate::ids::ListId,

@@ -5,6 +5,7 @@
 //! nor E2B's wire formats (that is `e2b/`).
 pub mod client;
 pub mod command;
+pub mod form;
 pub mod format;
 pub mod limits;
 pub mod payload;

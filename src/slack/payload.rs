@@ -50,7 +50,7 @@ pub fn case_option_action_id(option: DecisionOption) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum PayloadError {
     #[error("the slash-command form is missing or malformed: {0}")]
-    Command(#[source] serde_urlencoded::de::Error),
+    Command(String),
     #[error("the interaction form has no `payload` field")]
     NoInteractionPayload,
     #[error("the interaction payload is not valid JSON: {0}")]
@@ -59,7 +59,8 @@ pub enum PayloadError {
     Event(#[source] serde_json::Error),
 }
 
-/// A slash-command invocation (`application/x-www-form-urlencoded`).
+/// A slash-command invocation: a form over HTTP ([`CommandForm::parse`]), a JSON object in a
+/// Socket Mode envelope (`Deserialize`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct CommandForm {
     pub command: String,
@@ -75,8 +76,57 @@ pub struct CommandForm {
 }
 
 impl CommandForm {
+    /// Reads the fields Steward uses and ignores the rest. A field given twice, a missing
+    /// `command`, `user_id`, `channel_id` or `response_url`, or an id that does not parse is an
+    /// error. (Read by hand rather than through serde_urlencoded: this is every command's first
+    /// step, and only the seven fields below are decoded.)
     pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
-        serde_urlencoded::from_bytes(body).map_err(PayloadError::Command)
+        const NAMES: [&str; 7] = [
+            "command",
+            "text",
+            "user_id",
+            "channel_id",
+            "team_id",
+            "response_url",
+            "trigger_id",
+        ];
+        let mut fields: [Option<String>; 7] = Default::default();
+        for (name, value) in super::form::pairs(body) {
+            let name = super::form::decode(name);
+            let Some(at) = NAMES.iter().position(|n| n.as_bytes() == name.as_ref()) else {
+                continue;
+            };
+            if fields[at].is_some() {
+                return Err(PayloadError::Command(format!(
+                    "duplicate field `{}`",
+                    NAMES[at]
+                )));
+            }
+            let value = super::form::decode(value);
+            fields[at] = Some(String::from_utf8_lossy(&value).into_owned());
+        }
+        let [
+            command,
+            text,
+            user_id,
+            channel_id,
+            team_id,
+            response_url,
+            trigger_id,
+        ] = fields;
+        let missing = |name: &str| PayloadError::Command(format!("missing field `{name}`"));
+        let invalid = |e: crate::ids::IdError| PayloadError::Command(e.to_string());
+        Ok(Self {
+            command: command.ok_or_else(|| missing("command"))?,
+            text: text.unwrap_or_default(),
+            user_id: SlackUserId::parse(user_id.ok_or_else(|| missing("user_id"))?)
+                .map_err(invalid)?,
+            channel_id: SlackChannelId::parse(channel_id.ok_or_else(|| missing("channel_id"))?)
+                .map_err(invalid)?,
+            team_id,
+            response_url: response_url.ok_or_else(|| missing("response_url"))?,
+            trigger_id,
+        })
     }
 }
 
@@ -85,10 +135,13 @@ impl CommandForm {
 /// does; any other field makes it an ordinary request that must be signed.
 pub fn is_ssl_check(body: &[u8]) -> bool {
     let mut ssl_check = false;
-    for (key, value) in form_urlencoded::parse(body) {
-        match key.as_ref() {
-            "ssl_check" if value == "1" && !ssl_check => ssl_check = true,
-            "token" => {}
+    // Names first: an interaction's `payload` is not decoded just to learn it is no probe.
+    for (key, value) in super::form::pairs(body) {
+        match super::form::decode(key).as_ref() {
+            b"ssl_check" if super::form::decode(value).as_ref() == b"1" && !ssl_check => {
+                ssl_check = true
+            }
+            b"token" => {}
             _ => return false,
         }
     }
@@ -184,11 +237,10 @@ impl ModalMetadata {
 impl Interaction {
     /// Parses the `payload=<json>` form Slack posts to the interactivity URL.
     pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
-        let payload = form_urlencoded::parse(body)
-            .find(|(k, _)| k == "payload")
-            .map(|(_, v)| v.into_owned())
-            .ok_or(PayloadError::NoInteractionPayload)?;
-        serde_json::from_str(&payload).map_err(PayloadError::Interaction)
+        // One pass decodes the field; serde_json checks the text is UTF-8 as it reads it.
+        let payload =
+            super::form::field(body, "payload").ok_or(PayloadError::NoInteractionPayload)?;
+        serde_json::from_slice(&payload).map_err(PayloadError::Interaction)
     }
 }
 
@@ -418,6 +470,20 @@ mod tests {
         assert_eq!(form.user_id.as_str(), "U1");
         assert_eq!(form.response_url, "https://hooks.slack.com/commands/1");
         assert!(CommandForm::parse(b"command=%2Fsandbox").is_err());
+        let twice = [&body[..], b"&user_id=U2"].concat();
+        assert!(CommandForm::parse(&twice).is_err(), "a field given twice");
+        let bad_id = b"command=%2Fsandbox&user_id=U+1&channel_id=C1&response_url=x";
+        assert!(
+            CommandForm::parse(bad_id).is_err(),
+            "an id that does not parse"
+        );
+        let minimal =
+            CommandForm::parse(b"command=%2Fsandbox&user_id=U1&channel_id=C1&response_url=x")
+                .unwrap();
+        assert_eq!(
+            (minimal.text.as_str(), minimal.team_id, minimal.trigger_id),
+            ("", None, None)
+        );
     }
 
     #[test]
