@@ -105,6 +105,7 @@ pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Resul
         store,
         approvals_channel,
         tasks: TaskTracker::new(),
+        socket: None,
         settings: Arc::new(settings),
     }))
 }
@@ -131,11 +132,12 @@ impl Application {
         let metrics = crate::http::metrics::bind(settings.metrics_listen).await?;
         crate::metrics::install();
         let loops = LoopSettings::new(&settings.replica_name);
-        let state = build(settings)?;
+        let mut state = build(settings)?;
         let socket = match &state.settings.socket {
             Some(socket) => Some(SocketClient::new(socket, &state.settings.slack.api_url)?),
             None => None,
         };
+        state.socket = socket.as_ref().map(SocketClient::status);
         let sweep = state.sweep.clone();
         Ok(Application {
             listener,

@@ -2,7 +2,8 @@
 //!
 //! Problems (a missing secret, a service that does not answer) exit 1; warnings (nobody may kill,
 //! no approvals channel) are printed but exit 0, since Steward still runs. It reads settings and
-//! makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox list); it changes nothing.
+//! makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox list), and in Socket Mode a
+//! third (`apps.connections.open`, whose URL it never connects to); it changes nothing.
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     policy_warnings(&settings, &mut found);
     reach_e2b(&settings, &mut found).await;
     reach_slack(&settings, &mut found).await;
+    open_socket(&settings, &mut found).await;
     for line in &found.problems {
         println!("{line}");
     }
@@ -68,7 +70,8 @@ fn missing_settings(settings: &Settings, found: &mut Findings) {
             .problems
             .push("SLACK_BOT_TOKEN is not set: Steward cannot post to Slack.".into());
     }
-    if settings.slack.signing_secret.is_none() {
+    // In Socket Mode Slack's requests come over the app token's connection, unsigned.
+    if settings.slack.signing_secret.is_none() && settings.socket.is_none() {
         found
             .problems
             .push("SLACK_SIGNING_SECRET is not set: every Slack request will be refused.".into());
@@ -158,6 +161,33 @@ async fn reach_slack(settings: &Settings, found: &mut Findings) {
             .push(unreachable("Slack", &settings.slack.api_url, &e)),
         Err(_) => found.problems.push(format!(
             "Slack at {} did not answer auth.test within {} s.",
+            settings.slack.api_url,
+            REACH_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// In Socket Mode, `apps.connections.open` with `SLACK_APP_TOKEN`: proves the token, its scope
+/// and that Socket Mode is on. The URL it returns is never connected to and expires unused.
+async fn open_socket(settings: &Settings, found: &mut Findings) {
+    use crate::slack::socket::{OpenError, SocketClient};
+    let Some(socket) = &settings.socket else {
+        return;
+    };
+    let opened = match SocketClient::new(socket, &settings.slack.api_url) {
+        Ok(client) => tokio::time::timeout(REACH_TIMEOUT, client.open()).await,
+        Err(e) => Ok(Err(e)),
+    };
+    match opened {
+        Ok(Ok(_url)) => {}
+        Ok(Err(e @ OpenError::Refused { .. })) => found.problems.push(format!("{e}.")),
+        Ok(Err(e)) => found.problems.push(unreachable(
+            "Slack (Socket Mode)",
+            &settings.slack.api_url,
+            &e,
+        )),
+        Err(_) => found.problems.push(format!(
+            "Slack at {} did not answer apps.connections.open within {} s.",
             settings.slack.api_url,
             REACH_TIMEOUT.as_secs()
         )),

@@ -14,14 +14,22 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "alive" }))
 }
 
+/// Ready when Slack can reach this replica, it can post, E2B is configured and Redis answers.
+/// Over HTTP, Slack's requests need `SLACK_SIGNING_SECRET`; in Socket Mode they arrive on the
+/// connection `SLACK_APP_TOKEN` opened, so the secret is not needed and the check is that the
+/// connection is up (`slack_socket`: `ok`, or `connecting` while it is opened or reopened).
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let s = &state.settings;
-    let checks = [
-        (
+    let slack_inbound = match &state.socket {
+        None => (
             "slack_signing_secret",
             "SLACK_SIGNING_SECRET",
             s.slack.signing_secret.is_some(),
         ),
+        Some(socket) => ("slack_socket", "SLACK_APP_TOKEN", socket.connected()),
+    };
+    let checks = [
+        slack_inbound,
         (
             "slack_bot_token",
             "SLACK_BOT_TOKEN",
@@ -42,6 +50,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
                 json!(match (*ok, *name) {
                     (true, _) => "ok",
                     (false, "redis") => "unreachable",
+                    (false, "slack_socket") => "connecting",
                     (false, _) => "missing",
                 }),
             )

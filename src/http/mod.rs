@@ -87,6 +87,9 @@ pub struct AppHandles {
     pub busy_above: crate::approvals::BusyThreshold,
     /// Governed runs (submit, get, wait, output); `None` when E2B is not configured.
     pub runs: Option<crate::runs::Runner>,
+    /// The Socket Mode connection's state, for `/readyz`; `None` in HTTP mode (no
+    /// `SLACK_APP_TOKEN`).
+    pub socket: Option<crate::slack::socket::SocketStatus>,
 }
 
 impl AppState {

@@ -66,7 +66,10 @@ pub fn verify(
     let expected = signature
         .strip_prefix(VERSION_PREFIX)
         .filter(|hex| hex.len() == SIGNATURE_HEX_LEN)
-        .and_then(|h| hex::decode(h).ok())
+        .and_then(|h| {
+            let mut bytes = [0u8; SIGNATURE_HEX_LEN / 2];
+            hex::decode_to_slice(h, &mut bytes).ok().map(|()| bytes)
+        })
         .ok_or(SignatureError::MalformedSignature)?;
     // The signature is checked before the clock so that a forged request learns nothing about
     // our clock; both checks must pass anyway.

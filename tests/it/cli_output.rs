@@ -111,6 +111,55 @@ async fn steward_check_warns_about_nobody_to_kill_no_approvals_channel_and_unrea
     ");
 }
 
+/// Socket Mode: the app token is tried with `apps.connections.open` (never with the token in
+/// what is printed), and no signing secret is asked for, since nothing arrives over HTTP.
+#[tokio::test]
+async fn steward_check_in_socket_mode_tries_the_app_token_and_needs_no_signing_secret() {
+    const APP_TOKEN: &str = "xapp-1-A0CHECK-right-token";
+    let e2b = e2b_sim().await;
+    let slack = SlackSim::start(SlackSimOptions {
+        app_token: Some(APP_TOKEN.to_owned().into()),
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        &dir,
+        "[channels]\napprovals = \"C0APPROVALS\"\n[approvals.approvers]\nkill = { users = [\"U01ALICE\"] }\n",
+    );
+    let (e2b_url, slack_url) = (e2b.base_url(), slack.api_url());
+    let with_token = |token: &'static str| {
+        [
+            ("E2B_API_URL", e2b_url.as_str()),
+            ("E2B_API_KEY", KEY),
+            ("E2B_PROJECT_ID", e2b.team_id()),
+            ("SLACK_API_URL", slack_url.as_str()),
+            ("SLACK_BOT_TOKEN", "xoxb-check"),
+            ("SLACK_APP_TOKEN", token),
+            ("STEWARD_LISTEN", "127.0.0.1:3999"),
+            ("STEWARD_CONFIG", policy.as_str()),
+            ("RUST_LOG", "off"),
+        ]
+    };
+    let out = steward(&["check"], &with_token(APP_TOKEN)).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    insta::assert_snapshot!(stdout(&out), @"Configuration is complete (listening on 127.0.0.1:3999).");
+
+    let wrong = "xapp-1-A0CHECK-wrong-token";
+    let out = steward(&["check"], &with_token(wrong)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!said.contains(wrong), "the token was printed: {said}");
+    insta::assert_snapshot!(stdout(&out), @"Slack refused SLACK_APP_TOKEN (invalid_auth): it must be an app-level token (xapp-…) of this app with the connections:write scope, and Socket Mode must be enabled for the app.");
+}
+
 #[tokio::test]
 async fn config_errors_are_one_sentence_once_naming_the_file_and_the_key() {
     let dir = tempfile::tempdir().unwrap();

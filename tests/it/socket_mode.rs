@@ -229,6 +229,54 @@ async fn a_slash_command_envelope_is_acked_with_the_same_reply_as_over_http() {
     app.shutdown().await;
 }
 
+/// In Socket Mode nothing arrives over HTTP, so readiness does not ask for the signing secret:
+/// it asks that the connection be up.
+#[tokio::test]
+async fn readiness_in_socket_mode_is_the_connection_not_the_signing_secret() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        env: vec![
+            ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
+            ("SLACK_SIGNING_SECRET".into(), String::new()),
+        ],
+        ..TestAppOptions::default()
+    })
+    .await;
+    let ready = wait_until("/readyz says the Socket Mode connection is up", || async {
+        let resp = app.http.get(app.url("/readyz")).send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap();
+        (body["checks"]["slack_socket"] == "ok").then_some((status, body))
+    })
+    .await;
+    assert_eq!(ready.0, 200, "{}", ready.1);
+    assert_eq!(ready.1["ready"], true, "{}", ready.1);
+    assert!(
+        ready.1["checks"].get("slack_signing_secret").is_none(),
+        "{}",
+        ready.1
+    );
+
+    // The same app over HTTP would not be ready without the secret.
+    let http_only = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        env: vec![("SLACK_SIGNING_SECRET".into(), String::new())],
+        ..TestAppOptions::default()
+    })
+    .await;
+    let resp = http_only
+        .http
+        .get(http_only.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["checks"]["slack_signing_secret"], "missing", "{body}");
+    assert!(body["checks"].get("slack_socket").is_none(), "{body}");
+}
+
 #[tokio::test]
 async fn a_click_delivered_as_an_interactive_envelope_decides_the_case_once() {
     let app = spawn_socket_app().await;

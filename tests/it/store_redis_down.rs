@@ -1,17 +1,20 @@
-//! Sabotage: a throwaway `redis-server` is started on a free port, the store connects, the
-//! server is killed, and every kind of operation must come back as `StoreError::Unavailable`
-//! (and not hang: each call is bounded by the store's own short timeouts).
+//! A throwaway `redis-server` on a free port, for what the shared one must not see.
+//!
+//! Sabotage: the store connects, the server is killed, and every kind of operation must come
+//! back as `StoreError::Unavailable` (and not hang: each call is bounded by the store's own short
+//! timeouts). And click batching, whose proof reads the server's own counters and flushes its
+//! scripts.
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
 use sandbox_steward::cases::{
-    CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject,
+    Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject,
 };
 use sandbox_steward::ids::{CaseId, SandboxId};
 use sandbox_steward::store::Job;
-use sandbox_steward::store::{Store, StoreError};
+use sandbox_steward::store::{FirstClick, Store, StoreError};
 
 /// Kills the server when the test ends, whatever happens.
 struct Server(Child);
@@ -62,6 +65,24 @@ async fn connect_when_ready(url: &str) -> Store {
     panic!("throwaway redis-server never accepted connections: {last:?}");
 }
 
+/// A new kill case on sandbox `id`, not yet stored.
+fn kill_case(id: &str) -> Case {
+    CaseDraft {
+        subject: Subject::Sandbox(SandboxId::parse(id).unwrap()),
+        evidence: Evidence::default(),
+        recommendation: Recommendation {
+            option: DecisionOption::Kill,
+            reason: "idle".into(),
+        },
+        options: None,
+        opener: Opener::Sweep,
+        reason: "idle".into(),
+        decide_by: Utc::now() + chrono::Duration::hours(1),
+    }
+    .into_case(Utc::now())
+    .unwrap()
+}
+
 fn assert_unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, StoreError>) {
     match result {
         Err(StoreError::Unavailable(message)) => {
@@ -88,21 +109,14 @@ async fn operations_report_unavailable_after_redis_dies() {
 
     drop(server);
 
-    let case = CaseDraft {
-        subject: Subject::Sandbox(SandboxId::parse("sbx-down").unwrap()),
-        evidence: Evidence::default(),
-        recommendation: Recommendation {
-            option: DecisionOption::Kill,
-            reason: "idle".into(),
-        },
-        options: None,
-        opener: Opener::Sweep,
-        reason: "idle".into(),
-        decide_by: Utc::now() + chrono::Duration::hours(1),
-    }
-    .into_case(Utc::now())
-    .unwrap();
+    let case = kill_case("sbx-down");
     assert_unavailable("ping", store.ping().await);
+    assert_unavailable(
+        "first_click",
+        store
+            .first_click(&case.id, "U1:1.1", Duration::from_secs(5))
+            .await,
+    );
     assert_unavailable("open_case", store.open_case(case.clone()).await);
     assert_unavailable("get_case", store.get_case(&CaseId::generate()).await);
     assert_unavailable(
@@ -149,4 +163,116 @@ async fn a_malformed_url_or_prefix_is_refused_without_echoing_the_url() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+}
+
+/// `total_reads_processed` from the server's INFO: how many reads it did from its clients.
+async fn reads_processed(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(redis)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats has total_reads_processed")
+}
+
+/// Every click of `marks` (case, mark) sent at once, as many tasks on this one thread; the
+/// answers, in order.
+async fn click_all(store: &Store, marks: &[(CaseId, String)]) -> Vec<FirstClick> {
+    let tasks: Vec<_> = marks
+        .iter()
+        .cloned()
+        .map(|(case, mark)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .first_click(&case, &mark, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// Clicks that are ready together go to Redis as one pipeline, and each is still answered as if
+/// it went alone: one first click per mark (the case, or "missing"), every other one a repeat.
+/// A server that lost its scripts (`SCRIPT FLUSH`, as after a restart) is given the script
+/// again, and the clicks still answer. One thread, so which clicks are ready together is fixed.
+#[tokio::test(flavor = "current_thread")]
+async fn clicks_ready_together_share_a_round_trip_and_are_each_answered_once() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let _server = start_redis(port);
+    let store = connect_when_ready(&url).await;
+    let mut redis = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let case = store
+        .open_case(kill_case("sbx-clicked"))
+        .await
+        .unwrap()
+        .case()
+        .clone();
+
+    // The real case and 49 unknown ones, each clicked four times with the same mark (Slack's
+    // redeliveries), interleaved.
+    let cases: Vec<CaseId> = std::iter::once(case.id.clone())
+        .chain((0..49).map(|_| CaseId::generate()))
+        .collect();
+    let marks: Vec<(CaseId, String)> = (0..4)
+        .flat_map(|_| cases.iter().map(|c| (c.clone(), format!("U1:{c}"))))
+        .collect();
+    let before = reads_processed(&mut redis).await;
+    let answers = click_all(&store, &marks).await;
+    let reads = reads_processed(&mut redis).await - before;
+    for (i, id) in cases.iter().enumerate() {
+        let of_case: Vec<&FirstClick> = answers.iter().skip(i).step_by(cases.len()).collect();
+        let firsts: Vec<&&FirstClick> = of_case
+            .iter()
+            .filter(|a| !matches!(a, FirstClick::Repeat))
+            .collect();
+        assert_eq!(firsts.len(), 1, "{id}: {of_case:?}");
+        match firsts[0] {
+            FirstClick::Case(found) => assert_eq!(found.id, case.id),
+            FirstClick::Missing => assert_ne!(*id, case.id),
+            FirstClick::Repeat => unreachable!(),
+        }
+    }
+    // 200 clicks; sent one by one they would be 200 reads (and the two INFO calls).
+    assert!(
+        reads < 20,
+        "{reads} reads for {} clicks: not batched",
+        marks.len()
+    );
+
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let again: Vec<(CaseId, String)> = (0..2)
+        .flat_map(|_| cases.iter().map(|c| (c.clone(), format!("U2:{c}"))))
+        .collect();
+    let answers = click_all(&store, &again).await;
+    assert!(
+        matches!(&answers[0], FirstClick::Case(found) if found.id == case.id),
+        "{:?}",
+        answers[0]
+    );
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| matches!(a, FirstClick::Repeat))
+            .count(),
+        cases.len()
+    );
 }

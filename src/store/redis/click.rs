@@ -7,12 +7,13 @@
 //! [`Keys::case_by_subject_key`](crate::store::keys::Keys::case_by_subject_key) does. On a Redis
 //! Cluster a script may only touch its own slot, so there the script stops at the pointer and
 //! the case is read with a second command. This file must not decide what a click means.
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
-use redis::Script;
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use tokio::sync::{mpsc, oneshot};
 
-use super::{Client, RedisStore, ms};
+use super::{Client, Conn, RedisStore, map_err, ms};
 use crate::ids::CaseId;
 use crate::store::keys::INDEX_SHARDS;
 use crate::store::{FirstClick, StoreError, decode};
@@ -54,6 +55,116 @@ return {3, json}
     )
 });
 
+/// The most clicks sent in one pipeline.
+const MAX_BATCH: usize = 128;
+
+/// One click's script arguments, waiting for the next batch.
+struct Waiting {
+    mark_key: String,
+    subject_key: String,
+    ttl_ms: u64,
+    case: CaseId,
+    reply: oneshot::Sender<Result<(i64, String), StoreError>>,
+}
+
+/// Sends the clicks of one server in batches. Under load many clicks become ready in the same
+/// pass of the scheduler; sent one by one, each is a write to Redis (a system call and a wake-up
+/// of Redis) of its own, which was the larger part of a click's cost after its HTTP answer. The
+/// batching task takes the first waiting click, yields once (so every task that is ready now
+/// runs, and their clicks join), and sends what has gathered as one pipeline of the same script.
+/// Idle, a click waits for nothing: the yield returns at once when nothing else is ready.
+/// Each click still runs as its own script, so batching changes no answer.
+#[derive(Default)]
+pub(super) struct ClickBatcher {
+    queue: OnceLock<mpsc::UnboundedSender<Waiting>>,
+}
+
+impl ClickBatcher {
+    /// Queues `waiting`, starting the batching task on first use; gives the click back when
+    /// there is no task (its runtime has ended), so the caller sends it alone.
+    fn send(&self, conn: &Conn, prefix: &str, waiting: Waiting) -> Result<(), Waiting> {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run_batches(rx, conn.clone(), prefix.to_owned()));
+            tx
+        });
+        queue.send(waiting).map_err(|e| e.0)
+    }
+}
+
+async fn run_batches(mut queue: mpsc::UnboundedReceiver<Waiting>, conn: Conn, prefix: String) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        tokio::task::yield_now().await;
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(waiting) => batch.push(waiting),
+                Err(_) => break,
+            }
+        }
+        // The answer is awaited in a task of its own, so the next batch need not wait for it.
+        tokio::spawn(send_batch(batch, conn.clone(), prefix.clone()));
+    }
+}
+
+/// Sends one batch and answers each click; clicks that met a Redis without the script (after
+/// a restart or `SCRIPT FLUSH`: the script did not run) are sent again once it is loaded.
+async fn send_batch(mut batch: Vec<Waiting>, mut conn: Conn, prefix: String) {
+    for attempt in 0..2 {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for w in &batch {
+            pipe.invoke_script(
+                FIRST_CLICK
+                    .key(&w.mark_key)
+                    .key(&w.subject_key)
+                    .arg(w.ttl_ms)
+                    .arg(&prefix)
+                    .arg(w.case.as_str())
+                    .arg("1")
+                    .arg(INDEX_SHARDS),
+            );
+        }
+        let values: Vec<Value> = match pipe.query_async(&mut conn).await {
+            Ok(values) => values,
+            Err(e) => {
+                let e = map_err(e);
+                for w in batch {
+                    let _ = w.reply.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        let mut again = Vec::new();
+        for (w, value) in batch.into_iter().zip(values) {
+            let answer = match value {
+                Value::ServerError(e) => {
+                    let e = RedisError::from(e);
+                    if attempt == 0 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
+                        again.push(w);
+                        continue;
+                    }
+                    Err(map_err(e))
+                }
+                value => redis::from_redis_value(value)
+                    .map_err(|e| StoreError::Corrupt(format!("the click script answered {e}"))),
+            };
+            let _ = w.reply.send(answer);
+        }
+        if again.is_empty() {
+            return;
+        }
+        if let Err(e) = FIRST_CLICK.prepare_invoke().load_async(&mut conn).await {
+            let e = map_err(e);
+            for w in again {
+                let _ = w.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+        batch = again;
+    }
+}
+
 impl RedisStore {
     pub(crate) async fn first_click(
         &self,
@@ -63,18 +174,21 @@ impl RedisStore {
     ) -> Result<FirstClick, StoreError> {
         let one_server = matches!(self.inner.client, Client::Single(_));
         let keys = self.keys();
-        let (answer, text): (i64, String) = self
-            .invoke(
+        let (answer, text): (i64, String) = if one_server {
+            self.first_click_batched(case, mark, ttl).await?
+        } else {
+            self.invoke(
                 FIRST_CLICK
                     .key(keys.click(case, mark))
                     .key(keys.case_subject(case))
                     .arg(ms(ttl))
                     .arg(keys.prefix())
                     .arg(case.as_str())
-                    .arg(if one_server { "1" } else { "0" })
+                    .arg("0")
                     .arg(INDEX_SHARDS),
             )
-            .await?;
+            .await?
+        };
         let json = match answer {
             0 => return Ok(FirstClick::Repeat),
             1 => return Ok(FirstClick::Missing),
@@ -100,6 +214,51 @@ impl RedisStore {
                 &format!("case {case}"),
                 &json,
             )?))),
+        }
+    }
+}
+
+impl RedisStore {
+    /// One server: the click joins the next batch ([`ClickBatcher`]).
+    async fn first_click_batched(
+        &self,
+        case: &CaseId,
+        mark: &str,
+        ttl: Duration,
+    ) -> Result<(i64, String), StoreError> {
+        let keys = self.keys();
+        let (reply, answer) = oneshot::channel();
+        let waiting = Waiting {
+            mark_key: keys.click(case, mark),
+            subject_key: keys.case_subject(case),
+            ttl_ms: ms(ttl),
+            case: case.clone(),
+            reply,
+        };
+        match self
+            .inner
+            .clicks
+            .send(&self.inner.conn, keys.prefix(), waiting)
+        {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "the click's batch was dropped unanswered".into(),
+                ))
+            }),
+            // No batching task (its runtime has ended): the click goes alone.
+            Err(w) => {
+                self.invoke(
+                    FIRST_CLICK
+                        .key(w.mark_key)
+                        .key(w.subject_key)
+                        .arg(w.ttl_ms)
+                        .arg(keys.prefix())
+                        .arg(w.case.as_str())
+                        .arg("1")
+                        .arg(INDEX_SHARDS),
+                )
+                .await
+            }
         }
     }
 }

@@ -80,6 +80,8 @@ struct Inner {
     client: Client,
     conn: Conn,
     blocking: Mutex<Vec<Conn>>,
+    /// Clicks on one server go to Redis in batches (see `click.rs`).
+    clicks: click::ClickBatcher,
 }
 
 /// Where commands go: one server or a cluster.
@@ -311,6 +313,7 @@ impl RedisStore {
                 client,
                 conn,
                 blocking: Mutex::new(Vec::new()),
+                clicks: click::ClickBatcher::default(),
             }),
         }
     }
