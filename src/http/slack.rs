@@ -513,14 +513,11 @@ fn case_click(
             let user = &interaction.user.id;
             let reply = match first {
                 Ok(case) => {
-                    // The message the button sits on; the case named by the button must be the
-                    // one whose card that message is.
-                    let container = interaction.container.as_ref();
+                    // The case named by the button must be the one whose card that message is.
+                    let (channel, ts) = interaction.clicked_message();
                     let clicked = decide::ClickedMessage {
-                        channel: container
-                            .and_then(|c| c.channel_id.clone())
-                            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string())),
-                        ts: container.and_then(|c| c.message_ts.clone()),
+                        channel: channel.map(str::to_owned),
+                        ts: ts.map(str::to_owned),
                     };
                     match button {
                         CaseButton::Option(option) => {
@@ -562,17 +559,12 @@ fn list_click(
     let interaction = interaction.clone();
     state.tasks.spawn(async move {
         let _permit = permit;
-        let container = interaction.container.as_ref();
-        let channel = container
-            .and_then(|c| c.channel_id.clone())
-            .or_else(|| interaction.channel.as_ref().map(|c| c.id.to_string()));
-        let ts = container.and_then(|c| c.message_ts.clone());
         let click = ListClick {
             user: &interaction.user.id,
             list: &list,
             group,
             dedupe: &dedupe,
-            clicked: (channel.as_deref(), ts.as_deref()),
+            clicked: interaction.clicked_message(),
         };
         let reply = match button {
             ListButton::Approve | ListButton::ApproveAll => {
@@ -708,19 +700,28 @@ async fn view_submission(state: &AppState, interaction: &Interaction) -> Respons
         };
         decide::reason_submitted(&svc, submission, chrono::Utc::now()).await
     });
-    // Slack wants the answer within 3 s. Deciding may have to ask Slack for an approver group's
-    // members, which can be slow or rate-limited: past the budget the form closes and the
-    // decision finishes on its own (the card shows the outcome; a refusal is audited).
-    match tokio::time::timeout(MODAL_ANSWER_BUDGET, decision).await {
-        Ok(Ok(SubmissionReply::Error { block, message })) => modal_error(block, &message),
-        Ok(Ok(SubmissionReply::Close)) => StatusCode::OK.into_response(),
+    // Deciding may have to ask Slack for an approver group's members, which can be slow or
+    // rate-limited: past the budget the form closes and the decision finishes on its own (the
+    // card shows the outcome; a refusal is audited).
+    match within_modal_budget(decision, "a reason submission").await {
+        Some(SubmissionReply::Error { block, message }) => modal_error(block, &message),
+        Some(SubmissionReply::Close) | None => StatusCode::OK.into_response(),
+    }
+}
+
+/// A modal submission's work, awaited for as long as Slack waits for the answer (3 s, less a
+/// margin). `None` closes the form: the work took longer (it goes on by itself) or panicked;
+/// either is logged, naming `what`.
+async fn within_modal_budget<T>(work: tokio::task::JoinHandle<T>, what: &str) -> Option<T> {
+    match tokio::time::timeout(MODAL_ANSWER_BUDGET, work).await {
+        Ok(Ok(answer)) => Some(answer),
         Ok(Err(e)) => {
-            tracing::error!(error = %e, "a reason submission panicked");
-            StatusCode::OK.into_response()
+            tracing::error!(error = %e, "{what} panicked");
+            None
         }
         Err(_) => {
-            tracing::warn!("a reason submission took longer than Slack waits; closing the form");
-            StatusCode::OK.into_response()
+            tracing::warn!("{what} took longer than Slack waits; closing the form");
+            None
         }
     }
 }
@@ -765,26 +766,18 @@ async fn exclude_submission(
         };
         lists::exclude_submitted(&svc, sub, chrono::Utc::now()).await
     });
-    match tokio::time::timeout(MODAL_ANSWER_BUDGET, work).await {
-        Ok(Ok(ExcludeReply::Modal(SubmissionReply::Error { block, message }))) => {
+    match within_modal_budget(work, "an exclude submission").await {
+        Some(ExcludeReply::Modal(SubmissionReply::Error { block, message })) => {
             modal_error(block, &message)
         }
-        Ok(Ok(ExcludeReply::NextPage(page))) => match state.templates.render_view(page.as_ref()) {
+        Some(ExcludeReply::NextPage(page)) => match state.templates.render_view(page.as_ref()) {
             Ok(view) => Json(json!({ "response_action": "update", "view": view })).into_response(),
             Err(e) => {
                 tracing::error!(error = %e, "could not render the next page of the exclude form");
                 StatusCode::OK.into_response()
             }
         },
-        Ok(Ok(ExcludeReply::Modal(SubmissionReply::Close))) => StatusCode::OK.into_response(),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "an exclude submission panicked");
-            StatusCode::OK.into_response()
-        }
-        Err(_) => {
-            tracing::warn!("an exclude submission took longer than Slack waits; closing the form");
-            StatusCode::OK.into_response()
-        }
+        Some(ExcludeReply::Modal(SubmissionReply::Close)) | None => StatusCode::OK.into_response(),
     }
 }
 

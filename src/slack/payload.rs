@@ -235,6 +235,16 @@ impl ModalMetadata {
 }
 
 impl Interaction {
+    /// The channel and `ts` of the message the clicked element sits on (the container's, the
+    /// channel falling back to the interaction's).
+    pub fn clicked_message(&self) -> (Option<&str>, Option<&str>) {
+        let container = self.container.as_ref();
+        let channel = container
+            .and_then(|c| c.channel_id.as_deref())
+            .or_else(|| self.channel.as_ref().map(|c| c.id.as_str()));
+        (channel, container.and_then(|c| c.message_ts.as_deref()))
+    }
+
     /// Parses the `payload=<json>` form Slack posts to the interactivity URL.
     pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
         // One pass decodes the field; serde_json checks the text is UTF-8 as it reads it.

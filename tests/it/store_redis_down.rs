@@ -5,7 +5,6 @@
 //! timeouts). And click batching, whose proof reads the server's own counters and flushes its
 //! scripts.
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,16 +15,9 @@ use sandbox_steward::ids::{CaseId, SandboxId};
 use sandbox_steward::store::Job;
 use sandbox_steward::store::{FirstClick, Store, StoreError};
 
-/// Kills the server when the test ends, whatever happens.
-struct Server(Child);
+use crate::common::ThrowawayRedis;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A port nothing listens on: bound, read, and let go.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -34,35 +26,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start_redis(port: u16) -> Server {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed for this test");
-    Server(child)
-}
-
-async fn connect_when_ready(url: &str) -> Store {
-    let mut last = None;
-    for _ in 0..100 {
-        match Store::redis(url, "steward-down-test").await {
-            Ok(store) => return store,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("throwaway redis-server never accepted connections: {last:?}");
+/// A store on `server`, which answers by now (`ThrowawayRedis` waits for it).
+async fn store_on(server: &ThrowawayRedis) -> Store {
+    Store::redis(&server.url(), "steward-down-test")
+        .await
+        .expect("the throwaway redis-server answers")
 }
 
 /// A new kill case on sandbox `id`, not yet stored.
@@ -95,10 +63,8 @@ fn assert_unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, StoreErr
 
 #[tokio::test]
 async fn operations_report_unavailable_after_redis_dies() {
-    let port = free_port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let server = start_redis(port);
-    let store = connect_when_ready(&url).await;
+    let server = ThrowawayRedis::start();
+    let store = store_on(&server).await;
     store.ping().await.unwrap();
     assert!(
         store
@@ -207,11 +173,9 @@ async fn click_all(store: &Store, marks: &[(CaseId, String)]) -> Vec<FirstClick>
 /// again, and the clicks still answer. One thread, so which clicks are ready together is fixed.
 #[tokio::test(flavor = "current_thread")]
 async fn clicks_ready_together_share_a_round_trip_and_are_each_answered_once() {
-    let port = free_port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let _server = start_redis(port);
-    let store = connect_when_ready(&url).await;
-    let mut redis = redis::Client::open(url.as_str())
+    let server = ThrowawayRedis::start();
+    let store = store_on(&server).await;
+    let mut redis = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

@@ -55,6 +55,26 @@ return {3, json}
     )
 });
 
+/// The click script's invocation; `one_server` lets the script read the case itself.
+fn click_script(
+    mark_key: &str,
+    subject_key: &str,
+    ttl_ms: u64,
+    prefix: &str,
+    case: &CaseId,
+    one_server: bool,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = FIRST_CLICK.key(mark_key);
+    invocation
+        .key(subject_key)
+        .arg(ttl_ms)
+        .arg(prefix)
+        .arg(case.as_str())
+        .arg(if one_server { "1" } else { "0" })
+        .arg(INDEX_SHARDS);
+    invocation
+}
+
 /// The most clicks sent in one pipeline.
 const MAX_BATCH: usize = 128;
 
@@ -114,16 +134,14 @@ async fn send_batch(mut batch: Vec<Waiting>, mut conn: Conn, prefix: String) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for w in &batch {
-            pipe.invoke_script(
-                FIRST_CLICK
-                    .key(&w.mark_key)
-                    .key(&w.subject_key)
-                    .arg(w.ttl_ms)
-                    .arg(&prefix)
-                    .arg(w.case.as_str())
-                    .arg("1")
-                    .arg(INDEX_SHARDS),
-            );
+            pipe.invoke_script(&click_script(
+                &w.mark_key,
+                &w.subject_key,
+                w.ttl_ms,
+                &prefix,
+                &w.case,
+                true,
+            ));
         }
         let values: Vec<Value> = match pipe.query_async(&mut conn).await {
             Ok(values) => values,
@@ -177,16 +195,14 @@ impl RedisStore {
         let (answer, text): (i64, String) = if one_server {
             self.first_click_batched(case, mark, ttl).await?
         } else {
-            self.invoke(
-                FIRST_CLICK
-                    .key(keys.click(case, mark))
-                    .key(keys.case_subject(case))
-                    .arg(ms(ttl))
-                    .arg(keys.prefix())
-                    .arg(case.as_str())
-                    .arg("0")
-                    .arg(INDEX_SHARDS),
-            )
+            self.invoke(&click_script(
+                &keys.click(case, mark),
+                &keys.case_subject(case),
+                ms(ttl),
+                keys.prefix(),
+                case,
+                false,
+            ))
             .await?
         };
         let json = match answer {
@@ -247,16 +263,14 @@ impl RedisStore {
             }),
             // No batching task (its runtime has ended): the click goes alone.
             Err(w) => {
-                self.invoke(
-                    FIRST_CLICK
-                        .key(w.mark_key)
-                        .key(w.subject_key)
-                        .arg(w.ttl_ms)
-                        .arg(keys.prefix())
-                        .arg(w.case.as_str())
-                        .arg("1")
-                        .arg(INDEX_SHARDS),
-                )
+                self.invoke(&click_script(
+                    &w.mark_key,
+                    &w.subject_key,
+                    w.ttl_ms,
+                    keys.prefix(),
+                    &w.case,
+                    true,
+                ))
                 .await
             }
         }
