@@ -34,43 +34,56 @@ pub fn field<'a>(body: &'a [u8], name: &str) -> Option<Cow<'a, [u8]>> {
         .map(|(_, value)| decode(value))
 }
 
-/// Decodes one name or value; borrowed when there is nothing to decode. Runs of plain bytes
-/// between escapes are copied whole.
+/// Decodes one name or value; borrowed when there is nothing to decode.
+///
+/// One pass over the bytes with a table for the hex digits. An interaction's payload is JSON,
+/// where every quote, colon and brace is an escape (about one byte in five): looking for the
+/// next escape with `memchr` costs a call per escape, which made this the largest part of a
+/// click's parsing.
 pub fn decode(raw: &[u8]) -> Cow<'_, [u8]> {
     let Some(first) = memchr::memchr2(b'%', b'+', raw) else {
         return Cow::Borrowed(raw);
     };
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    let mut next = Some(first);
-    while let Some(at) = next {
-        out.extend_from_slice(&raw[i..at]);
-        i = at + 1;
-        if raw[at] == b'+' {
-            out.push(b' ');
-        } else {
-            match (raw.get(at + 1).and_then(hex), raw.get(at + 2).and_then(hex)) {
-                (Some(high), Some(low)) => {
-                    out.push(high << 4 | low);
-                    i = at + 3;
+    // The output is never longer than the input: write into a buffer of that length by index
+    // and cut it to what was written.
+    let mut out = vec![0; raw.len()];
+    out[..first].copy_from_slice(&raw[..first]);
+    let (mut from, mut to) = (first, first);
+    while let Some(&byte) = raw.get(from) {
+        let (value, width) = match byte {
+            b'+' => (b' ', 1),
+            b'%' => match raw.get(from + 1..from + 3) {
+                Some(&[high, low]) if HEX[high as usize] | HEX[low as usize] < 16 => {
+                    (HEX[high as usize] << 4 | HEX[low as usize], 3)
                 }
-                _ => out.push(b'%'),
-            }
-        }
-        next = memchr::memchr2(b'%', b'+', &raw[i..]).map(|offset| i + offset);
+                _ => (b'%', 1),
+            },
+            _ => (byte, 1),
+        };
+        out[to] = value;
+        to += 1;
+        from += width;
     }
-    out.extend_from_slice(&raw[i..]);
+    out.truncate(to);
     Cow::Owned(out)
 }
 
-fn hex(digit: &u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
+/// A hex digit's value, or 0xff for any other byte.
+const HEX: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
     }
-}
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
