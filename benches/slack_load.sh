@@ -12,6 +12,9 @@
 #
 # Environment: STEWARD_BIN (default target/release/steward), SERVER_CPUS (1), LOADGEN_CPUS (0),
 # DURATION (10), CONNECTIONS (32), BENCH_DIR (/work/shared/bench), KINDS ("command action").
+# KINDS may also name `healthz`: plain `GET /healthz` with the same pinning, connections and
+# duration (wrk directly, 2 s warm-up): the harness's floor, what a request that does nothing
+# costs and how its p99 spreads on this machine, to read the other figures against.
 # Take figures only on an otherwise idle machine (`pgrep -c rustc` should say 0).
 set -euo pipefail
 
@@ -89,14 +92,37 @@ echo "slack_load: $STEWARD_BIN (work tree at $(git rev-parse --short HEAD 2>/dev
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
+# One `GET /healthz` run: wrk with bench.lua's RESULT line, pinned as bench.sh pins it.
+cat > "$SCRATCH/healthz.lua" <<'LUA'
+function done(summary, latency, requests)
+  local secs = summary.duration / 1e6
+  local e = summary.errors
+  io.write(string.format("RESULT rps=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f mean_ms=%.3f requests=%d err_status=%d err_timeout=%d\n",
+    summary.requests / secs, latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, latency:percentile(99.9) / 1000, latency.max / 1000,
+    latency.mean / 1000, summary.requests, e.status, e.timeout))
+end
+LUA
+healthz_run() { # URL NAME
+  taskset -c "$LOADGEN_CPUS" wrk -t 1 -c "$CONNECTIONS" -d 2s -s "$SCRATCH/healthz.lua" "$1" > /dev/null
+  line=$(taskset -c "$LOADGEN_CPUS" wrk -t 1 -c "$CONNECTIONS" -d "${DURATION}s" -s "$SCRATCH/healthz.lua" "$1" | grep '^RESULT')
+  echo "healthz run ${2#*.}: $line"
+  echo "$line" >> "$SCRATCH/healthz.results"
+}
+
 for kind in $KINDS; do
   case "$kind" in
     command) url="http://127.0.0.1:$PORT/slack/commands"; extra=() ;;
     action) url="http://127.0.0.1:$PORT/slack/interactions"; extra=(ACTION_ID=case_pause CASE_ID_PREFIX=case_) ;;
+    healthz) url="http://127.0.0.1:$PORT/healthz"; extra=() ;;
     *) echo "slack_load: unknown kind $kind" >&2; exit 2 ;;
   esac
   : > "$SCRATCH/$kind.results"
   for run in $(seq "$REPEAT"); do
+    if [ "$kind" = healthz ]; then
+      healthz_run "$url" "$kind.$run"
+      continue
+    fi
     out=$(env "${extra[@]}" SIGNING_SECRET="$SECRET" LOADGEN_CPUS="$LOADGEN_CPUS" \
       WATCH_PIDS="$STEWARD_PID $REDIS_PID" "$BENCH_DIR/bench.sh" "$url" "$kind" "$DURATION" "$CONNECTIONS") || {
       echo "$out" >&2; echo "slack_load: $kind run $run failed" >&2; exit 1; }
