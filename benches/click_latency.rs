@@ -21,18 +21,14 @@ use sandbox_steward::startup::Application;
 use sandbox_steward::store::Store;
 use serde_json::json;
 
+mod support;
+use support::env_or;
+
 const SECRET: &str = "bench-signing-secret";
 const E2B_KEY: &str = "e2b_bench";
 const APPROVALS: &str = "C0APPROVALS";
 /// How long one step (a case opening, a case finishing) may take before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -54,7 +50,7 @@ struct Bench {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cases = env_usize("STEWARD_BENCH_CASES", 100);
+    let cases = env_or::<usize>("STEWARD_BENCH_CASES", 100);
     let redis_url =
         std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let prefix = format!("bench-click-{}", uuid::Uuid::new_v4().simple());

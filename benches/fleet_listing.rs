@@ -13,19 +13,15 @@ use sandbox_steward::e2b::{E2bClient, ListQuery, StateFilter};
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
 
-const RUNS: usize = 3;
+mod support;
+use support::env_or;
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+const RUNS: usize = 3;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let sandboxes = env_number("STEWARD_BENCH_SANDBOXES", 10_000) as usize;
-    let latency = Duration::from_millis(env_number("STEWARD_BENCH_LATENCY_MS", 20));
+    let sandboxes = env_or::<u64>("STEWARD_BENCH_SANDBOXES", 10_000) as usize;
+    let latency = Duration::from_millis(env_or::<u64>("STEWARD_BENCH_LATENCY_MS", 20));
     let concurrency = sandbox_steward::e2b::DEFAULT_METRICS_CONCURRENCY;
 
     let sim = SimServer::start(SimOptions {

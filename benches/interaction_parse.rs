@@ -11,12 +11,8 @@ use std::time::Instant;
 use sandbox_steward::slack::form;
 use sandbox_steward::slack::payload::Interaction;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+use support::env_or;
 
 /// A click on a case card's Pause button, with the message and state Slack includes.
 fn click_body() -> String {
@@ -68,8 +64,8 @@ fn time_ns(rounds: usize, n: usize, mut f: impl FnMut()) -> (f64, f64) {
 }
 
 fn main() {
-    let rounds = env_usize("STEWARD_BENCH_ROUNDS", 9).max(1);
-    let n = env_usize("STEWARD_BENCH_REQUESTS", 50_000).max(1);
+    let rounds = env_or::<usize>("STEWARD_BENCH_ROUNDS", 9).max(1);
+    let n = env_or::<usize>("STEWARD_BENCH_REQUESTS", 50_000).max(1);
     let body = click_body();
     let raw_payload = body.strip_prefix("payload=").expect("one field");
     let escapes = raw_payload.bytes().filter(|b| *b == b'%').count();

@@ -30,14 +30,7 @@ use sandbox_steward::slack::render::Templates;
 use sandbox_steward::store::Store;
 
 mod support;
-use support::SimThread;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{SimThread, env_or};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -15,14 +15,10 @@ use sandbox_steward::slack::signature::sign;
 use sandbox_steward::startup::Application;
 use tokio::sync::Semaphore;
 
-const SECRET: &str = "bench-signing-secret";
+mod support;
+use support::env_or;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+const SECRET: &str = "bench-signing-secret";
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -31,8 +27,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let requests = env_usize("STEWARD_BENCH_REQUESTS", 5000);
-    let concurrency = env_usize("STEWARD_BENCH_CONCURRENCY", 32);
+    let requests = env_or::<usize>("STEWARD_BENCH_REQUESTS", 5000);
+    let concurrency = env_or::<usize>("STEWARD_BENCH_CONCURRENCY", 32);
     let slack = SlackSim::start(SlackSimOptions::default()).await?;
     let env: HashMap<String, String> = [
         ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),

@@ -8,12 +8,8 @@ use std::time::{Duration, Instant};
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use serde_json::{Value, json};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+use support::env_or;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -69,8 +65,8 @@ async fn time_reads(http: &reqwest::Client, url: &str, reads: usize) -> anyhow::
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let messages = env_usize("STEWARD_BENCH_MESSAGES", 500);
-    let reads = env_usize("STEWARD_BENCH_READS", 50);
+    let messages = env_or::<usize>("STEWARD_BENCH_MESSAGES", 500);
+    let reads = env_or::<usize>("STEWARD_BENCH_READS", 50);
     let sim = SlackSim::start(SlackSimOptions::default()).await?;
     let http = reqwest::Client::new();
     let start = Instant::now();

@@ -1,8 +1,16 @@
-//! What several benchmarks share: the E2B simulator on its own thread and runtime, and the
-//! process's peak memory.
+//! What several benchmarks share: the E2B simulator on its own thread and runtime, the
+//! process's peak memory, and numbers read from the environment.
 #![allow(dead_code)]
 
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+
+/// The number in environment variable `name`, or `default` when it is unset or not a number.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// `VmHWM` (peak resident memory) of this process, in MiB.
 pub fn peak_memory_mib() -> Option<f64> {

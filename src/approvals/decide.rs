@@ -242,7 +242,6 @@ pub async fn option_clicked(
     clicked: &ClickedMessage,
 ) -> Reply {
     let action = format!("decide:{}", option.as_str());
-    let case_id = &case.id.clone();
     let case = match clicked_case(svc, case, user, clicked, &action).await {
         Ok(case) => case,
         Err(reply) => return reply,
@@ -264,7 +263,7 @@ pub async fn option_clicked(
             option,
         };
     }
-    match decide(svc, case_id, user, option, None, None).await {
+    match decide(svc, &case.id, user, option, None, None).await {
         Ok(()) => Reply::Nothing,
         Err(sentence) => Reply::Mentioning(sentence),
     }
@@ -421,11 +420,11 @@ pub async fn restore_clicked(
     case: Case,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case_id = &case.id.clone();
     let case = match clicked_case(svc, case, user, clicked, "restore").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
+    let case_id = &case.id;
     let groups = groups_in_rule(svc, svc.policy.approvers.restore_rule(), user).await;
     if let Err(refusal) = crate::cases::may_restore(&svc.policy, user, &groups) {
         let sentence = refusal.to_string();
@@ -519,11 +518,11 @@ pub async fn retry_clicked(
     case: Case,
     clicked: &ClickedMessage,
 ) -> Reply {
-    let case_id = &case.id.clone();
     let case = match clicked_case(svc, case, user, clicked, "retry").await {
         Ok(case) => case,
         Err(reply) => return reply,
     };
+    let case_id = &case.id;
     let CaseState::Failed { decision, .. } = &case.state else {
         return Reply::Ephemeral(format!(
             "This case is {}, so there is nothing to retry.",

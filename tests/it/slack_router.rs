@@ -242,6 +242,33 @@ async fn an_interaction_without_a_payload_is_a_bad_request() {
 }
 
 #[tokio::test]
+async fn a_payload_that_is_not_json_once_decoded_is_a_bad_request_and_changes_nothing() {
+    let app = spawn_app().await;
+    for body in [
+        // JSON cut short
+        "payload=%7B%22type%22%3A%22block_actions%22",
+        // bytes that are not UTF-8
+        "payload=%FF%FE%7B%7D",
+        // a `%` without two hex digits stays a `%`, which is not JSON
+        "payload=%zz%7B%7D",
+        // a `+` is a space, so this is `{"type": "block actions"` cut short
+        "payload=%7B%22type%22%3A+%22block+actions%22",
+    ] {
+        let resp = app
+            .post_signed(
+                "/slack/interactions",
+                "application/x-www-form-urlencoded",
+                body.into(),
+            )
+            .await;
+        assert_eq!(resp.status(), 400, "{body}");
+    }
+    crate::slack_signature::settled(&app).await;
+    assert!(app.slack.messages().is_empty());
+    assert!(app.e2b_calls().await.values().all(|n| *n == 0));
+}
+
+#[tokio::test]
 async fn the_manifest_points_at_routes_we_serve() {
     let app = spawn_app().await;
     let manifest =
