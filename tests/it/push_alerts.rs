@@ -443,7 +443,13 @@ async fn over_the_cap_pushes_wait_in_order_and_a_newer_push_drops_its_branchs_wa
     .await;
     assert!(started[0].contains("for release/1"), "{started:?}");
     assert!(started[1].contains("for main"), "{started:?}");
-    assert_eq!(crate::github::creates(&app).await, 3);
+    // "started run" is audited when the run is submitted; its sandbox is created after that.
+    let creates = wait_until("the third sandbox is created", || async {
+        let n = crate::github::creates(&app).await;
+        (n >= 3).then_some(n)
+    })
+    .await;
+    assert_eq!(creates, 3);
     let stopped = runner(&app).get(&hanging).await.unwrap();
     assert_eq!(stopped.error, Some(format!("superseded by {quick}")));
 }
