@@ -2,7 +2,8 @@
 //! command's ack carries the same immediate reply as the HTTP body, a click delivered as an
 //! `interactive` envelope decides a case once, dropped sockets (with and without `disconnect`)
 //! lose no decision and double none, a refused app token stops `steward serve` with a sentence
-//! that never shows the token, and two replicas each hold a connection and both receive.
+//! that never shows the token, two replicas each hold a connection and both receive, and while
+//! Slack hands out no new connection `/readyz` says `connecting` until one is open again.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -275,6 +276,114 @@ async fn readiness_in_socket_mode_is_the_connection_not_the_signing_secret() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["checks"]["slack_signing_secret"], "missing", "{body}");
     assert!(body["checks"].get("slack_socket").is_none(), "{body}");
+}
+
+async fn readiness(app: &TestApp) -> (u16, Value) {
+    let resp = app.http.get(app.url("/readyz")).send().await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+async fn metrics_text(app: &TestApp) -> String {
+    let resp = app.http.get(app.url("/metrics")).send().await.unwrap();
+    resp.text().await.unwrap()
+}
+
+/// A dropped socket whose reopening fails (Slack's `apps.connections.open` answers 503): the
+/// replica says it is not ready, and why, for as long as it has no connection; the failed opens
+/// are counted; nothing can be delivered meanwhile; once Slack answers again it reconnects by
+/// itself, is ready again and answers commands.
+#[tokio::test]
+async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers() {
+    let app = spawn_socket_app().await;
+    wait_until("the first connection is up", || async {
+        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
+    })
+    .await;
+
+    let (code, answer) = sim_post(&app.slack, "outage", json!({"on": true})).await;
+    assert_eq!((code, &answer["outage"]), (200, &json!(true)), "{answer}");
+    assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
+    let (status, body) = wait_until("/readyz says connecting", || async {
+        let (status, body) = readiness(&app).await;
+        (body["checks"]["slack_socket"] == "connecting").then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ready"], false, "{body}");
+    assert_eq!(body["missing"], json!(["SLACK_APP_TOKEN"]), "{body}");
+    for check in ["slack_bot_token", "e2b_api_key", "redis"] {
+        assert_eq!(body["checks"][check], "ok", "{body}");
+    }
+    wait_until("a failed open is counted", || async {
+        metrics_text(&app)
+            .await
+            .lines()
+            .any(|l| {
+                l.starts_with("steward_slack_socket_reconnects_total")
+                    && l.contains("reason=\"open_failed\"")
+            })
+            .then_some(())
+    })
+    .await;
+    // Still no connection: the simulator has nobody to deliver to.
+    let (code, answer) = sim_post(
+        &app.slack,
+        "send",
+        json!({"type": "slash_commands", "payload": command_payload("help", "U0001", "")}),
+    )
+    .await;
+    assert_eq!(code, 409, "{answer}");
+    assert_eq!(readiness(&app).await.0, 503);
+
+    assert_eq!(
+        sim_post(&app.slack, "outage", json!({"on": false})).await.0,
+        200
+    );
+    let (status, body) = wait_until("/readyz is ready again", || async {
+        let (status, body) = readiness(&app).await;
+        (body["checks"]["slack_socket"] == "ok").then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ready"], true, "{body}");
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("help", "U0001", &app.slack.response_url(&hook())),
+    )
+    .await;
+    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    app.shutdown().await;
+}
+
+/// The simulator's outage switch takes `{"on": bool}` and nothing else; a bad body changes
+/// nothing (the connection stays up and readiness with it).
+#[tokio::test]
+async fn the_outage_switch_refuses_a_body_it_cannot_read_and_changes_nothing() {
+    let app = spawn_socket_app().await;
+    wait_until("the first connection is up", || async {
+        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
+    })
+    .await;
+    for body in [
+        json!({}),
+        json!({"on": "yes"}),
+        json!({"on": true, "for": 3}),
+    ] {
+        let (code, answer) = sim_post(&app.slack, "outage", body.clone()).await;
+        assert_eq!(code, 400, "{body}: {answer}");
+    }
+    // Opens still work: a dropped socket comes back.
+    assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("help", "U0001", &app.slack.response_url(&hook())),
+    )
+    .await;
+    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    assert_eq!(readiness(&app).await.0, 200);
+    app.shutdown().await;
 }
 
 #[tokio::test]

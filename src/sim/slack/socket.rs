@@ -3,8 +3,10 @@
 //! (`POST /_sim/socket/send`) round robin across the open connections, reads acks
 //! (`GET /_sim/socket/acks` lists them with their payloads), re-delivers an envelope not acked
 //! within [`REDELIVER_AFTER`] with `retry_attempt` (as Slack does, up to [`MAX_RETRIES`]
-//! times), and `POST /_sim/socket/drop` closes every socket (after a `disconnect` envelope with
-//! `reason: "refresh_requested"` when the body says `{"disconnect": true}`).
+//! times), `POST /_sim/socket/drop` closes every socket (after a `disconnect` envelope with
+//! `reason: "refresh_requested"` when the body says `{"disconnect": true}`), and
+//! `POST /_sim/socket/outage` (`{"on": true}` / `{"on": false}`) makes `apps.connections.open`
+//! answer 503 until it is turned off, so a client's reconnects fail as in an outage of Slack's.
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -60,6 +62,8 @@ struct HubState {
     next_id: u64,
     pending: HashMap<String, Pending>,
     acks: Vec<Value>,
+    /// While set, `apps.connections.open` answers 503 (`POST /_sim/socket/outage`).
+    outage: bool,
 }
 
 /// Socket Mode's shared state: one-use tickets, open connections, unacked envelopes, acks.
@@ -127,12 +131,23 @@ pub(super) fn routes() -> Router<Shared> {
         .route("/_sim/socket/send", post(send))
         .route("/_sim/socket/acks", get(acks))
         .route("/_sim/socket/drop", post(drop_all))
+        .route("/_sim/socket/outage", post(outage))
 }
 
 /// `apps.connections.open`: an app-level token gets a one-use WebSocket URL. As Slack answers:
 /// no token is `not_authed`, a bot or user token is `not_allowed_token_type`, and an `xapp-`
 /// token other than `--app-token` is `invalid_auth`.
+///
+/// During an outage (`POST /_sim/socket/outage`) every call is a 503 whatever the token, as a
+/// Slack that is down would answer, and no ticket is handed out.
 pub(super) fn open(world: &Shared, headers: &HeaderMap) -> Response {
+    if world.socket.lock().outage {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ok": false, "error": "service_unavailable"})),
+        )
+            .into_response();
+    }
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -410,6 +425,26 @@ async fn drop_all(State(world): State<Shared>, body: axum::body::Bytes) -> Respo
     };
     let closed = world.socket.close_all(body.disconnect);
     Json(json!({"ok": true, "closed": closed})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutageBody {
+    on: bool,
+}
+
+/// `POST /_sim/socket/outage` `{"on": bool}`: starts or ends an outage of
+/// `apps.connections.open`. Open sockets stay open; `drop` closes them.
+async fn outage(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
+    let Ok(body) = serde_json::from_slice::<OutageBody>(&body) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"ok": false, "error": "expected {\"on\": bool}"})),
+        )
+            .into_response();
+    };
+    world.socket.lock().outage = body.on;
+    Json(json!({"ok": true, "outage": body.on})).into_response()
 }
 
 #[cfg(test)]
