@@ -288,17 +288,34 @@ async fn metrics_text(app: &TestApp) -> String {
     resp.text().await.unwrap()
 }
 
+/// A Socket Mode app whose first connection is up (`/readyz` says so).
+async fn spawn_connected_socket_app() -> TestApp {
+    let app = spawn_socket_app().await;
+    wait_until("the first connection is up", || async {
+        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
+    })
+    .await;
+    app
+}
+
+/// `/sandbox help` sent as an envelope gets its reply in the ack (waiting for a connection).
+async fn help_is_answered(app: &TestApp) {
+    let id = send(
+        &app.slack,
+        "slash_commands",
+        command_payload("help", "U0001", &app.slack.response_url(&hook())),
+    )
+    .await;
+    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+}
+
 /// A dropped socket whose reopening fails (Slack's `apps.connections.open` answers 503): the
 /// replica says it is not ready, and why, for as long as it has no connection; the failed opens
 /// are counted; nothing can be delivered meanwhile; once Slack answers again it reconnects by
 /// itself, is ready again and answers commands.
 #[tokio::test]
 async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers() {
-    let app = spawn_socket_app().await;
-    wait_until("the first connection is up", || async {
-        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
-    })
-    .await;
+    let app = spawn_connected_socket_app().await;
 
     let (code, answer) = sim_post(&app.slack, "outage", json!({"on": true})).await;
     assert_eq!((code, &answer["outage"]), (200, &json!(true)), "{answer}");
@@ -346,13 +363,7 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ready"], true, "{body}");
-    let id = send(
-        &app.slack,
-        "slash_commands",
-        command_payload("help", "U0001", &app.slack.response_url(&hook())),
-    )
-    .await;
-    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    help_is_answered(&app).await;
     app.shutdown().await;
 }
 
@@ -360,11 +371,7 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
 /// nothing (the connection stays up and readiness with it).
 #[tokio::test]
 async fn the_outage_switch_refuses_a_body_it_cannot_read_and_changes_nothing() {
-    let app = spawn_socket_app().await;
-    wait_until("the first connection is up", || async {
-        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
-    })
-    .await;
+    let app = spawn_connected_socket_app().await;
     for body in [
         json!({}),
         json!({"on": "yes"}),
@@ -375,13 +382,7 @@ async fn the_outage_switch_refuses_a_body_it_cannot_read_and_changes_nothing() {
     }
     // Opens still work: a dropped socket comes back.
     assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
-    let id = send(
-        &app.slack,
-        "slash_commands",
-        command_payload("help", "U0001", &app.slack.response_url(&hook())),
-    )
-    .await;
-    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    help_is_answered(&app).await;
     assert_eq!(readiness(&app).await.0, 200);
     app.shutdown().await;
 }
@@ -503,24 +504,10 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
     }
     assert_eq!(calls(&app, "pause").await, 6, "six clicks, six pauses");
     // After the drops the connection is back: a command still gets its reply.
-    let id = send(
-        &app.slack,
-        "slash_commands",
-        command_payload("help", "U0001", &app.slack.response_url(&hook())),
-    )
-    .await;
-    assert!(ack_of(&app.slack, &id).await["payload"].is_object());
+    help_is_answered(&app).await;
     assert_eq!(calls(&app, "pause").await, 6);
     // The reconnects and the envelopes show in the metrics.
-    let metrics = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app).await;
     let has = |series: &str, label: &str| {
         metrics
             .lines()
