@@ -283,6 +283,15 @@ async fn readiness(app: &TestApp) -> (u16, Value) {
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
+/// `/readyz`'s status and body once its `slack_socket` check says `state`.
+async fn readiness_once_socket_is(app: &TestApp, state: &str) -> (u16, Value) {
+    wait_until(&format!("/readyz says slack_socket {state}"), || async {
+        let (status, body) = readiness(app).await;
+        (body["checks"]["slack_socket"] == state).then_some((status, body))
+    })
+    .await
+}
+
 async fn metrics_text(app: &TestApp) -> String {
     let resp = app.http.get(app.url("/metrics")).send().await.unwrap();
     resp.text().await.unwrap()
@@ -291,10 +300,7 @@ async fn metrics_text(app: &TestApp) -> String {
 /// A Socket Mode app whose first connection is up (`/readyz` says so).
 async fn spawn_connected_socket_app() -> TestApp {
     let app = spawn_socket_app().await;
-    wait_until("the first connection is up", || async {
-        (readiness(&app).await.1["checks"]["slack_socket"] == "ok").then_some(())
-    })
-    .await;
+    readiness_once_socket_is(&app, "ok").await;
     app
 }
 
@@ -320,11 +326,7 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
     let (code, answer) = sim_post(&app.slack, "outage", json!({"on": true})).await;
     assert_eq!((code, &answer["outage"]), (200, &json!(true)), "{answer}");
     assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
-    let (status, body) = wait_until("/readyz says connecting", || async {
-        let (status, body) = readiness(&app).await;
-        (body["checks"]["slack_socket"] == "connecting").then_some((status, body))
-    })
-    .await;
+    let (status, body) = readiness_once_socket_is(&app, "connecting").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["ready"], false, "{body}");
     assert_eq!(body["missing"], json!(["SLACK_APP_TOKEN"]), "{body}");
@@ -356,11 +358,7 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
         sim_post(&app.slack, "outage", json!({"on": false})).await.0,
         200
     );
-    let (status, body) = wait_until("/readyz is ready again", || async {
-        let (status, body) = readiness(&app).await;
-        (body["checks"]["slack_socket"] == "ok").then_some((status, body))
-    })
-    .await;
+    let (status, body) = readiness_once_socket_is(&app, "ok").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ready"], true, "{body}");
     help_is_answered(&app).await;
