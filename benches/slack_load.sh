@@ -104,7 +104,6 @@ steal_pct() { awk -v s0="$1" -v t0="$2" -v s1="$3" -v t1="$4" 'BEGIN { printf "%
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
-# One `GET /healthz` run: wrk with bench.lua's RESULT line, pinned as bench.sh pins it.
 steal_start() {
   read -r S_SRV T_SRV < <(cpu_ticks "$SERVER_CPUS")
   read -r S_GEN T_GEN < <(cpu_ticks "$LOADGEN_CPUS")
@@ -116,6 +115,7 @@ steal_end() { # -> "steal_server=P steal_loadgen=P" since steal_start
   echo "steal_server=$(steal_pct "$S_SRV" "$T_SRV" "$s_srv" "$t_srv") steal_loadgen=$(steal_pct "$S_GEN" "$T_GEN" "$s_gen" "$t_gen")"
 }
 
+# One `GET /healthz` run: wrk with bench.lua's RESULT line, pinned as bench.sh pins it.
 cat > "$SCRATCH/healthz.lua" <<'LUA'
 function done(summary, latency, requests)
   local secs = summary.duration / 1e6
@@ -162,8 +162,9 @@ for kind in $KINDS; do
   # The runs with the least steal on both cores: the half (at least one) with the lowest sum.
   keep=$(( (REPEAT + 1) / 2 ))
   while read -r l; do
-    echo "$(( $(echo "$l" | field steal_server | tr -d .) + $(echo "$l" | field steal_loadgen | tr -d .) )) $l"
-  done < "$SCRATCH/$kind.results" | sort -n | head -n "$keep" | cut -d' ' -f2- > "$SCRATCH/$kind.quiet"
+    echo "$(echo "$l" | field steal_server) $(echo "$l" | field steal_loadgen) $l"
+  done < "$SCRATCH/$kind.results" | awk '{ s = $1 + $2; $1 = ""; $2 = ""; sub(/^  /, ""); print s, $0 }' \
+    | sort -g | head -n "$keep" | cut -d' ' -f2- > "$SCRATCH/$kind.quiet"
   printf '%s least-steal %d of %d: median rps=%s p99_ms=%s (steal_server %s, steal_loadgen %s)\n' "$kind" "$keep" "$REPEAT" \
     "$(field rps < "$SCRATCH/$kind.quiet" | median)" "$(field p99_ms < "$SCRATCH/$kind.quiet" | median)" \
     "$(field steal_server < "$SCRATCH/$kind.quiet" | paste -sd/)" "$(field steal_loadgen < "$SCRATCH/$kind.quiet" | paste -sd/)"
