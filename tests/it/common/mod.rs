@@ -726,6 +726,11 @@ impl TestApp {
 
     /// A signed click on a case card's button, sent from the case's own card as Slack does (the
     /// container names the card's channel and ts); replies go to `hooks/<reply_hook>`.
+    ///
+    /// A card is posted to Slack first and recorded on its case after, so a test that saw the
+    /// post may be early: this waits until the case records its card (a person cannot click a
+    /// card before it exists either). When the store cannot be read (a test with Redis stopped)
+    /// the click names the approvals channel and no message.
     pub async fn click_case(
         &self,
         case: &sandbox_steward::ids::CaseId,
@@ -734,13 +739,13 @@ impl TestApp {
         reply_hook: &str,
         action_ts: &str,
     ) -> reqwest::Response {
-        let card = self
-            .state
-            .store
-            .get_case(case)
-            .await
-            .ok()
-            .and_then(|c| c.card);
+        let card = wait_until(&format!("case {case} records its card"), || async {
+            match self.state.store.get_case(case).await {
+                Ok(c) => c.card.map(Some),
+                Err(_) => Some(None),
+            }
+        })
+        .await;
         let (channel, ts) = card
             .map(|c| (c.channel.to_string(), c.ts))
             .unwrap_or_else(|| ("C0APPROVALS".to_owned(), String::new()));
