@@ -53,7 +53,7 @@ pub fn decode(raw: &[u8]) -> Cow<'_, [u8]> {
         let (value, width) = match byte {
             b'+' => (b' ', 1),
             b'%' => match raw.get(from + 1..from + 3) {
-                Some(&[high, low]) if HEX[high as usize] | HEX[low as usize] < 16 => {
+                Some(&[high, low]) if (HEX[high as usize] | HEX[low as usize]) < 16 => {
                     (HEX[high as usize] << 4 | HEX[low as usize], 3)
                 }
                 _ => (b'%', 1),
