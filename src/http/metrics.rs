@@ -9,12 +9,13 @@
 //! request, and a scrape must answer even when Redis is down (the queue gauges keep their last value).
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -65,17 +66,72 @@ fn slack_route(path: &str) -> Option<&'static str> {
 }
 
 /// Counts and times every request to a Slack route. It wraps the whole router, so answers made
-/// by the outer layers (a 408 for a slow body or request) are counted too.
-pub async fn track_slack(request: Request, next: Next) -> Response {
-    let Some(route) = slack_route(request.uri().path()) else {
-        return next.run(request).await;
-    };
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let refused = response.extensions().get::<SignatureRefused>().is_some();
-    let outcome = crate::metrics::slack_request_outcome(response.status().as_u16(), refused);
-    crate::metrics::slack_request(route, outcome, started.elapsed());
-    response
+/// by the outer layers (a 408 for a slow body or request) are counted too. A tower layer rather
+/// than a `from_fn` middleware, which would clone the service under it on every request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TrackSlackLayer;
+
+impl<S> tower::Layer<S> for TrackSlackLayer {
+    type Service = TrackSlack<S>;
+
+    fn layer(&self, inner: S) -> TrackSlack<S> {
+        TrackSlack { inner }
+    }
+}
+
+/// The service [`TrackSlackLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct TrackSlack<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for TrackSlack<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Tracked<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let route = slack_route(request.uri().path()).map(|route| (route, Instant::now()));
+        Tracked {
+            inner: self.inner.call(request),
+            route,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, counted when it is ready if its route is a Slack one.
+    pub struct Tracked<F> {
+        #[pin]
+        inner: F,
+        route: Option<(&'static str, Instant)>,
+    }
+}
+
+impl<F, E> Future for Tracked<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = std::task::ready!(this.inner.poll(cx));
+        if let (Ok(response), Some((route, started))) = (&result, this.route.take()) {
+            let refused = response.extensions().get::<SignatureRefused>().is_some();
+            let outcome =
+                crate::metrics::slack_request_outcome(response.status().as_u16(), refused);
+            crate::metrics::slack_request(route, outcome, started.elapsed());
+        }
+        Poll::Ready(result)
+    }
 }
 
 /// The router of the separate metrics listener: `/metrics` only.

@@ -121,11 +121,7 @@ pub fn router(state: AppState) -> Router {
     let slack_routes = Router::new()
         .route("/slack/commands", post(slack::command))
         .route("/slack/interactions", post(slack::interaction))
-        .route("/slack/events", post(slack::event))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            slack::verify_request,
-        ));
+        .route("/slack/events", post(slack::event));
     let tokens = api::Tokens::from_config(&state.settings.policy.api);
     let mcp = Router::new()
         .nest_service("/mcp", api::mcp::service(&state))
@@ -152,6 +148,6 @@ pub fn router(state: AppState) -> Router {
             limits.request_timeout,
         ))
         .layer(TraceLayer::new_for_http())
-        .layer(middleware::from_fn(metrics::track_slack))
+        .layer(metrics::TrackSlackLayer)
         .with_state(state)
 }

@@ -4,7 +4,8 @@
 //! Handlers acknowledge within Slack's 3 s: quick answers go inline, anything that touches E2B
 //! answers "Working on it…" and finishes in a spawned task whose answer, posted to the
 //! `response_url`, replaces that acknowledgement.
-//! Nothing here may run before [`verify_request`] has accepted the raw body; the `handle_*` entry
+//! Nothing here may run before [`verify_request`] has accepted the raw body (each route's handler
+//! takes the [`Verified`] body only it makes); the `handle_*` entry
 //! points are also called by `http::socket` for an envelope Socket Mode delivered (authenticated
 //! by the app token that opened the connection).
 use std::sync::Arc;
@@ -13,7 +14,6 @@ use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -48,13 +48,35 @@ fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-/// Enforces the body limit, answers bare `ssl_check` probes, verifies the signature and
-/// records Slack's retry headers; only then does the handler see the request.
+/// A Slack request that [`verify_request`] accepted: its raw body and Slack's retry headers.
+/// Every Slack route's handler takes one, and only `verify_request` makes one, so no handler
+/// can see a body whose signature was not checked. (An extractor rather than a middleware: a
+/// `from_fn` layer clones the route and rebuilds the request around the body it read, and the
+/// handler then collected that body again, all on every request.)
+pub struct Verified {
+    body: Bytes,
+    retry: SlackRetry,
+}
+
+impl axum::extract::FromRequest<AppState> for Verified {
+    /// The answer instead of the handler's: an error, or the 200 of a bare `ssl_check` probe.
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        match verify_request(state, request).await {
+            Ok(Some(verified)) => Ok(verified),
+            Ok(None) => Err(StatusCode::OK.into_response()),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+/// Enforces the body limit, answers bare `ssl_check` probes (`Ok(None)`), verifies the
+/// signature and records Slack's retry headers; only then does a handler see the request.
 pub async fn verify_request(
-    State(state): State<AppState>,
+    state: &AppState,
     request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
+) -> Result<Option<Verified>, ApiError> {
     let declared = header_str(request.headers(), header::CONTENT_LENGTH.as_str())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > SLACK_BODY_MAX_BYTES as u64) {
@@ -62,13 +84,13 @@ pub async fn verify_request(
             limit: SLACK_BODY_MAX_BYTES,
         });
     }
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     // The limit is enforced while reading too: Content-Length may be absent (chunked) or lie.
     let bytes = read_limited(body, SLACK_BODY_MAX_BYTES).await?;
     let is_form = header_str(&parts.headers, header::CONTENT_TYPE.as_str())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     if is_form && payload::is_ssl_check(&bytes) {
-        return Ok(StatusCode::OK.into_response());
+        return Ok(None);
     }
     let secret = state
         .settings
@@ -83,13 +105,13 @@ pub async fn verify_request(
         &bytes,
         unix_now(),
     )?;
-    parts.extensions.insert(SlackRetry {
-        num: header_str(&parts.headers, "x-slack-retry-num").and_then(|v| v.parse().ok()),
-        reason: header_str(&parts.headers, "x-slack-retry-reason").map(str::to_owned),
-    });
-    Ok(next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await)
+    Ok(Some(Verified {
+        body: bytes,
+        retry: SlackRetry {
+            num: header_str(&parts.headers, "x-slack-retry-num").and_then(|v| v.parse().ok()),
+            reason: header_str(&parts.headers, "x-slack-retry-reason").map(str::to_owned),
+        },
+    }))
 }
 
 /// Reads a body, stopping as soon as it passes `limit` bytes.
@@ -118,8 +140,8 @@ fn json_body(body: Bytes) -> Response {
 }
 
 /// `POST /slack/commands`.
-pub async fn command(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let form = CommandForm::parse(&body)?;
+pub async fn command(State(state): State<AppState>, slack: Verified) -> Result<Response, ApiError> {
+    let form = CommandForm::parse(&slack.body)?;
     handle_command(state, form).await
 }
 
@@ -400,8 +422,11 @@ fn defer(state: &AppState, cmd: SandboxCommand, form: &CommandForm) -> Response 
 /// `POST /slack/interactions`: verified, parsed, acknowledged at once. Clicks are handled in
 /// a background task; a modal submission is answered in the response (Slack shows errors next
 /// to the inputs).
-pub async fn interaction(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let interaction = Interaction::parse(&body)?;
+pub async fn interaction(
+    State(state): State<AppState>,
+    slack: Verified,
+) -> Result<Response, ApiError> {
+    let interaction = Interaction::parse(&slack.body)?;
     Ok(handle_interaction(state, interaction).await)
 }
 
@@ -844,11 +869,11 @@ fn next_page(state: &AppState, interaction: &Interaction, cursor: payload::ListC
 
 /// `POST /slack/events`: answers `url_verification`; every other event is acknowledged and
 /// ignored for now.
-pub async fn event(
-    axum::Extension(retry): axum::Extension<SlackRetry>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    Ok(handle_event(EventEnvelope::parse(&body)?, &retry))
+pub async fn event(slack: Verified) -> Result<Response, ApiError> {
+    Ok(handle_event(
+        EventEnvelope::parse(&slack.body)?,
+        &slack.retry,
+    ))
 }
 
 /// An Events API delivery from either transport (its request already verified).
