@@ -356,10 +356,44 @@ pub fn slack_request_outcome(status: u16, signature_refused: bool) -> &'static s
     }
 }
 
+/// The Slack routes and request outcomes, in the order of [`SLACK_REQUEST_HANDLES`]' cells.
+const SLACK_ROUTES: [&str; 3] = ["commands", "interactions", "events"];
+const SLACK_OUTCOMES: [&str; 5] = ["signature_refused", "2xx", "4xx", "5xx", "other"];
+
+/// The Slack request series' handles, each made on first use. Every Slack request records into
+/// them, so they are looked up by index rather than by building and hashing the series' key in
+/// the recorder's registry each time. Made after [`install`], so never a handle of no recorder.
+struct SlackRequestHandles {
+    requests: [[OnceLock<metrics::Counter>; SLACK_OUTCOMES.len()]; SLACK_ROUTES.len()],
+    durations: [OnceLock<metrics::Histogram>; SLACK_ROUTES.len()],
+}
+
+static SLACK_REQUEST_HANDLES: SlackRequestHandles = SlackRequestHandles {
+    requests: [const { [const { OnceLock::new() }; SLACK_OUTCOMES.len()] }; SLACK_ROUTES.len()],
+    durations: [const { OnceLock::new() }; SLACK_ROUTES.len()],
+};
+
 /// A Slack request answered on `route` (`commands`, `interactions`, `events`).
 pub fn slack_request(route: &'static str, outcome: &'static str, took: Duration) {
-    counter!(SLACK_REQUESTS, "route" => route, "outcome" => outcome).increment(1);
-    histogram!(SLACK_REQUEST_DURATION, "route" => route).record(took.as_secs_f64());
+    let at = |names: &[&str], name: &str| names.iter().position(|n| *n == name);
+    let (Some(r), Some(o)) = (at(&SLACK_ROUTES, route), at(&SLACK_OUTCOMES, outcome)) else {
+        counter!(SLACK_REQUESTS, "route" => route, "outcome" => outcome).increment(1);
+        histogram!(SLACK_REQUEST_DURATION, "route" => route).record(took.as_secs_f64());
+        return;
+    };
+    let handles = &SLACK_REQUEST_HANDLES;
+    handles.requests[r][o]
+        .get_or_init(|| {
+            install();
+            counter!(SLACK_REQUESTS, "route" => SLACK_ROUTES[r], "outcome" => SLACK_OUTCOMES[o])
+        })
+        .increment(1);
+    handles.durations[r]
+        .get_or_init(|| {
+            install();
+            histogram!(SLACK_REQUEST_DURATION, "route" => SLACK_ROUTES[r])
+        })
+        .record(took.as_secs_f64());
 }
 
 /// A Socket Mode envelope acked. `kind`: `slash_commands`, `interactive`, `events_api`, `other`;
