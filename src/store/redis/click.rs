@@ -10,7 +10,7 @@
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Client, Conn, RedisStore, map_err, ms};
@@ -55,14 +55,14 @@ return {3, json}
     )
 });
 
-/// The click script's invocation; `one_server` lets the script read the case itself.
-fn click_script(
+/// The click script's invocation on a cluster, where it stops at the case -> subject pointer
+/// (ARGV 4 is `0`).
+fn cluster_click_script(
     mark_key: &str,
     subject_key: &str,
     ttl_ms: u64,
     prefix: &str,
     case: &CaseId,
-    one_server: bool,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = FIRST_CLICK.key(mark_key);
     invocation
@@ -70,20 +70,41 @@ fn click_script(
         .arg(ttl_ms)
         .arg(prefix)
         .arg(case.as_str())
-        .arg(if one_server { "1" } else { "0" })
+        .arg("0")
         .arg(INDEX_SHARDS);
     invocation
+}
+
+/// The click script as one `EVALSHA` command, for a batch on one server (where the script reads
+/// the case itself). Built straight into the command's buffer: a `ScriptInvocation` copies every
+/// key and argument once into its own vectors and once more into the command it sends.
+fn click_cmd(mark_key: &str, subject_key: &str, ttl_ms: u64, prefix: &str, case: &CaseId) -> Cmd {
+    let data = FIRST_CLICK.get_hash().len()
+        + mark_key.len()
+        + subject_key.len()
+        + prefix.len()
+        + case.as_str().len()
+        + 48;
+    let mut cmd = Cmd::with_capacity(10, data);
+    cmd.arg("EVALSHA")
+        .arg(FIRST_CLICK.get_hash())
+        .arg(2)
+        .arg(mark_key)
+        .arg(subject_key)
+        .arg(ttl_ms)
+        .arg(prefix)
+        .arg(case.as_str())
+        .arg("1")
+        .arg(INDEX_SHARDS);
+    cmd
 }
 
 /// The most clicks sent in one pipeline.
 const MAX_BATCH: usize = 128;
 
-/// One click's script arguments, waiting for the next batch.
+/// One click's script command, waiting for the next batch.
 struct Waiting {
-    mark_key: String,
-    subject_key: String,
-    ttl_ms: u64,
-    case: CaseId,
+    cmd: Cmd,
     reply: oneshot::Sender<Result<(i64, String), StoreError>>,
 }
 
@@ -102,17 +123,17 @@ pub(super) struct ClickBatcher {
 impl ClickBatcher {
     /// Queues `waiting`, starting the batching task on first use; gives the click back when
     /// there is no task (its runtime has ended), so the caller sends it alone.
-    fn send(&self, conn: &Conn, prefix: &str, waiting: Waiting) -> Result<(), Waiting> {
+    fn send(&self, conn: &Conn, waiting: Waiting) -> Result<(), Waiting> {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run_batches(rx, conn.clone(), prefix.to_owned()));
+            tokio::spawn(run_batches(rx, conn.clone()));
             tx
         });
         queue.send(waiting).map_err(|e| e.0)
     }
 }
 
-async fn run_batches(mut queue: mpsc::UnboundedReceiver<Waiting>, conn: Conn, prefix: String) {
+async fn run_batches(mut queue: mpsc::UnboundedReceiver<Waiting>, conn: Conn) {
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         tokio::task::yield_now().await;
@@ -123,43 +144,41 @@ async fn run_batches(mut queue: mpsc::UnboundedReceiver<Waiting>, conn: Conn, pr
             }
         }
         // The answer is awaited in a task of its own, so the next batch need not wait for it.
-        tokio::spawn(send_batch(batch, conn.clone(), prefix.clone()));
+        tokio::spawn(send_batch(batch, conn.clone()));
     }
 }
 
 /// Sends one batch and answers each click; clicks that met a Redis without the script (after
 /// a restart or `SCRIPT FLUSH`: the script did not run) are sent again once it is loaded.
-async fn send_batch(mut batch: Vec<Waiting>, mut conn: Conn, prefix: String) {
+async fn send_batch(batch: Vec<Waiting>, mut conn: Conn) {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    let mut replies = Vec::with_capacity(batch.len());
+    for w in batch {
+        pipe.add_command(w.cmd);
+        replies.push(w.reply);
+    }
     for attempt in 0..2 {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for w in &batch {
-            pipe.invoke_script(&click_script(
-                &w.mark_key,
-                &w.subject_key,
-                w.ttl_ms,
-                &prefix,
-                &w.case,
-                true,
-            ));
-        }
         let values: Vec<Value> = match pipe.query_async(&mut conn).await {
             Ok(values) => values,
             Err(e) => {
                 let e = map_err(e);
-                for w in batch {
-                    let _ = w.reply.send(Err(e.clone()));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
                 }
                 return;
             }
         };
-        let mut again = Vec::new();
-        for (w, value) in batch.into_iter().zip(values) {
+        let mut again = redis::pipe();
+        again.ignore_errors();
+        let mut again_replies = Vec::new();
+        for ((reply, value), cmd) in replies.into_iter().zip(values).zip(pipe.cmd_iter()) {
             let answer = match value {
                 Value::ServerError(e) => {
                     let e = RedisError::from(e);
                     if attempt == 0 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-                        again.push(w);
+                        again.add_command(cmd.clone());
+                        again_replies.push(reply);
                         continue;
                     }
                     Err(map_err(e))
@@ -167,19 +186,19 @@ async fn send_batch(mut batch: Vec<Waiting>, mut conn: Conn, prefix: String) {
                 value => redis::from_redis_value(value)
                     .map_err(|e| StoreError::Corrupt(format!("the click script answered {e}"))),
             };
-            let _ = w.reply.send(answer);
+            let _ = reply.send(answer);
         }
-        if again.is_empty() {
+        if again_replies.is_empty() {
             return;
         }
         if let Err(e) = FIRST_CLICK.prepare_invoke().load_async(&mut conn).await {
             let e = map_err(e);
-            for w in again {
-                let _ = w.reply.send(Err(e.clone()));
+            for reply in again_replies {
+                let _ = reply.send(Err(e.clone()));
             }
             return;
         }
-        batch = again;
+        (pipe, replies) = (again, again_replies);
     }
 }
 
@@ -195,13 +214,12 @@ impl RedisStore {
         let (answer, text): (i64, String) = if one_server {
             self.first_click_batched(case, mark, ttl).await?
         } else {
-            self.invoke(&click_script(
+            self.invoke(&cluster_click_script(
                 &keys.click(case, mark),
                 &keys.case_subject(case),
                 ms(ttl),
                 keys.prefix(),
                 case,
-                false,
             ))
             .await?
         };
@@ -245,17 +263,16 @@ impl RedisStore {
         let keys = self.keys();
         let (reply, answer) = oneshot::channel();
         let waiting = Waiting {
-            mark_key: keys.click(case, mark),
-            subject_key: keys.case_subject(case),
-            ttl_ms: ms(ttl),
-            case: case.clone(),
+            cmd: click_cmd(
+                &keys.click(case, mark),
+                &keys.case_subject(case),
+                ms(ttl),
+                keys.prefix(),
+                case,
+            ),
             reply,
         };
-        match self
-            .inner
-            .clicks
-            .send(&self.inner.conn, keys.prefix(), waiting)
-        {
+        match self.inner.clicks.send(&self.inner.conn, waiting) {
             Ok(()) => answer.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
                     "the click's batch was dropped unanswered".into(),
@@ -263,15 +280,12 @@ impl RedisStore {
             }),
             // No batching task (its runtime has ended): the click goes alone.
             Err(w) => {
-                self.invoke(&click_script(
-                    &w.mark_key,
-                    &w.subject_key,
-                    w.ttl_ms,
-                    keys.prefix(),
-                    &w.case,
-                    true,
-                ))
-                .await
+                send_batch(vec![w], self.inner.conn.clone()).await;
+                answer.await.unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(
+                        "the click was dropped unanswered".into(),
+                    ))
+                })
             }
         }
     }
