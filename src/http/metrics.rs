@@ -85,11 +85,11 @@ pub struct TrackSlack<S> {
     inner: S,
 }
 
-impl<S> tower::Service<Request> for TrackSlack<S>
+impl<S, B> tower::Service<Request> for TrackSlack<S>
 where
-    S: tower::Service<Request, Response = Response>,
+    S: tower::Service<Request, Response = axum::http::Response<B>>,
 {
-    type Response = Response;
+    type Response = axum::http::Response<B>;
     type Error = S::Error;
     type Future = Tracked<S::Future>;
 
@@ -115,9 +115,9 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, E> Future for Tracked<F>
+impl<F, B, E> Future for Tracked<F>
 where
-    F: Future<Output = Result<Response, E>>,
+    F: Future<Output = Result<axum::http::Response<B>, E>>,
 {
     type Output = F::Output;
 

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
+use tower::ServiceBuilder;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -142,12 +143,17 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(scrape)
-        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
-        ))
-        .layer(TraceLayer::new_for_http())
-        .layer(metrics::TrackSlackLayer)
+        // One `layer` call for the whole stack (outermost first): each `Router::layer` boxes
+        // every route once more, and a boxed route is cloned on every request.
+        .layer(
+            ServiceBuilder::new()
+                .layer(metrics::TrackSlackLayer)
+                .layer(TraceLayer::new_for_http())
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    limits.request_timeout,
+                ))
+                .layer(RequestBodyDeadlineLayer::new(limits.body_timeout)),
+        )
         .with_state(state)
 }
