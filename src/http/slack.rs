@@ -115,18 +115,30 @@ pub async fn verify_request(
 }
 
 /// Reads a body, stopping as soon as it passes `limit` bytes.
+/// A body that arrives in one chunk (the usual case) is kept as it is, not copied.
 async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     use futures::StreamExt;
     let mut stream = body.into_data_stream();
-    let mut buf = Vec::new();
+    let mut first = Bytes::new();
+    let mut rest: Option<Vec<u8>> = None;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(ApiError::body_read)?;
-        if buf.len() + chunk.len() > limit {
+        let read = rest.as_ref().map_or(first.len(), Vec::len);
+        if read + chunk.len() > limit {
             return Err(ApiError::TooLarge { limit });
         }
-        buf.extend_from_slice(&chunk);
+        match &mut rest {
+            Some(buf) => buf.extend_from_slice(&chunk),
+            None if first.is_empty() => first = chunk,
+            None => {
+                let mut buf = Vec::with_capacity(first.len() + chunk.len());
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&chunk);
+                rest = Some(buf);
+            }
+        }
     }
-    Ok(Bytes::from(buf))
+    Ok(rest.map_or(first, Bytes::from))
 }
 
 /// An immediate slash-command answer, visible to the invoker only.
