@@ -55,6 +55,8 @@ pub enum PayloadError {
     NoInteractionPayload,
     #[error("the interaction payload is not valid JSON: {0}")]
     Interaction(#[source] serde_json::Error),
+    #[error("the interaction payload is not UTF-8 text")]
+    InteractionNotUtf8,
     #[error("the event body is not valid JSON: {0}")]
     Event(#[source] serde_json::Error),
 }
@@ -247,10 +249,12 @@ impl Interaction {
 
     /// Parses the `payload=<json>` form Slack posts to the interactivity URL.
     pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
-        // One pass decodes the field; serde_json checks the text is UTF-8 as it reads it.
+        // One pass decodes the field. The whole text is checked to be UTF-8 once, here, so
+        // serde_json reads it as a `str` and does not check each string it reads again.
         let payload =
             super::form::field(body, "payload").ok_or(PayloadError::NoInteractionPayload)?;
-        serde_json::from_slice(&payload).map_err(PayloadError::Interaction)
+        let text = std::str::from_utf8(&payload).map_err(|_| PayloadError::InteractionNotUtf8)?;
+        serde_json::from_str(text).map_err(PayloadError::Interaction)
     }
 }
 
@@ -506,6 +510,22 @@ mod tests {
         ));
         assert!(!is_ssl_check(b"ssl_check=1&ssl_check=1"));
         assert!(!is_ssl_check(b""));
+    }
+
+    #[test]
+    fn a_payload_that_is_not_utf8_is_refused_before_json_is_read() {
+        // A string of valid JSON but for one byte that is no UTF-8 (0xff).
+        let body = b"payload=%7B%22type%22%3A%22block_actions%FF%22%7D";
+        assert!(matches!(
+            Interaction::parse(body),
+            Err(PayloadError::InteractionNotUtf8)
+        ));
+        // Non-ASCII UTF-8 in a string is read as it is.
+        let body = b"payload=%7B%22type%22%3A%22block_actions%22%2C%22user%22%3A%7B%22id%22%3A%22U1%22%7D%2C%22trigger_id%22%3A%22%C3%A9%22%7D";
+        assert_eq!(
+            Interaction::parse(body).unwrap().trigger_id.as_deref(),
+            Some("\u{e9}")
+        );
     }
 
     #[test]
