@@ -22,45 +22,21 @@ STEWARD_BIN="${STEWARD_BIN:-target/release/steward}"
 BENCH_DIR="${BENCH_DIR:-/work/shared/bench}"
 SECRET="${SIGNING_SECRET:-8f742231b10e8888abcd99yyyzzz85a5}"
 case "$KIND" in command|action) ;; *) echo "slack_instructions: KIND must be command or action" >&2; exit 2 ;; esac
-for tool in valgrind callgrind_control callgrind_annotate wrk redis-server python3; do
+for tool in valgrind callgrind_control callgrind_annotate wrk redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "slack_instructions: $tool not found" >&2; exit 2; }
 done
 [ -x "$STEWARD_BIN" ] || { echo "slack_instructions: $STEWARD_BIN not found (cargo build --release)" >&2; exit 2; }
 STEWARD_BIN="$(cd "$(dirname "$STEWARD_BIN")" && pwd)/$(basename "$STEWARD_BIN")"
 
-SCRATCH="$(mktemp -d /tmp/slack-instructions.XXXXXX)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { # URL SECONDS
-  for _ in $(seq $(($2 * 10))); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "slack_instructions: $1 did not come up" >&2; exit 1
-}
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$SCRATCH" > /dev/null 2>&1 &
-PIDS+=($!)
-E2B_PORT=$(free_port)
-"$STEWARD_BIN" sim e2b --port "$E2B_PORT" --api-key e2b_bench --sandboxes 20 > /dev/null 2>&1 &
-PIDS+=($!)
-SLACK_PORT=$(free_port)
-"$STEWARD_BIN" sim slack --listen "127.0.0.1:$SLACK_PORT" > /dev/null 2>&1 &
-PIDS+=($!)
-wait_http "http://127.0.0.1:$E2B_PORT/" 10
-wait_http "http://127.0.0.1:$SLACK_PORT/" 10
+# shellcheck source=benches/stack.sh
+. "$(dirname "${BASH_SOURCE[0]}")/stack.sh"
+bench_scratch slack-instructions
+start_backends "$STEWARD_BIN"
 
 PORT=$(free_port)
 (
   cd "$SCRATCH"
-  export STEWARD_LISTEN="127.0.0.1:$PORT" SLACK_SIGNING_SECRET="$SECRET" SLACK_BOT_TOKEN=xoxb-bench \
-    SLACK_API_URL="http://127.0.0.1:$SLACK_PORT/api" E2B_API_KEY=e2b_bench \
-    E2B_API_URL="http://127.0.0.1:$E2B_PORT" REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
-    STEWARD_REDIS_PREFIX="instructions-$$" RUST_LOG=warn
+  serve_env "$PORT" "$SECRET" "instructions-$$"
   exec valgrind --tool=callgrind --callgrind-out-file="$SCRATCH/callgrind.out" "$STEWARD_BIN" serve
 ) > "$SCRATCH/steward.log" 2>&1 &
 PIDS+=($!)

@@ -40,52 +40,15 @@ STEWARD_BIN="$(cd "$(dirname "$STEWARD_BIN")" && pwd)/$(basename "$STEWARD_BIN")
 busy=$(pgrep -c rustc || true)
 [ "${busy:-0}" -eq 0 ] || echo "slack_load: WARNING: $busy rustc processes are running; figures will be low" >&2
 
-SCRATCH="$(mktemp -d /tmp/slack-load.XXXXXX)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$SCRATCH"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_http() { # URL: until it answers at all (any status), for up to 10 s
-  for _ in $(seq 100); do
-    curl -s -o /dev/null "$1" && return 0
-    sleep 0.1
-  done
-  echo "slack_load: $1 did not come up" >&2; exit 1
-}
-
-REDIS_PORT=$(free_port)
-taskset -c "$LOADGEN_CPUS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
-  --appendonly no --dir "$SCRATCH" > "$SCRATCH/redis.log" 2>&1 &
-PIDS+=($!)
-REDIS_PID=$!
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-
-E2B_PORT=$(free_port)
-taskset -c "$LOADGEN_CPUS" "$STEWARD_BIN" sim e2b --port "$E2B_PORT" --api-key e2b_bench \
-  --sandboxes 20 > "$SCRATCH/e2b.log" 2>&1 &
-PIDS+=($!)
-SLACK_PORT=$(free_port)
-taskset -c "$LOADGEN_CPUS" "$STEWARD_BIN" sim slack --listen "127.0.0.1:$SLACK_PORT" \
-  > "$SCRATCH/slack.log" 2>&1 &
-PIDS+=($!)
-wait_http "http://127.0.0.1:$E2B_PORT/"
-wait_http "http://127.0.0.1:$SLACK_PORT/"
+# shellcheck source=benches/stack.sh
+. "$(dirname "${BASH_SOURCE[0]}")/stack.sh"
+bench_scratch slack-load
+start_backends "$STEWARD_BIN" "$LOADGEN_CPUS"
 
 PORT=$(free_port)
-# No steward.toml: run from the scratch directory, so Steward takes its embedded defaults.
 (
   cd "$SCRATCH"
-  export STEWARD_LISTEN="127.0.0.1:$PORT" SLACK_SIGNING_SECRET="$SECRET" SLACK_BOT_TOKEN=xoxb-bench \
-    SLACK_API_URL="http://127.0.0.1:$SLACK_PORT/api" E2B_API_KEY=e2b_bench \
-    E2B_API_URL="http://127.0.0.1:$E2B_PORT" REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
-    STEWARD_REDIS_PREFIX="bench-$$" RUST_LOG=warn
+  serve_env "$PORT" "$SECRET" "bench-$$"
   exec taskset -c "$SERVER_CPUS" "$STEWARD_BIN" serve
 ) > "$SCRATCH/steward.log" 2>&1 &
 PIDS+=($!)
