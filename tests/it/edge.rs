@@ -123,6 +123,53 @@ async fn a_body_shorter_than_its_content_length_is_answered_408() {
     assert!(seen.contains("did not arrive in time"), "{seen}");
 }
 
+/// The Slack request counter is the outermost layer: an answer the router's own limits give (the
+/// request timeout's 408, made by its layer, not by a handler) is counted on its route too.
+#[tokio::test]
+async fn a_408_from_the_request_timeout_is_counted_as_a_slack_request() {
+    let app = app_with(&[
+        ("STEWARD_REQUEST_TIMEOUT", "1s"),
+        ("STEWARD_BODY_TIMEOUT", "1h"),
+    ])
+    .await;
+    let counted = |samples: &[crate::metrics::Sample]| {
+        crate::metrics::total(
+            samples,
+            "steward_slack_requests_total",
+            &[("route", "events"), ("outcome", "4xx")],
+        ) + 0.0 // an empty sum is -0
+    };
+    let (_, before) = crate::metrics::scrape(&app).await;
+    let mut stream = connect(&app).await;
+    stream
+        .write_all(
+            b"POST /slack/events HTTP/1.1\r\nhost: steward\r\n\
+              content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"type\"",
+        )
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(DEADLINE, async {
+        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed without an answer");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the server answered in time");
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
+    let (_, after) = crate::metrics::scrape(&app).await;
+    assert!(
+        counted(&after) >= counted(&before) + 1.0,
+        "events/4xx went from {} to {}",
+        counted(&before),
+        counted(&after)
+    );
+}
+
 #[tokio::test]
 async fn connections_over_the_cap_are_answered_503_and_closed_until_one_ends() {
     let app = app_with(&[

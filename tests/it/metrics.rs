@@ -21,7 +21,7 @@ use serde_json::json;
 
 /// One sample line of a scrape.
 #[derive(Debug, Clone)]
-struct Sample {
+pub(crate) struct Sample {
     name: String,
     labels: BTreeMap<String, String>,
     value: f64,
@@ -63,7 +63,7 @@ fn parse(text: &str) -> Vec<Sample> {
 }
 
 /// The sum of the samples named `name` whose labels include every pair of `with`.
-fn total(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+pub(crate) fn total(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
     samples
         .iter()
         .filter(|s| s.name == name)
@@ -89,7 +89,7 @@ async fn scrape_at(http: &reqwest::Client, url: &str) -> (String, Vec<Sample>) {
     (text, samples)
 }
 
-async fn scrape(app: &TestApp) -> (String, Vec<Sample>) {
+pub(crate) async fn scrape(app: &TestApp) -> (String, Vec<Sample>) {
     scrape_at(&app.http, &app.url("/metrics")).await
 }
 
