@@ -29,6 +29,23 @@ async fn connect(app: &TestApp) -> TcpStream {
         .expect("the app accepts TCP connections")
 }
 
+/// Reads an answer's status line and headers (the connection may stay open), failing the test if
+/// they have not arrived by the deadline or the connection closes first.
+async fn read_head(stream: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(DEADLINE, async {
+        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed without an answer");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the server answered in time");
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 /// Reads until the server closes the connection (a reset counts as closed), failing the test
 /// if it is still open at the deadline.
 async fn read_until_closed(stream: &mut TcpStream) -> String {
@@ -148,18 +165,7 @@ async fn a_408_from_the_request_timeout_is_counted_as_a_slack_request() {
         )
         .await
         .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 1024];
-    tokio::time::timeout(DEADLINE, async {
-        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0, "closed without an answer");
-            seen.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .expect("the server answered in time");
-    let seen = String::from_utf8_lossy(&seen);
+    let seen = read_head(&mut stream).await;
     assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
     let (_, after) = crate::metrics::scrape(&app).await;
     assert!(
@@ -233,17 +239,6 @@ async fn a_request_not_answered_within_the_request_timeout_is_answered_408() {
         )
         .await
         .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 1024];
-    tokio::time::timeout(DEADLINE, async {
-        while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0, "closed without an answer");
-            seen.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await
-    .expect("the server answered in time");
-    let seen = String::from_utf8_lossy(&seen);
+    let seen = read_head(&mut stream).await;
     assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
 }
