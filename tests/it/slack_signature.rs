@@ -165,19 +165,34 @@ async fn an_oversized_body_is_refused_with_413_even_when_correctly_signed() {
     .await;
     assert_eq!(resp.status(), 413);
 
-    // Without a Content-Length (chunked), the limit is enforced while reading. reqwest always
-    // knows the length of a buffered body, so this request is written by hand.
+    // Without a Content-Length (chunked), the limit is enforced while reading.
+    let answer = send_chunked(&app, "/slack/commands", &body, ts, &sig, 8192).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_no_side_effects(&app).await;
+}
+
+/// Sends a signed form body with `transfer-encoding: chunked`, `chunk` bytes per HTTP chunk, and
+/// returns the whole answer. reqwest always knows the length of a buffered body, so this request
+/// is written by hand.
+async fn send_chunked(
+    app: &TestApp,
+    path: &str,
+    body: &str,
+    ts: i64,
+    sig: &str,
+    chunk: usize,
+) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", app.port))
         .await
         .unwrap();
     let head = format!(
-        "POST /slack/commands HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-www-form-urlencoded\r\n\
+        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-www-form-urlencoded\r\n\
          x-slack-request-timestamp: {ts}\r\nx-slack-signature: {sig}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
-    for chunk in body.as_bytes().chunks(8192) {
-        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+    for piece in body.as_bytes().chunks(chunk) {
+        let framed = [format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat();
         // The server may answer and close before the whole body is sent.
         if tcp.write_all(&framed).await.is_err() {
             break;
@@ -186,8 +201,20 @@ async fn an_oversized_body_is_refused_with_413_even_when_correctly_signed() {
     let _ = tcp.write_all(b"0\r\n\r\n").await;
     let mut answer = String::new();
     let _ = tcp.read_to_string(&mut answer).await;
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert_no_side_effects(&app).await;
+    answer
+}
+
+/// A body in many chunks is put back together before its signature is checked: a signed
+/// `/sandbox help` sent 7 bytes per chunk is answered with the help.
+#[tokio::test]
+async fn a_signed_body_sent_in_many_chunks_is_read_whole() {
+    let app = spawn_app().await;
+    let body = command_form("help", "U0001", &app.slack.response_url("cmd"));
+    let ts = unix_now();
+    let sig = app.sign(ts, body.as_bytes());
+    let answer = send_chunked(&app, "/slack/commands", &body, ts, &sig, 7).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("/sandbox list"), "{answer}");
 }
 
 #[tokio::test]
