@@ -46,7 +46,12 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
         }
         // Counted as a Redis error by the store; the gauges keep their last value.
         Ok(Err(e)) => tracing::debug!(error = %e, "queue figures unavailable for this scrape"),
-        Err(_) => tracing::debug!("queue figures timed out for this scrape"),
+        // The store's read was dropped before it could count its failure: a Redis that does
+        // not answer in time is counted here, as unavailable.
+        Err(_) => {
+            crate::metrics::redis_error("unavailable");
+            tracing::debug!("queue figures timed out for this scrape");
+        }
     }
     (
         [(header::CONTENT_TYPE, TEXT_FORMAT)],

@@ -521,7 +521,8 @@ async fn with_redis_down_a_scrape_still_answers_and_counts_the_redis_errors() {
     let with = [("kind", "unavailable")];
     assert!(
         total(&after, name, &with) > total(&before, name, &with),
-        "the second scrape's failed queue read is counted"
+        "the second scrape's failed queue read is counted (refused at once, or timed out \
+         while the store reconnects on a loaded machine)"
     );
     // steward_redis_up is not checked here: a gauge is shared by every app in this process, and
     // another test's scrape may set it back to 1 in between.
