@@ -66,10 +66,7 @@ pub fn verify(
     let expected = signature
         .strip_prefix(VERSION_PREFIX)
         .filter(|hex| hex.len() == SIGNATURE_HEX_LEN)
-        .and_then(|h| {
-            let mut bytes = [0u8; SIGNATURE_HEX_LEN / 2];
-            hex::decode_to_slice(h, &mut bytes).ok().map(|()| bytes)
-        })
+        .and_then(digest_from_hex)
         .ok_or(SignatureError::MalformedSignature)?;
     // The signature is checked before the clock so that a forged request learns nothing about
     // our clock; both checks must pass anyway.
@@ -82,6 +79,28 @@ pub fn verify(
         return Err(SignatureError::Stale { skew_secs });
     }
     Ok(())
+}
+
+/// The 32 bytes that 64 hex digits (either case) spell; `None` for anything else. (By hand:
+/// `hex::decode_to_slice` took a percent of a click's time for these 64 characters.)
+fn digest_from_hex(hex: &str) -> Option<[u8; SIGNATURE_HEX_LEN / 2]> {
+    fn nibble(digit: u8) -> Option<u8> {
+        match digit {
+            b'0'..=b'9' => Some(digit - b'0'),
+            b'a'..=b'f' => Some(digit - b'a' + 10),
+            b'A'..=b'F' => Some(digit - b'A' + 10),
+            _ => None,
+        }
+    }
+    let hex = hex.as_bytes();
+    if hex.len() != SIGNATURE_HEX_LEN {
+        return None;
+    }
+    let mut bytes = [0u8; SIGNATURE_HEX_LEN / 2];
+    for (byte, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(bytes)
 }
 
 /// Computes the `X-Slack-Signature` value for `body` at `timestamp`. Tests, the benchmark and
@@ -258,6 +277,43 @@ mod tests {
                 "{bad_sig:?} gave {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn hex_digests_read_as_the_hex_crate_reads_them() {
+        let mut state: u64 = 0x5157;
+        for _ in 0..500 {
+            let digest: [u8; 32] = std::array::from_fn(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 56) as u8
+            });
+            let lower = hex::encode(digest);
+            assert_eq!(digest_from_hex(&lower), Some(digest), "{lower}");
+            assert_eq!(digest_from_hex(&lower.to_uppercase()), Some(digest));
+        }
+        let good = "0123456789abcdefABCDEF".repeat(3);
+        let good = &good[..64];
+        assert!(digest_from_hex(good).is_some());
+        for bad in [
+            "",
+            &good[..62],
+            &format!("{good}00"),
+            &format!("{}g", &good[..63]),
+        ] {
+            assert_eq!(digest_from_hex(bad), None, "{bad:?}");
+        }
+        // Each position refuses a byte that is no hex digit, multi-byte UTF-8 included.
+        for at in 0..64 {
+            for intruder in [b'g', b' ', b'/', b':', b'@', b'G', b'`'] {
+                let mut bytes = good.as_bytes().to_vec();
+                bytes[at] = intruder;
+                let text = String::from_utf8(bytes).unwrap();
+                assert_eq!(digest_from_hex(&text), None, "{text:?}");
+            }
+        }
+        assert_eq!(digest_from_hex(&format!("é{}", &good[..62])), None);
     }
 
     #[test]
