@@ -21,8 +21,9 @@ use crate::store::{FirstClick, StoreError, decode};
 /// KEYS: 1 the click's mark, 2 the case -> subject pointer (one slot).
 /// ARGV: 1 mark ttl ms, 2 key prefix, 3 case id, 4 '1' to read the case here (one server
 /// only), 5 number of index shards.
-/// Returns {0, ''} a repeat, {1, ''} no such case, {2, subject key} (ARGV 4 not '1'),
-/// {3, case json}.
+/// Returns 0 a repeat, 1 no such case (plain integers: most clicks under load are Slack's
+/// redeliveries, and a table is built in Lua and read back as an array for each), {2, subject
+/// key} (ARGV 4 not '1'), {3, case json}.
 ///
 /// The shard is FNV-1a of the subject key, as `keys::shard_of` computes it; 32-bit arithmetic
 /// in Lua's doubles: `h * 0x01000193 mod 2^32 = (h * 0x193 + (h << 24)) mod 2^32`.
@@ -30,11 +31,11 @@ static FIRST_CLICK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
-  return {0, ''}
+  return 0
 end
 local subject = redis.call('GET', KEYS[2])
 if not subject then
-  return {1, ''}
+  return 1
 end
 if ARGV[4] ~= '1' then
   return {2, subject}
@@ -48,7 +49,7 @@ local shard = string.format('%02d', h % tonumber(ARGV[5]))
 local key = ARGV[2] .. ':case:{s' .. shard .. '}:' .. subject .. ':' .. ARGV[3]
 local json = redis.call('HGET', key, 'json')
 if not json then
-  return {1, ''}
+  return 1
 end
 return {3, json}
 "#,
@@ -97,6 +98,16 @@ fn click_cmd(mark_key: &str, subject_key: &str, ttl_ms: u64, prefix: &str, case:
         .arg("1")
         .arg(INDEX_SHARDS);
     cmd
+}
+
+/// The click script's answer as (what it found, the text that goes with it): an integer
+/// alone, or the pair.
+fn click_answer(value: Value) -> Result<(i64, String), StoreError> {
+    match value {
+        Value::Int(answer) => Ok((answer, String::new())),
+        value => redis::from_redis_value(value)
+            .map_err(|e| StoreError::Corrupt(format!("the click script answered {e}"))),
+    }
 }
 
 /// The most clicks sent in one pipeline.
@@ -183,8 +194,7 @@ async fn send_batch(batch: Vec<Waiting>, mut conn: Conn) {
                     }
                     Err(map_err(e))
                 }
-                value => redis::from_redis_value(value)
-                    .map_err(|e| StoreError::Corrupt(format!("the click script answered {e}"))),
+                value => click_answer(value),
             };
             let _ = reply.send(answer);
         }
@@ -214,14 +224,16 @@ impl RedisStore {
         let (answer, text): (i64, String) = if one_server {
             self.first_click_batched(case, mark, ttl).await?
         } else {
-            self.invoke(&cluster_click_script(
-                &keys.click(case, mark),
-                &keys.case_subject(case),
-                ms(ttl),
-                keys.prefix(),
-                case,
-            ))
-            .await?
+            click_answer(
+                self.invoke::<Value>(&cluster_click_script(
+                    &keys.click(case, mark),
+                    &keys.case_subject(case),
+                    ms(ttl),
+                    keys.prefix(),
+                    case,
+                ))
+                .await?,
+            )?
         };
         let json = match answer {
             0 => return Ok(FirstClick::Repeat),
