@@ -65,7 +65,6 @@ pub fn verify(
         .map_err(|_| SignatureError::MalformedTimestamp)?;
     let expected = signature
         .strip_prefix(VERSION_PREFIX)
-        .filter(|hex| hex.len() == SIGNATURE_HEX_LEN)
         .and_then(digest_from_hex)
         .ok_or(SignatureError::MalformedSignature)?;
     // The signature is checked before the clock so that a forged request learns nothing about
@@ -304,7 +303,7 @@ mod tests {
         ] {
             assert_eq!(digest_from_hex(bad), None, "{bad:?}");
         }
-        // Each position refuses a byte that is no hex digit, multi-byte UTF-8 included.
+        // Each position refuses a byte that is no hex digit; so does a multi-byte character.
         for at in 0..64 {
             for intruder in [b'g', b' ', b'/', b':', b'@', b'G', b'`'] {
                 let mut bytes = good.as_bytes().to_vec();

@@ -100,13 +100,32 @@ fn click_cmd(mark_key: &str, subject_key: &str, ttl_ms: u64, prefix: &str, case:
     cmd
 }
 
-/// The click script's answer as (what it found, the text that goes with it): an integer
-/// alone, or the pair.
-fn click_answer(value: Value) -> Result<(i64, String), StoreError> {
-    match value {
-        Value::Int(answer) => Ok((answer, String::new())),
-        value => redis::from_redis_value(value)
-            .map_err(|e| StoreError::Corrupt(format!("the click script answered {e}"))),
+/// What the click script found.
+enum ClickAnswer {
+    Repeat,
+    Missing,
+    /// On a cluster: the case's subject, whose slot holds the case.
+    Subject(String),
+    /// The case's JSON.
+    Case(String),
+}
+
+/// Reads the click script's answer: 0 or 1 alone, or 2 or 3 with its text.
+fn click_answer(value: Value) -> Result<ClickAnswer, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt(format!("the click script answered {what}"));
+    if let Value::Int(answer) = value {
+        return match answer {
+            0 => Ok(ClickAnswer::Repeat),
+            1 => Ok(ClickAnswer::Missing),
+            other => Err(corrupt(other.to_string())),
+        };
+    }
+    let (answer, text): (i64, String) =
+        redis::from_redis_value(value).map_err(|e| corrupt(e.to_string()))?;
+    match answer {
+        2 => Ok(ClickAnswer::Subject(text)),
+        3 => Ok(ClickAnswer::Case(text)),
+        other => Err(corrupt(other.to_string())),
     }
 }
 
@@ -116,7 +135,7 @@ const MAX_BATCH: usize = 128;
 /// One click's script command, waiting for the next batch.
 struct Waiting {
     cmd: Cmd,
-    reply: oneshot::Sender<Result<(i64, String), StoreError>>,
+    reply: oneshot::Sender<Result<ClickAnswer, StoreError>>,
 }
 
 /// Sends the clicks of one server in batches. Under load many clicks become ready in the same
@@ -221,7 +240,7 @@ impl RedisStore {
     ) -> Result<FirstClick, StoreError> {
         let one_server = matches!(self.inner.client, Client::Single(_));
         let keys = self.keys();
-        let (answer, text): (i64, String) = if one_server {
+        let answer = if one_server {
             self.first_click_batched(case, mark, ttl).await?
         } else {
             click_answer(
@@ -236,22 +255,17 @@ impl RedisStore {
             )?
         };
         let json = match answer {
-            0 => return Ok(FirstClick::Repeat),
-            1 => return Ok(FirstClick::Missing),
-            3 => Some(text),
+            ClickAnswer::Repeat => return Ok(FirstClick::Repeat),
+            ClickAnswer::Missing => return Ok(FirstClick::Missing),
+            ClickAnswer::Case(json) => Some(json),
             // On a cluster: the case lives in its subject's slot.
-            2 => {
+            ClickAnswer::Subject(subject) => {
                 self.query(
                     redis::cmd("HGET")
-                        .arg(keys.case_by_subject_key(&text, case))
+                        .arg(keys.case_by_subject_key(&subject, case))
                         .arg("json"),
                 )
                 .await?
-            }
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "the click script answered {other}"
-                )));
             }
         };
         match json {
@@ -271,7 +285,7 @@ impl RedisStore {
         case: &CaseId,
         mark: &str,
         ttl: Duration,
-    ) -> Result<(i64, String), StoreError> {
+    ) -> Result<ClickAnswer, StoreError> {
         let keys = self.keys();
         let (reply, answer) = oneshot::channel();
         let waiting = Waiting {
