@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::{
-    TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text, wait_until,
+    TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, visible_text, wait_until,
 };
 use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};
@@ -55,18 +55,6 @@ async fn command(app: &TestApp, text: &str) -> (Value, Recorded) {
     let name = hook();
     let ack: Value = app.post_command_to(text, &name).await.json().await.unwrap();
     (ack, app.wait_for_hook(&name).await)
-}
-
-/// The case id named in a reply.
-fn case_id_in(text: &str) -> CaseId {
-    let start = text
-        .find("case_")
-        .unwrap_or_else(|| panic!("no case id in {text}"));
-    let id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    CaseId::parse(id).unwrap()
 }
 
 /// `/sandbox kill <sandbox>`: the case it opened.

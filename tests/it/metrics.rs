@@ -9,11 +9,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::common::{
-    E2B_KEY, TestApp, TestAppOptions, eventually, hook, spawn_app_with, unix_now, visible_text,
+    E2B_KEY, TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, unix_now,
+    visible_text,
 };
 use sandbox_steward::cases::CaseState;
 use sandbox_steward::config::Settings;
-use sandbox_steward::ids::CaseId;
 use sandbox_steward::metrics::{Kind, SERIES};
 use sandbox_steward::sim::slack::Fault;
 use sandbox_steward::startup::Application;
@@ -235,18 +235,6 @@ leave = {{ anyone = true }}
         )),
         ..TestAppOptions::default()
     }
-}
-
-/// The case id named in a reply.
-fn case_id_in(text: &str) -> CaseId {
-    let start = text
-        .find("case_")
-        .unwrap_or_else(|| panic!("no case id in {text}"));
-    let id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    CaseId::parse(id).unwrap()
 }
 
 #[tokio::test]

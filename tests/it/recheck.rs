@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::common::{
-    PATIENCE, TestApp, TestAppOptions, eventually, hook, spawn_app_with, visible_text,
+    PATIENCE, TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, visible_text,
 };
 use sandbox_steward::approvals::evidence;
 use sandbox_steward::approvals::worker::{
@@ -65,18 +65,6 @@ async fn command(app: &TestApp, text: &str) -> Recorded {
     let name = hook();
     app.post_command_to(text, &name).await;
     app.wait_for_hook(&name).await
-}
-
-/// The case id named in a reply.
-fn case_id_in(text: &str) -> CaseId {
-    let start = text
-        .find("case_")
-        .unwrap_or_else(|| panic!("no case id in {text}"));
-    let id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    CaseId::parse(id).unwrap()
 }
 
 async fn open_case(app: &TestApp, text: &str) -> CaseId {

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
-use crate::common::PATIENCE;
+use crate::common::{PATIENCE, sim_socket_post};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -64,18 +64,9 @@ async fn ack(ws: &mut Ws, ack: Value) {
     ws.send(Message::text(ack.to_string())).await.unwrap();
 }
 
-async fn admin(sim: &SlackSim, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/_sim/socket/{path}", sim.base_url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
 async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
-    let (status, answer) = admin(sim, "send", json!({"type": kind, "payload": payload})).await;
+    let (status, answer) =
+        sim_socket_post(sim, "send", json!({"type": kind, "payload": payload})).await;
     assert_eq!(status, 200, "{answer}");
     answer["envelope_id"].as_str().unwrap().to_owned()
 }
@@ -114,14 +105,16 @@ async fn tokens_other_than_the_app_token_are_refused() {
     assert_eq!(wrong, json!({"ok": false, "error": "invalid_auth"}));
     assert_eq!(open(&sim, APP_TOKEN).await["ok"], true);
     // No socket open, and bad bodies: clear errors, nothing queued.
-    let (status, answer) = admin(&sim, "send", json!({"type": "events_api", "payload": {}})).await;
+    let (status, answer) =
+        sim_socket_post(&sim, "send", json!({"type": "events_api", "payload": {}})).await;
     assert_eq!(
         (status, answer["error"].as_str()),
         (409, Some("no_connection"))
     );
-    let (status, _) = admin(&sim, "send", json!({"type": "nope", "payload": {}})).await;
+    let (status, _) = sim_socket_post(&sim, "send", json!({"type": "nope", "payload": {}})).await;
     assert_eq!(status, 400);
-    let (status, _) = admin(&sim, "send", json!({"type": "interactive", "payload": 3})).await;
+    let (status, _) =
+        sim_socket_post(&sim, "send", json!({"type": "interactive", "payload": 3})).await;
     assert_eq!(status, 400);
     assert!(acks(&sim).await.is_empty());
 }
@@ -171,7 +164,7 @@ async fn an_unacked_envelope_is_delivered_again_with_retry_attempt() {
 async fn a_drop_closes_the_socket_and_a_new_connection_works() {
     let sim = start(None).await;
     let (mut ws, _) = connect(&sim).await;
-    let (status, answer) = admin(&sim, "drop", json!({"disconnect": true})).await;
+    let (status, answer) = sim_socket_post(&sim, "drop", json!({"disconnect": true})).await;
     assert_eq!((status, answer["closed"].as_u64()), (200, Some(1)));
     let disconnect = next_json(&mut ws).await.unwrap();
     assert_eq!(disconnect["type"], "disconnect");
@@ -193,7 +186,7 @@ async fn a_drop_closes_the_socket_and_a_new_connection_works() {
     ack(&mut ws, json!({"envelope_id": id})).await;
     crate::common::wait_until("the ack", || async { acks(&sim).await.into_iter().next() }).await;
     // A plain drop sends no disconnect envelope first.
-    admin(&sim, "drop", json!({})).await;
+    sim_socket_post(&sim, "drop", json!({})).await;
     assert!(
         next_json(&mut ws).await.is_none(),
         "closed without a disconnect"

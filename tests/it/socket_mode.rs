@@ -18,8 +18,9 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use crate::common::{
-    E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, eventually, hook,
-    redis_url, spawn_app_with, unique_prefix, visible_json_text, visible_text, wait_until,
+    E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, case_id_in, eventually,
+    hook, redis_url, sim_socket_post, spawn_app_with, unique_prefix, visible_json_text,
+    visible_text, wait_until,
 };
 
 const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
@@ -50,22 +51,12 @@ async fn spawn_socket_app() -> TestApp {
     .await
 }
 
-async fn sim_post(sim: &SlackSim, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/_sim/socket/{path}", sim.base_url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
 /// Delivers an envelope on the next open connection, waiting until Steward holds one (the
 /// simulator answers 409 `no_connection` while none is open); its envelope id.
 async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
     let body = json!({"type": kind, "payload": payload});
     wait_until("Steward holds a Socket Mode connection", || async {
-        let (status, answer) = sim_post(sim, "send", body.clone()).await;
+        let (status, answer) = sim_socket_post(sim, "send", body.clone()).await;
         match status {
             200 => Some(answer["envelope_id"].as_str().unwrap().to_owned()),
             409 => None,
@@ -132,17 +123,6 @@ async fn click_payload(
         "channel": {"id": card.channel.as_str()},
         "actions": [{"action_id": action_id, "block_id": "b", "value": case.as_str(), "action_ts": action_ts}],
     })
-}
-
-fn case_id_in(text: &str) -> CaseId {
-    let start = text
-        .find("case_")
-        .unwrap_or_else(|| panic!("no case id in {text}"));
-    let id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    CaseId::parse(id).unwrap()
 }
 
 /// Opens a kill case for `sandbox` over Socket Mode; the ack says so at once.
@@ -323,9 +303,9 @@ async fn help_is_answered(app: &TestApp) {
 async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers() {
     let app = spawn_connected_socket_app().await;
 
-    let (code, answer) = sim_post(&app.slack, "outage", json!({"on": true})).await;
+    let (code, answer) = sim_socket_post(&app.slack, "outage", json!({"on": true})).await;
     assert_eq!((code, &answer["outage"]), (200, &json!(true)), "{answer}");
-    assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
+    assert_eq!(sim_socket_post(&app.slack, "drop", json!({})).await.0, 200);
     let (status, body) = readiness_once_socket_is(&app, "connecting").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["ready"], false, "{body}");
@@ -345,7 +325,7 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
     })
     .await;
     // Still no connection: the simulator has nobody to deliver to.
-    let (code, answer) = sim_post(
+    let (code, answer) = sim_socket_post(
         &app.slack,
         "send",
         json!({"type": "slash_commands", "payload": command_payload("help", "U0001", "")}),
@@ -355,7 +335,9 @@ async fn while_slack_opens_no_connection_readiness_says_connecting_then_recovers
     assert_eq!(readiness(&app).await.0, 503);
 
     assert_eq!(
-        sim_post(&app.slack, "outage", json!({"on": false})).await.0,
+        sim_socket_post(&app.slack, "outage", json!({"on": false}))
+            .await
+            .0,
         200
     );
     let (status, body) = readiness_once_socket_is(&app, "ok").await;
@@ -375,11 +357,11 @@ async fn the_outage_switch_refuses_a_body_it_cannot_read_and_changes_nothing() {
         json!({"on": "yes"}),
         json!({"on": true, "for": 3}),
     ] {
-        let (code, answer) = sim_post(&app.slack, "outage", body.clone()).await;
+        let (code, answer) = sim_socket_post(&app.slack, "outage", body.clone()).await;
         assert_eq!(code, 400, "{body}: {answer}");
     }
     // Opens still work: a dropped socket comes back.
-    assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200);
+    assert_eq!(sim_socket_post(&app.slack, "drop", json!({})).await.0, 200);
     help_is_answered(&app).await;
     assert_eq!(readiness(&app).await.0, 200);
     app.shutdown().await;
@@ -465,12 +447,12 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
         // the new connection).
         match n {
             1 => assert_eq!(
-                sim_post(&app.slack, "drop", json!({"disconnect": true}))
+                sim_socket_post(&app.slack, "drop", json!({"disconnect": true}))
                     .await
                     .0,
                 200
             ),
-            3 => assert_eq!(sim_post(&app.slack, "drop", json!({})).await.0, 200),
+            3 => assert_eq!(sim_socket_post(&app.slack, "drop", json!({})).await.0, 200),
             _ => {}
         }
     }
@@ -709,7 +691,7 @@ async fn two_replicas_each_hold_a_connection_and_both_receive() {
     }
     eventually("the simulator has no connection left", || async {
         let body = json!({"type": "events_api", "payload": {"type": "event_callback"}});
-        sim_post(&slack, "send", body).await.0 == 409
+        sim_socket_post(&slack, "send", body).await.0 == 409
     })
     .await;
 }

@@ -663,6 +663,30 @@ where
     }
 }
 
+/// The case id named in a reply (the first `case_…` in `text`).
+pub fn case_id_in(text: &str) -> sandbox_steward::ids::CaseId {
+    let start = text
+        .find("case_")
+        .unwrap_or_else(|| panic!("no case id in {text}"));
+    let id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    sandbox_steward::ids::CaseId::parse(id).unwrap()
+}
+
+/// POSTs `body` to the Slack simulator's Socket Mode control `/_sim/socket/{path}` (`send`,
+/// `drop`, `outage`): its status and JSON answer.
+pub async fn sim_socket_post(sim: &SlackSim, path: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/socket/{path}", sim.base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
 /// A fresh name for a response_url hook (or an action_ts).
 pub fn hook() -> String {
     format!("h{}", uuid::Uuid::new_v4().simple())
