@@ -25,11 +25,7 @@ pub async fn person_opens_kill_case(app: &TestApp, sandbox: &str) -> String {
     app.post_command_to(&format!("kill {sandbox} done with it"), &name)
         .await;
     let text = visible_text(&app.wait_for_hook(&name).await);
-    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
-    text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect()
+    crate::common::case_id_in(&text).as_str().to_owned()
 }
 
 #[tokio::test]

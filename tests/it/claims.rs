@@ -5,7 +5,9 @@ use sandbox_steward::cases::CaseState;
 use sandbox_steward::ids::CaseId;
 use serde_json::json;
 
-use crate::common::{TestApp, TestAppOptions, spawn_app_with, visible_text, wait_until};
+use crate::common::{
+    TestApp, TestAppOptions, case_id_in, spawn_app_with, visible_text, wait_until,
+};
 
 const APPROVALS: &str = "C0APPROVALS";
 
@@ -28,14 +30,7 @@ async fn open_kill_case(app: &TestApp, sandbox: &str) -> CaseId {
         .await;
     assert_eq!(resp.status(), 200);
     let text = visible_text(&app.wait_for_hook(&hook).await);
-    let start = text
-        .find("case_")
-        .unwrap_or_else(|| panic!("no case in {text}"));
-    let id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    CaseId::parse(id).unwrap()
+    case_id_in(&text)
 }
 
 /// A signed click on `action_id` of the case's card by `user`.

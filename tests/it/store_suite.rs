@@ -1226,12 +1226,7 @@ kill = { users = ["U0002"] }
     app.post_command_to("kill victim8 finished with it", &opened)
         .await;
     let text = visible_text(&app.wait_for_hook(&opened).await);
-    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
-    let case_id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    let case_id = CaseId::parse(case_id).unwrap();
+    let case_id = crate::common::case_id_in(&text);
 
     // Sabotage: the shard's deadline index becomes a string, so removing the case from it fails.
     let subject = Subject::Sandbox(SandboxId::parse("victim8").unwrap());
@@ -1421,12 +1416,7 @@ kill = { users = ["U0002"] }
     app.post_command_to("kill victim9 finished with it", &opened)
         .await;
     let text = visible_text(&app.wait_for_hook(&opened).await);
-    let start = text.find("case_").unwrap_or_else(|| panic!("{text}"));
-    let case_id: String = text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    let case_id = CaseId::parse(case_id).unwrap();
+    let case_id = crate::common::case_id_in(&text);
     // The card is recorded by a case write too: arm only once it is there, so the next case
     // write is the decision.
     eventually("the card is recorded", || async {
