@@ -1,7 +1,10 @@
 # Steward's container image: `steward serve` as a non-root user on a small Debian base.
 #
 #   docker build -t steward .            (or: podman build --format docker -t steward .)
-#   docker run -p 3000:3000 --env-file deploy/.env steward
+#   docker run --stop-timeout 30 -p 3000:3000 --env-file deploy/.env steward
+#
+# --stop-timeout 30: after SIGTERM Steward takes up to 20 s to let replies reach Slack, and the
+# engines' default 10 s would SIGKILL it midway.
 #
 # Two stages. The first compiles; its dependency layer is built from the manifests alone (with
 # empty sources), so it is reused until Cargo.toml or Cargo.lock change and an edit to src/
@@ -39,10 +42,11 @@ RUN touch src/main.rs src/lib.rs \
     && install -D -m 0755 target/release/steward /out/steward
 
 FROM ${RUNTIME_IMAGE}
-# CA certificates for HTTPS to Slack, E2B and GitHub; a system user with a fixed uid, no shell,
-# no home. Package versions follow the base image's security updates rather than a pin. The
-# package lists and caches go explicitly: the official image's apt hook removes them, a base
-# without it (a local debootstrap) kept 90 MB of them in this layer.
+# CA certificates for HTTPS to Slack, E2B and GitHub (Steward trusts the system's roots beside
+# the ones compiled into it, so a CA added to this image is trusted too); a system user with a
+# fixed uid, no shell, no home. Package versions follow the base image's security updates rather
+# than a pin. The package lists and caches go explicitly: the official image's apt hook removes
+# them, a base without it (a local debootstrap) kept 90 MB of them in this layer.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
