@@ -33,7 +33,12 @@ pub fn healthz_url(listen: SocketAddr) -> String {
 /// Exit 0 when the answer is a 2xx, 1 (with one line on stderr) otherwise.
 pub async fn run(args: HealthcheckArgs) -> anyhow::Result<ExitCode> {
     let url = args.url.unwrap_or_else(|| healthz_url(args.listen));
-    let client = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build()?;
+    // Never through a proxy: HTTP_PROXY set for Steward's outbound calls must not route a probe
+    // of its own loopback elsewhere.
+    let client = reqwest::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .no_proxy()
+        .build()?;
     match client.get(&url).send().await {
         Ok(resp) if resp.status().is_success() => Ok(ExitCode::SUCCESS),
         Ok(resp) => {

@@ -1,5 +1,5 @@
 //! `steward healthcheck`, the container image's HEALTHCHECK, run as the binary against a running
-//! app and against a port nobody listens on.
+//! app, against a port nobody listens on, and with a dead proxy in its environment.
 
 use crate::common::spawn_app;
 
@@ -33,5 +33,34 @@ async fn a_live_replica_passes_and_a_silent_port_fails_with_a_sentence() {
     assert!(
         said.contains(&format!("127.0.0.1:{port}/healthz did not answer")),
         "{said}"
+    );
+}
+
+#[tokio::test]
+async fn a_proxy_in_the_environment_is_not_asked() {
+    let app = spawn_app().await;
+    // A proxy that accepts nothing: a probe sent through it would fail.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let proxy = format!("http://127.0.0.1:{dead}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["healthcheck", "--listen", &format!("0.0.0.0:{}", app.port)])
+        .env_remove("STEWARD_LISTEN")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env("HTTP_PROXY", &proxy)
+        .env("http_proxy", &proxy)
+        .env("ALL_PROXY", &proxy)
+        .env("all_proxy", &proxy)
+        .output()
+        .await
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
