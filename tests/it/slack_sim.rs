@@ -525,3 +525,38 @@ async fn steward_sim_slack_seeds_users_and_groups_from_flags_and_a_file() {
         assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
     }
 }
+
+/// Both simulators stop on SIGTERM, not only Ctrl-C: as a container's PID 1 nothing else stops
+/// them, and `compose down` would wait out its timeout and SIGKILL them.
+#[tokio::test]
+async fn steward_sim_slack_and_e2b_stop_on_sigterm() {
+    use tokio::io::AsyncBufReadExt;
+    for args in [
+        &["sim", "slack", "--listen", "127.0.0.1:0"][..],
+        &["sim", "e2b", "--port", "0", "--envd-port", "0"][..],
+    ] {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Listening (and so past setting up its signal handlers) once it has said where.
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next_line().await.unwrap().unwrap_or_default();
+        assert!(first.contains("listening on"), "{args:?}: {first}");
+        let pid = child.id().unwrap().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        // Drain the rest of stdout so a blocked write cannot hold it up.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let status = tokio::time::timeout(std::time::Duration::from_secs(5), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} still running 5 s after SIGTERM"))
+            .unwrap();
+        assert!(status.success(), "{args:?}: {status}");
+    }
+}

@@ -592,6 +592,9 @@ impl Drop for SimServer {
 
 /// `steward sim e2b`: serves until Ctrl-C or SIGTERM.
 pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
+    // SIGTERM too, so processes started with --exec local and the scratch directories go; listened
+    // for from the start, since as a container's PID 1 a SIGTERM it does not handle is ignored.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let server = SimServer::start(opts).await?;
     println!(
         "E2B simulator listening on {} (team {}, {} sandboxes)",
@@ -609,8 +612,6 @@ pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
             "envd runs no commands (start with --exec local to run them on this machine); files work"
         ),
     }
-    // SIGTERM too, so processes started with --exec local and the scratch directories go.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         stopped = tokio::signal::ctrl_c() => stopped?,
         _ = term.recv() => {}

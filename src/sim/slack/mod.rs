@@ -1219,8 +1219,11 @@ async fn add_usergroup(State(world): State<Shared>, Json(group): Json<UserGroup>
     StatusCode::NO_CONTENT
 }
 
-/// `steward sim slack`: serve until Ctrl-C.
+/// `steward sim slack`: serves until Ctrl-C or SIGTERM.
 pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
+    // SIGTERM too, and listened for from the start: as a container's PID 1 a SIGTERM it does not
+    // handle is ignored, and `compose down` would wait out its timeout, then SIGKILL it.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (users, groups) = opts.seeds()?;
     let opts_steward = opts.steward_url.clone();
     let opts_signed = opts.signing_secret.is_some();
@@ -1270,6 +1273,9 @@ pub async fn run_cli(opts: SlackSimOptions) -> anyhow::Result<ExitCode> {
     println!("  response URLs: {}", sim.response_url("<name>"));
     println!("  recorded calls: GET {}/_sim/messages", sim.base_url());
     println!("  uploaded files: GET {}/_sim/files/<id>", sim.base_url());
-    tokio::signal::ctrl_c().await?;
+    tokio::select! {
+        stopped = tokio::signal::ctrl_c() => stopped?,
+        _ = term.recv() => {}
+    }
     Ok(ExitCode::SUCCESS)
 }
