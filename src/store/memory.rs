@@ -628,9 +628,15 @@ impl MemoryStore {
 
     pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
         let s = self.lock();
+        let q = &s.queue;
         Ok(QueueStats {
-            depth: s.queue.entries.len() as u64,
-            oldest_enqueued_at: s.queue.enqueued_at.values().next().copied(),
+            depth: q.entries.len() as u64,
+            oldest_enqueued_at: q.enqueued_at.values().next().copied(),
+            oldest_waiting_at: q
+                .enqueued_at
+                .range(q.last_delivered + 1..)
+                .next()
+                .map(|(_, at)| *at),
         })
     }
 

@@ -153,12 +153,15 @@ impl std::fmt::Display for JobId {
     }
 }
 
-/// The queue at one moment: jobs not yet acknowledged (waiting or being worked on) and when
-/// the oldest of them was enqueued.
+/// The queue at one moment: jobs not yet acknowledged (waiting or being worked on), when the
+/// oldest of them was enqueued, and when the oldest job no worker has taken yet was enqueued
+/// (a governed run holds its job for its whole length, so only the latter says that nobody is
+/// taking jobs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueStats {
     pub depth: u64,
     pub oldest_enqueued_at: Option<DateTime<Utc>>,
+    pub oldest_waiting_at: Option<DateTime<Utc>>,
 }
 
 /// A job handed to one consumer, which must [`Store::ack`] it when finished. Until then it

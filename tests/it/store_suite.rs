@@ -483,7 +483,14 @@ async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
 /// What `/metrics` reports as queue depth and the oldest job's age.
 async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Store) {
     let empty = store.queue_stats().await.unwrap();
-    assert_eq!((empty.depth, empty.oldest_enqueued_at), (0, None));
+    assert_eq!(
+        (
+            empty.depth,
+            empty.oldest_enqueued_at,
+            empty.oldest_waiting_at
+        ),
+        (0, None, None)
+    );
     let case = open(&store, &new_sandbox()).await;
     let before = Utc::now() - chrono::Duration::seconds(1);
     let first = store
@@ -499,18 +506,34 @@ async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Stor
     assert_eq!(two.depth, 2);
     let oldest = two.oldest_enqueued_at.expect("the oldest job has a time");
     assert!(before <= oldest && oldest <= after, "{oldest}");
-    // A claimed job still counts until it is acknowledged.
+    assert_eq!(two.oldest_waiting_at, Some(oldest), "nothing was taken yet");
+    // A claimed job still counts until it is acknowledged, but no longer waits: the oldest
+    // waiting job is the second one.
     let claimed = store
         .claim("worker-a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, first);
-    assert_eq!(store.queue_stats().await.unwrap().depth, 2);
+    let taken = store.queue_stats().await.unwrap();
+    assert_eq!(taken.depth, 2);
+    assert_eq!(taken.oldest_enqueued_at, Some(oldest));
+    let second = taken.oldest_waiting_at.expect("the second job still waits");
+    assert!(oldest <= second && second <= after, "{second}");
     store.ack(&claimed.id).await.unwrap();
     let one = store.queue_stats().await.unwrap();
     assert_eq!(one.depth, 1);
     assert!(one.oldest_enqueued_at.unwrap() >= oldest);
+    assert_eq!(one.oldest_waiting_at, Some(second));
+    // Once the last one is taken too, nothing waits, though it is not done.
+    let last = store
+        .claim("worker-a", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let working = store.queue_stats().await.unwrap();
+    assert_eq!((working.depth, working.oldest_waiting_at), (1, None));
+    store.ack(&last.id).await.unwrap();
 }
 
 async fn a_blocked_claim_wakes_up_when_a_job_arrives(store: Store) {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use redis::RedisError;
 use redis::streams::{
-    StreamAutoClaimReply, StreamId, StreamPendingCountReply, StreamRangeReply, StreamReadReply,
+    StreamAutoClaimReply, StreamId, StreamInfoGroupsReply, StreamPendingCountReply,
+    StreamRangeReply, StreamReadReply,
 };
 
 use super::{MAX_CLAIM_BLOCK, PAGE, RedisStore, field, map_err, ms};
@@ -196,15 +197,47 @@ impl RedisStore {
                     .arg(1),
             )
             .await?;
-        let oldest_enqueued_at = oldest
-            .ids
-            .first()
-            .and_then(|entry| entry.id.split('-').next()?.parse::<i64>().ok())
-            .and_then(chrono::DateTime::from_timestamp_millis);
+        let oldest_enqueued_at = oldest.ids.first().and_then(|entry| enqueued_at(&entry.id));
+        let oldest_waiting_at = match oldest_enqueued_at {
+            None => None,
+            Some(_) => self.oldest_waiting().await?,
+        };
         Ok(QueueStats {
             depth,
             oldest_enqueued_at,
+            oldest_waiting_at,
         })
+    }
+
+    /// The enqueue time of the oldest job no worker has been handed yet: the first entry after
+    /// the consumer group's last delivered id (every entry, before the group exists).
+    async fn oldest_waiting(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let groups: Result<StreamInfoGroupsReply, RedisError> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(self.keys().jobs())
+            .query_async(&mut self.conn())
+            .await;
+        let after = match groups {
+            Ok(reply) => reply
+                .groups
+                .into_iter()
+                .find(|g| g.name == JOB_GROUP)
+                .map(|g| format!("({}", g.last_delivered_id)),
+            // The stream or its group does not exist yet: nothing was ever handed out.
+            Err(e) if e.code() == Some("ERR") => None,
+            Err(e) => return Err(map_err(e)),
+        };
+        let first: StreamRangeReply = self
+            .query(
+                redis::cmd("XRANGE")
+                    .arg(self.keys().jobs())
+                    .arg(after.as_deref().unwrap_or("-"))
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(1),
+            )
+            .await?;
+        Ok(first.ids.first().and_then(|entry| enqueued_at(&entry.id)))
     }
 
     /// How many times an entry has been delivered (XAUTOCLAIM counts a takeover).
@@ -263,4 +296,13 @@ impl RedisStore {
             .await?;
         Ok(())
     }
+}
+
+/// A stream id's enqueue time (its first part is the time in milliseconds).
+fn enqueued_at(id: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    id.split('-')
+        .next()?
+        .parse::<i64>()
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
 }
