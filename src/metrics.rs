@@ -51,6 +51,9 @@ pub const DECISIONS_REQUEUED: &str = "steward_decisions_requeued_total";
 pub const QUEUE_DEPTH: &str = "steward_queue_depth";
 /// Age of the oldest unacknowledged job at the last scrape (0 when the queue is empty).
 pub const QUEUE_OLDEST_AGE: &str = "steward_queue_oldest_job_age_seconds";
+/// Age of the oldest job no worker has taken yet, at the last scrape (0 when none waits). Unlike
+/// [`QUEUE_OLDEST_AGE`] it does not grow while a long job (a governed run) is being worked on.
+pub const QUEUE_OLDEST_WAITING_AGE: &str = "steward_queue_oldest_waiting_job_age_seconds";
 /// Jobs a worker ran, by kind and outcome.
 pub const JOBS: &str = "steward_jobs_total";
 /// How long a worker spent on one job, by kind.
@@ -67,6 +70,9 @@ pub const FLEET_SANDBOXES: &str = "steward_fleet_sandboxes";
 pub const FLEET_IDLE: &str = "steward_fleet_idle_sandboxes";
 /// What the idle sandboxes of the last sweep cost per day, in US dollars.
 pub const FLEET_IDLE_COST: &str = "steward_fleet_idle_cost_usd_per_day";
+/// When this replica's last successful sweep ended (Unix time): the fleet gauges are that
+/// sweep's figures, so a dashboard takes them from the replica with the latest one.
+pub const FLEET_LAST_SWEEP: &str = "steward_fleet_last_sweep_timestamp_seconds";
 /// Redis commands that failed, by kind (`unavailable`: not reached; `backend`: refused).
 pub const REDIS_ERRORS: &str = "steward_redis_errors_total";
 /// 1 when the last scrape's queue read reached Redis, 0 when it did not.
@@ -111,7 +117,7 @@ pub const SERIES: &[Series] = &[
         SLACK_REQUESTS,
         Kind::Counter,
         &["route", "outcome"],
-        "Slack requests by route and outcome (signature_refused, 2xx, 4xx, 5xx).",
+        "Slack requests (HTTP and Socket Mode) by route and outcome (signature_refused, 2xx, 4xx, 5xx, cancelled).",
     ),
     series(
         SLACK_REQUEST_DURATION,
@@ -198,6 +204,12 @@ pub const SERIES: &[Series] = &[
         "Age of the oldest unacknowledged job, at the last scrape.",
     ),
     series(
+        QUEUE_OLDEST_WAITING_AGE,
+        Kind::Gauge,
+        &[],
+        "Age of the oldest job no worker has taken yet, at the last scrape.",
+    ),
+    series(
         JOBS,
         Kind::Counter,
         &["kind", "outcome"],
@@ -246,6 +258,12 @@ pub const SERIES: &[Series] = &[
         "Estimated cost per day of the idle sandboxes of the last sweep, in US dollars.",
     ),
     series(
+        FLEET_LAST_SWEEP,
+        Kind::Gauge,
+        &[],
+        "When this replica's last successful sweep ended, in seconds since the Unix epoch.",
+    ),
+    series(
         REDIS_ERRORS,
         Kind::Counter,
         &["kind"],
@@ -265,9 +283,14 @@ pub const SERIES: &[Series] = &[
     ),
 ];
 
-/// Buckets of request-like latencies: 1 ms to 10 s.
+/// Buckets of Slack answer times: 1 ms to 10 s (Slack gives up at 3 s).
 const REQUEST_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Buckets of one E2B request: 5 ms to 60 s, the client's own timeout (a snapshot or a
+/// resume can take tens of seconds).
+const E2B_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 ];
 /// Buckets of work that may take minutes: jobs, steps, sweeps (10 ms to 30 min).
 const WORK_BUCKETS: &[f64] = &[
@@ -293,6 +316,7 @@ pub fn install() -> &'static PrometheusHandle {
             }
         };
         describe();
+        preregister();
         gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         let upkeep = handle.clone();
         let spawned = std::thread::Builder::new()
@@ -314,7 +338,8 @@ fn buckets(builder: PrometheusBuilder) -> PrometheusBuilder {
     let mut builder = builder;
     for s in SERIES.iter().filter(|s| s.kind == Kind::Histogram) {
         let values = match s.name {
-            SLACK_REQUEST_DURATION | E2B_REQUEST_DURATION => REQUEST_BUCKETS,
+            SLACK_REQUEST_DURATION => REQUEST_BUCKETS,
+            E2B_REQUEST_DURATION => E2B_BUCKETS,
             _ => WORK_BUCKETS,
         };
         // Only an empty bucket list is refused, and none of ours is empty.
@@ -340,12 +365,29 @@ fn describe() {
     }
 }
 
+/// Exports the counters that alerts divide or take `rate()` of at 0 from the start, so the first
+/// failure after a restart is an increase Prometheus sees rather than the series appearing
+/// already at 1. (Plain macros, not the request handles: those call [`install`].)
+fn preregister() {
+    for route in SLACK_ROUTES {
+        for outcome in SLACK_OUTCOMES {
+            counter!(SLACK_REQUESTS, "route" => route, "outcome" => outcome).increment(0);
+        }
+    }
+    for kind in ["unavailable", "backend"] {
+        counter!(REDIS_ERRORS, "kind" => kind).increment(0);
+    }
+    counter!(CASES_EXPIRED).increment(0);
+    counter!(DECISIONS_REQUEUED).increment(0);
+}
+
 /// The text exposition of every series (`GET /metrics`).
 pub fn render() -> String {
     install().render()
 }
 
-/// The `outcome` of a Slack request: a refused signature, else the status class.
+/// The `outcome` of a Slack request: a refused signature, else the status class. (A request
+/// whose client went away before it was answered is `cancelled`.)
 pub fn slack_request_outcome(status: u16, signature_refused: bool) -> &'static str {
     match status {
         _ if signature_refused => "signature_refused",
@@ -358,7 +400,14 @@ pub fn slack_request_outcome(status: u16, signature_refused: bool) -> &'static s
 
 /// The Slack routes and request outcomes, in the order of [`SLACK_REQUEST_HANDLES`]' cells.
 const SLACK_ROUTES: [&str; 3] = ["commands", "interactions", "events"];
-const SLACK_OUTCOMES: [&str; 5] = ["signature_refused", "2xx", "4xx", "5xx", "other"];
+const SLACK_OUTCOMES: [&str; 6] = [
+    "signature_refused",
+    "2xx",
+    "4xx",
+    "5xx",
+    "other",
+    "cancelled",
+];
 
 /// The Slack request series' handles, each made on first use. Every Slack request records into
 /// them, so they are looked up by index rather than by building and hashing the series' key in
@@ -501,10 +550,12 @@ pub fn decisions_requeued(n: usize) {
     counter!(DECISIONS_REQUEUED).increment(n as u64);
 }
 
-/// The queue as the store saw it at a scrape.
-pub fn queue_sampled(depth: u64, oldest_age: Duration) {
+/// The queue as the store saw it at a scrape: its depth, the oldest job's age and the oldest
+/// waiting (not yet taken) job's age.
+pub fn queue_sampled(depth: u64, oldest_age: Duration, oldest_waiting_age: Duration) {
     gauge!(QUEUE_DEPTH).set(depth as f64);
     gauge!(QUEUE_OLDEST_AGE).set(oldest_age.as_secs_f64());
+    gauge!(QUEUE_OLDEST_WAITING_AGE).set(oldest_waiting_age.as_secs_f64());
 }
 
 /// A job a worker finished with. `kind`: `decision`, `run`; `outcome`: `finished`, `gave_up`,
@@ -534,6 +585,10 @@ pub fn sweep(mode: &'static str, took: Duration, figures: Option<SweepFigures>) 
     counter!(SWEEPS, "mode" => mode, "outcome" => outcome).increment(1);
     histogram!(SWEEP_DURATION, "mode" => mode).record(took.as_secs_f64());
     if let Some(f) = figures {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        gauge!(FLEET_LAST_SWEEP).set(now.as_secs_f64());
         gauge!(FLEET_SANDBOXES, "state" => "running").set(f.running as f64);
         gauge!(FLEET_SANDBOXES, "state" => "paused").set(f.paused as f64);
         gauge!(FLEET_IDLE).set(f.idle as f64);

@@ -247,9 +247,11 @@ pub async fn option_clicked(
         Err(reply) => return reply,
     };
     if case.state != CaseState::Pending {
+        crate::metrics::decision(option.as_str(), "refused");
         return Reply::Mentioning(already_sentence(&case));
     }
     if !case.options.contains(&option) {
+        crate::metrics::decision(option.as_str(), "refused");
         return Reply::Ephemeral(format!("{option} is not an option of this case."));
     }
     if let Err(sentence) = authorize(svc, &case, user, option).await {
@@ -387,7 +389,7 @@ async fn decide(
 }
 
 /// The `outcome` label of a decision the store was asked to record.
-fn decision_outcome(applied: &Result<Updated, StoreError>) -> &'static str {
+pub(super) fn decision_outcome(applied: &Result<Updated, StoreError>) -> &'static str {
     match applied {
         Ok(Updated::Applied(_)) => "recorded",
         Ok(Updated::Rejected { .. }) => "refused",

@@ -38,11 +38,16 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     crate::metrics::redis_reached(matches!(sampled, Ok(Ok(_))));
     match sampled {
         Ok(Ok(stats)) => {
-            let age = stats
-                .oldest_enqueued_at
-                .and_then(|at| (chrono::Utc::now() - at).to_std().ok())
-                .unwrap_or(Duration::ZERO);
-            crate::metrics::queue_sampled(stats.depth, age);
+            let now = chrono::Utc::now();
+            let age = |at: Option<chrono::DateTime<chrono::Utc>>| {
+                at.and_then(|at| (now - at).to_std().ok())
+                    .unwrap_or(Duration::ZERO)
+            };
+            crate::metrics::queue_sampled(
+                stats.depth,
+                age(stats.oldest_enqueued_at),
+                age(stats.oldest_waiting_at),
+            );
         }
         // Counted as a Redis error by the store; the gauges keep their last value.
         Ok(Err(e)) => tracing::debug!(error = %e, "queue figures unavailable for this scrape"),
@@ -112,11 +117,22 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A request's answer, counted when it is ready if its route is a Slack one.
+    /// A request's answer, counted when it is ready if its route is a Slack one; a request
+    /// dropped before its answer (the client went away: Slack stops waiting at 3 s) is counted
+    /// as `cancelled` with the time it had taken, so the slowest requests are not the uncounted
+    /// ones.
     pub struct Tracked<F> {
         #[pin]
         inner: F,
         route: Option<(&'static str, Instant)>,
+    }
+
+    impl<F> PinnedDrop for Tracked<F> {
+        fn drop(this: Pin<&mut Self>) {
+            if let Some((route, started)) = this.project().route.take() {
+                crate::metrics::slack_request(route, "cancelled", started.elapsed());
+            }
+        }
     }
 }
 
@@ -170,6 +186,50 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The exported count of Slack requests on `route` with `outcome`.
+    fn requests(route: &str, outcome: &str) -> f64 {
+        let labels = format!("{{route=\"{route}\",outcome=\"{outcome}\"}}");
+        crate::metrics::render()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("steward_slack_requests_total")?
+                    .strip_prefix(labels.as_str())?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn a_slack_request_dropped_before_its_answer_counts_as_cancelled() {
+        crate::metrics::install();
+        let before = requests("interactions", "cancelled");
+        let answered = requests("interactions", "2xx");
+        let tracked = Tracked {
+            inner: std::future::pending::<Result<axum::http::Response<()>, ()>>(),
+            route: Some(("interactions", Instant::now())),
+        };
+        drop(tracked);
+        assert!(requests("interactions", "cancelled") >= before + 1.0);
+
+        // An answered request is counted once, by its status, not again when dropped.
+        let mut done = Box::pin(Tracked {
+            inner: std::future::ready(Ok::<_, ()>(axum::http::Response::new(()))),
+            route: Some(("interactions", Instant::now())),
+        });
+        let waker = std::task::Waker::noop();
+        assert!(
+            done.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_ready()
+        );
+        let cancelled = requests("interactions", "cancelled");
+        drop(done);
+        assert!(requests("interactions", "2xx") >= answered + 1.0);
+        assert_eq!(requests("interactions", "cancelled"), cancelled);
+    }
 
     #[test]
     fn only_the_three_slack_paths_have_a_route_label() {

@@ -449,8 +449,10 @@ impl SlackClient {
             .body(bytes)
             .send()
             .await
+            .inspect_err(|_| crate::metrics::slack_api_call("upload_url", "transport"))
             .map_err(|e| SlackError::Transport(e.without_url().to_string()))?;
         let status = resp.status();
+        crate::metrics::slack_api_call("upload_url", respond_outcome(status));
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
             return Err(SlackError::UploadRefused {

@@ -128,6 +128,11 @@ fn bounded(label: &str, value: &str) -> bool {
             "4xx",
             "5xx",
             "other",
+            "cancelled",
+            // Socket Mode envelopes
+            "handled",
+            "duplicate",
+            "ignored",
             // Slack Web API
             "ok",
             "api_error",
@@ -152,10 +157,24 @@ fn bounded(label: &str, value: &str) -> bool {
         .contains(&value),
         "action" => E2B_ACTIONS.contains(&value),
         "status" => status_code || ["transport", "too_large", "other"].contains(&value),
-        "reason" => ["rate_limited", "status", "not_connected", "interrupted"].contains(&value),
+        "reason" => [
+            // E2B retries
+            "rate_limited",
+            "status",
+            "not_connected",
+            "interrupted",
+            // Socket Mode reconnects
+            "disconnect",
+            "dropped",
+            "open_failed",
+            "connect_failed",
+            "refused",
+        ]
+        .contains(&value),
+        "type" => ["slash_commands", "interactive", "events_api", "other"].contains(&value),
         // Slack's method names are a fixed vocabulary: dotted lowercase words.
         "method" => {
-            value == "response_url"
+            ["response_url", "upload_url"].contains(&value)
                 || (value.contains('.')
                     && value.len() < 40
                     && value.chars().all(|c| c.is_ascii_alphabetic() || c == '.'))
@@ -293,6 +312,14 @@ async fn traffic_moves_the_series_and_no_label_carries_an_id() {
         )
     })
     .await;
+    // A second click on the decided card is refused ("Already decided"), which its reply says.
+    let refused_reply = hook();
+    let again = app
+        .click_case(&case, "case_pause", "U0002", &refused_reply, &hook())
+        .await;
+    assert_eq!(again.status(), 200);
+    let refusal = visible_text(&app.wait_for_hook(&refused_reply).await);
+    assert!(refusal.contains("Already"), "{refusal}");
 
     let (text, after) = scrape(&app).await;
     let grew = |name: &str, with: &[(&str, &str)], by: f64| {
@@ -375,6 +402,11 @@ async fn traffic_moves_the_series_and_no_label_carries_an_id() {
     grew(
         "steward_decisions_total",
         &[("option", "pause"), ("outcome", "recorded")],
+        1.0,
+    );
+    grew(
+        "steward_decisions_total",
+        &[("option", "pause"), ("outcome", "refused")],
         1.0,
     );
     grew(
@@ -559,7 +591,20 @@ fn the_dashboard_the_alert_rules_and_readme_name_only_series_that_exist() {
             );
         }
     }
-    let readme = series_named_in(&read("README.md"));
+    // The table's rows: lines of README's "## Metrics" section that start a table cell with a
+    // series name.
+    let readme = read("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Metrics\n"))
+        .expect("README has a Metrics section");
+    let rows: String = section
+        .lines()
+        .filter(|line| line.starts_with("| `steward_"))
+        .map(|line| line.split('|').nth(1).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let readme = series_named_in(&rows);
     for s in SERIES {
         assert!(
             readme.iter().any(|n| n == s.name),
@@ -601,6 +646,7 @@ async fn a_sweep_records_its_duration_and_the_fleet_it_saw() {
         "steward_fleet_sandboxes",
         "steward_fleet_idle_sandboxes",
         "steward_fleet_idle_cost_usd_per_day",
+        "steward_fleet_last_sweep_timestamp_seconds",
     ] {
         assert!(after.iter().any(|s| s.name == gauge), "{gauge} is missing");
     }

@@ -947,9 +947,10 @@ async fn act(svc: &Services, work: Work, item_lease: Duration) -> bool {
             reason: Some("approved with the sweep's list".into()),
             until: None,
         };
-        match svc.store.apply_event(&case.id, event, Utc::now()).await {
+        let applied = svc.store.apply_event(&case.id, event, Utc::now()).await;
+        crate::metrics::decision(option.as_str(), super::decide::decision_outcome(&applied));
+        match applied {
             Ok(Updated::Applied(decided)) => {
-                crate::metrics::decision(option.as_str(), "recorded");
                 audit(
                     &svc.store,
                     &decided,
