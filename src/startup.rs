@@ -197,19 +197,13 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         // A token Slack refuses stops the replica before it starts anything, with a sentence
-        // (retrying cannot help); Slack merely unreachable is retried in the background.
+        // (retrying cannot help); Slack merely unreachable or rate-limiting is retried in the
+        // background by the client, which says so.
         let socket = match self.socket {
-            Some(client) => {
-                let first = match client.open().await {
-                    Ok(url) => Some(url),
-                    Err(e @ OpenError::Refused { .. }) => return Err(e.into()),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Socket Mode is not connected yet; retrying");
-                        None
-                    }
-                };
-                Some((client, first))
-            }
+            Some(client) => match client.open().await {
+                Err(e @ OpenError::Refused { .. }) => return Err(e.into()),
+                first => Some((client, first)),
+            },
             None => None,
         };
         tracing::info!(addr = %self.addr, consumer = %self.loops.worker.consumer, socket_mode = socket.is_some(), "Steward listening");

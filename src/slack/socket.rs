@@ -2,15 +2,22 @@
 //! opens (`apps.connections.open` with the app-level token, then the URL it answers), instead of
 //! POSTing them to a public URL. [`SocketClient::run`] holds one connection per replica: it reads
 //! `hello`, hands each envelope to the [`Handler`] it was given and sends back the ack (with the
-//! handler's immediate reply as its `payload` when the envelope accepts one), and opens a new
-//! connection when Slack sends `disconnect` or the socket drops, after a jittered exponential
-//! [`Backoff`] that a healthy connection resets.
+//! handler's immediate reply as its `payload` when the envelope accepts one) on the socket the
+//! envelope came from.
 //!
-//! An ack that could not be written because the socket went away is kept and written on the next
-//! connection; Slack delivers an envelope that was not acked again (with `retry_attempt`), so the
-//! handler must make a redelivery harmless (it does: `http::socket`). This module knows Socket
-//! Mode's wire format and connection rules only: it must not know what an envelope asks for, nor
-//! import `http`, `store` or `approvals`; the app token never appears in logs, errors or `Debug`.
+//! Slack's `disconnect` says why: `warning` (a refresh is coming) changes nothing, the connection
+//! keeps serving; `refresh_requested` (and any other reason) retires it, which stops reading it,
+//! writes the acks its envelopes still owe and closes it, while the next connection is opened at
+//! once (after a backoff when `too_many_websockets` or when connections keep ending early);
+//! `link_disabled` (Socket Mode turned off for the app) retires it for good: no connection is
+//! opened again and [`SocketStatus`] says `disabled`. A socket that drops or goes silent is
+//! opened again after a jittered exponential [`Backoff`] that a healthy connection resets.
+//!
+//! An ack whose socket is gone is not written anywhere else: Slack did not see it, so it delivers
+//! the envelope again (with `retry_attempt`), and the handler must make a redelivery harmless
+//! (it does: `http::socket`). This module knows Socket Mode's wire format and connection rules
+//! only: it must not know what an envelope asks for, nor import `http`, `store` or `approvals`;
+//! the app token and the socket URL (its ticket) never appear in logs, errors or `Debug`.
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,9 +28,11 @@ use futures::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -42,13 +51,18 @@ const PING_EVERY: Duration = Duration::from_secs(30);
 const SILENT_FOR: Duration = Duration::from_secs(90);
 /// Envelopes handled at once per replica; past that the socket is read no further until one ends.
 const MAX_IN_FLIGHT: usize = 256;
-/// At shutdown, how long envelopes already being handled get to have their acks written.
+/// How long a retired connection (and every connection at shutdown) waits for the acks its
+/// envelopes still owe before it closes: handlers answer within Slack's 3 s.
 const ACK_GRACE: Duration = Duration::from_secs(3);
+/// How long a closing connection waits for Slack's answer to its close frame.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Longest Slack error code repeated in a message (codes are short; anything longer is cut).
 const ERROR_CODE_MAX_CHARS: usize = 64;
+/// The longest `Retry-After` honoured; a larger one (a broken proxy) waits this long instead.
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(300);
 
 /// Slack's `apps.connections.open` errors that no retry can fix: the token is wrong, revoked, of
-/// the wrong kind, or lacks `connections:write`.
+/// the wrong kind or lacks `connections:write`, or its workspace or owner is gone.
 const REFUSALS: &[&str] = &[
     "not_authed",
     "invalid_auth",
@@ -58,7 +72,16 @@ const REFUSALS: &[&str] = &[
     "token_expired",
     "missing_scope",
     "no_permission",
+    "team_disabled",
+    "user_removed_from_team",
 ];
+
+/// The `disconnect` reason Slack sends seconds before it refreshes a connection.
+const WARNING: &str = "warning";
+/// The `disconnect` reason Slack sends when Socket Mode is turned off for the app.
+const LINK_DISABLED: &str = "link_disabled";
+/// The `disconnect` reason Slack sends when the app holds too many connections.
+const TOO_MANY_WEBSOCKETS: &str = "too_many_websockets";
 
 /// Why no Socket Mode URL was had.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +91,9 @@ pub enum OpenError {
         "Slack refused SLACK_APP_TOKEN ({code}): it must be an app-level token (xapp-…) of this app with the connections:write scope, and Socket Mode must be enabled for the app"
     )]
     Refused { code: String },
+    /// Slack answered 429 (or `ratelimited`): try again, no sooner than `retry_after`.
+    #[error("Slack rate-limited apps.connections.open{}", retry_after_words(.retry_after))]
+    RateLimited { retry_after: Option<Duration> },
     /// Slack could not be reached or answered with a passing error; trying again may work.
     #[error("could not open a Socket Mode connection: {0}")]
     Unavailable(String),
@@ -111,7 +137,8 @@ pub enum Outcome {
     Handled,
     /// A delivery of an envelope already handled: acked, not handled again.
     Duplicate,
-    /// A payload that could not be read, or that its handler refused.
+    /// A payload that could not be read, or whose handler refused it, failed, or did not answer
+    /// in time (acked without a reply).
     Refused,
     /// A type Steward does not act on.
     Ignored,
@@ -174,6 +201,7 @@ impl Frame {
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .take(ERROR_CODE_MAX_CHARS)
                     .collect(),
             },
@@ -238,21 +266,115 @@ impl Backoff {
     }
 }
 
-/// What a replica's connection is doing, for tests and logs: a cheap handle.
+/// What to do after a connection ended or an attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Slack's routine refresh of a connection: at once, unless connections keep ending early.
+    Refresh,
+    /// Always after the backoff (a drop, a failed open, `too_many_websockets`).
+    Backoff,
+    /// After the backoff, and no sooner than Slack's `Retry-After`.
+    NotBefore(Duration),
+    /// The token is refused: an operator must act, so only at the longest backoff.
+    Slowest,
+}
+
+impl Retry {
+    /// The wait before the next attempt, given the `failures` in a row so far (which it counts
+    /// up, after resetting them when the connection that ended was `healthy`).
+    fn delay(self, backoff: &Backoff, failures: &mut u32, healthy: bool) -> Duration {
+        if healthy {
+            *failures = 0;
+        }
+        let delay = match self {
+            Self::Refresh if *failures == 0 => Duration::ZERO,
+            Self::Refresh | Self::Backoff => backoff.delay(*failures),
+            Self::NotBefore(at_least) => backoff.delay(*failures).max(at_least),
+            Self::Slowest => backoff.delay(u32::MAX),
+        };
+        *failures = failures.saturating_add(1);
+        delay
+    }
+}
+
+/// What a `disconnect` asks of the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disconnect {
+    /// `warning`: Slack will refresh the connection soon; it keeps serving until then.
+    KeepServing,
+    /// `link_disabled`: Socket Mode is off for the app; no connection is opened again.
+    Stop,
+    /// Anything else: retire this connection and open another.
+    Reconnect(Retry),
+}
+
+impl Disconnect {
+    fn from_reason(reason: &str) -> Self {
+        match reason {
+            WARNING => Self::KeepServing,
+            LINK_DISABLED => Self::Stop,
+            // Opening another at once would only meet the same limit.
+            TOO_MANY_WEBSOCKETS => Self::Reconnect(Retry::Backoff),
+            _ => Self::Reconnect(Retry::Refresh),
+        }
+    }
+}
+
+/// What a replica's connection is doing, for `/readyz`, tests and logs: a cheap handle.
 #[derive(Debug, Clone, Default)]
 pub struct SocketStatus(Arc<StatusInner>);
 
 #[derive(Debug, Default)]
 struct StatusInner {
     connected: AtomicBool,
+    refused: AtomicBool,
+    disabled: AtomicBool,
     connections: AtomicU64,
     envelopes: AtomicU64,
+}
+
+/// The state of a replica's Socket Mode connection, as `/readyz` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketState {
+    /// A connection is open and said `hello`.
+    Connected,
+    /// A connection is being opened or reopened.
+    Connecting,
+    /// Slack refuses the app token (revoked, say); attempts go on at the longest backoff.
+    Refused,
+    /// Slack turned Socket Mode off for the app (`link_disabled`): no connection is opened
+    /// again, and Slack sends its requests to the app's HTTP request URLs.
+    Disabled,
+}
+
+impl SocketState {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Connected => "ok",
+            Self::Connecting => "connecting",
+            Self::Refused => "refused",
+            Self::Disabled => "disabled",
+        }
+    }
 }
 
 impl SocketStatus {
     /// Whether a connection is open and said `hello`.
     pub fn connected(&self) -> bool {
         self.0.connected.load(Ordering::SeqCst)
+    }
+
+    /// What the connection is doing.
+    pub fn state(&self) -> SocketState {
+        if self.0.disabled.load(Ordering::SeqCst) {
+            SocketState::Disabled
+        } else if self.connected() {
+            SocketState::Connected
+        } else if self.0.refused.load(Ordering::SeqCst) {
+            SocketState::Refused
+        } else {
+            SocketState::Connecting
+        }
     }
 
     /// Connections that said `hello` since start.
@@ -266,17 +388,43 @@ impl SocketStatus {
     }
 }
 
-/// How one connection ended.
+/// The words after "rate-limited" in [`OpenError::RateLimited`]'s message.
+fn retry_after_words(retry_after: &Option<Duration>) -> String {
+    match retry_after {
+        Some(after) => format!(" (retry after {} s)", after.as_secs()),
+        None => String::new(),
+    }
+}
+
+/// `Retry-After` in seconds, capped at [`RETRY_AFTER_MAX`].
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(RETRY_AFTER_MAX))
+}
+
+/// A WebSocket to Slack.
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Opens the WebSocket at `url`: `wss://` from Slack (TLS with the system's roots), `ws://`
+/// from the simulator.
+async fn connect_socket(url: &str) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    tokio_tungstenite::connect_async(url)
+        .await
+        .map(|(socket, _)| socket)
+}
+
+/// Why an attempt at a connection failed.
 #[derive(Debug)]
-enum Ended {
-    /// Shutdown: closed on purpose.
-    Stopped,
-    /// Slack sent `disconnect`.
-    Disconnect { reason: String, healthy: bool },
-    /// The socket closed or failed.
-    Dropped { healthy: bool },
-    /// No connection was made (`reason`: a metrics label).
-    NotConnected { reason: &'static str },
+enum Failed {
+    Open(OpenError),
+    /// The URL did not answer as a WebSocket.
+    Connect,
 }
 
 /// The Socket Mode client of one replica.
@@ -325,8 +473,17 @@ impl SocketClient {
         self.status.clone()
     }
 
-    /// `apps.connections.open`: a one-use WebSocket URL.
+    /// `apps.connections.open`: a one-use WebSocket URL. Each call is counted in
+    /// `steward_slack_api_calls_total` (`ok`, `api_error`, `rate_limited`, `transport`,
+    /// `refused`).
     pub async fn open(&self) -> Result<String, OpenError> {
+        let (outcome, opened) = self.call_open().await;
+        crate::metrics::slack_api_call("apps.connections.open", outcome);
+        opened
+    }
+
+    /// One `apps.connections.open` call: its metrics outcome and its result.
+    async fn call_open(&self) -> (&'static str, Result<String, OpenError>) {
         #[derive(Deserialize)]
         struct Opened {
             ok: bool,
@@ -336,31 +493,59 @@ impl SocketClient {
             error: Option<String>,
         }
         let endpoint = format!("{}/apps.connections.open", self.api_url);
-        let resp = self
+        let sent = self
             .http
             .post(&endpoint)
             .bearer_auth(self.token.expose_secret())
             .send()
-            .await
-            .map_err(|e| {
-                OpenError::Unavailable(format!("Slack at {} did not answer: {e}", self.api_url))
-            })?;
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => {
+                let e = OpenError::Unavailable(format!(
+                    "Slack at {} did not answer: {}",
+                    self.api_url,
+                    e.without_url()
+                ));
+                return ("transport", Err(e));
+            }
+        };
         let status = resp.status();
-        if !status.is_success() {
-            return Err(OpenError::Unavailable(format!(
-                "Slack answered apps.connections.open with HTTP {status}"
-            )));
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let retry_after = retry_after(resp.headers());
+            return ("rate_limited", Err(OpenError::RateLimited { retry_after }));
         }
-        let opened: Opened = resp.json().await.map_err(|e| {
-            OpenError::Unavailable(format!("apps.connections.open answered unreadably: {e}"))
-        })?;
+        if !status.is_success() {
+            let e = OpenError::Unavailable(format!(
+                "Slack answered apps.connections.open with HTTP {status}"
+            ));
+            return ("api_error", Err(e));
+        }
+        let opened: Opened = match resp.json().await {
+            Ok(opened) => opened,
+            Err(e) => {
+                let outcome = if e.is_decode() {
+                    "api_error"
+                } else {
+                    "transport"
+                };
+                let e = OpenError::Unavailable(format!(
+                    "apps.connections.open answered unreadably: {}",
+                    e.without_url()
+                ));
+                return (outcome, Err(e));
+            }
+        };
         match (opened.ok, opened.url, opened.error) {
             (true, Some(url), _) if url.starts_with("wss://") || url.starts_with("ws://") => {
-                Ok(url)
+                ("ok", Ok(url))
             }
-            (true, _, _) => Err(OpenError::Unavailable(
-                "apps.connections.open answered ok without a WebSocket URL".into(),
-            )),
+            (true, _, _) => (
+                "api_error",
+                Err(OpenError::Unavailable(
+                    "apps.connections.open answered ok without a WebSocket URL".into(),
+                )),
+            ),
             (false, _, error) => {
                 let code: String = error
                     .unwrap_or_default()
@@ -369,24 +554,78 @@ impl SocketClient {
                     .take(ERROR_CODE_MAX_CHARS)
                     .collect();
                 if REFUSALS.contains(&code.as_str()) {
-                    Err(OpenError::Refused { code })
+                    ("refused", Err(OpenError::Refused { code }))
+                } else if code == "ratelimited" {
+                    let e = OpenError::RateLimited { retry_after: None };
+                    ("rate_limited", Err(e))
                 } else {
-                    Err(OpenError::Unavailable(format!(
-                        "apps.connections.open failed: {code}"
-                    )))
+                    let e = OpenError::Unavailable(format!("apps.connections.open failed: {code}"));
+                    ("api_error", Err(e))
                 }
             }
         }
     }
 
-    /// Holds a connection until `shutdown` completes: opens one (with `first`, a URL from an
-    /// [`SocketClient::open`] already made, when given), serves it, and opens another when it
-    /// ends. On shutdown, acks of envelopes already being handled are written (for up to
-    /// [`ACK_GRACE`]) before the socket is closed.
+    /// One attempt at a connection, after `delay`: `url` when an
+    /// [`SocketClient::open`] was already made, else a new `apps.connections.open`.
+    async fn attempt(
+        &self,
+        delay: Duration,
+        url: Option<Result<String, OpenError>>,
+    ) -> Result<Socket, Failed> {
+        tokio::time::sleep(delay).await;
+        let url = match url {
+            Some(url) => url,
+            None => self.open().await,
+        }
+        .map_err(Failed::Open)?;
+        self.status.0.refused.store(false, Ordering::SeqCst);
+        match tokio::time::timeout(OPEN_TIMEOUT, connect_socket(&url)).await {
+            Ok(Ok(socket)) => Ok(socket),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not connect to Slack's Socket Mode URL");
+                Err(Failed::Connect)
+            }
+            Err(_) => {
+                tracing::warn!("Slack's Socket Mode URL did not answer in time");
+                Err(Failed::Connect)
+            }
+        }
+    }
+
+    /// Says why an attempt failed: the reconnect reason (a metrics label) and when to retry.
+    fn failed(&self, failed: Failed) -> (&'static str, Retry) {
+        let refused = matches!(failed, Failed::Open(OpenError::Refused { .. }));
+        self.status.0.refused.store(refused, Ordering::SeqCst);
+        match failed {
+            Failed::Open(e @ OpenError::Refused { .. }) => {
+                // Said loudly every time: nothing works until an operator fixes it.
+                tracing::error!(error = %e, retry_in_secs = self.backoff.max.as_secs(), "Socket Mode cannot connect");
+                ("refused", Retry::Slowest)
+            }
+            Failed::Open(e @ OpenError::RateLimited { retry_after }) => {
+                tracing::warn!(error = %e, "Socket Mode: no connection yet");
+                (
+                    "open_failed",
+                    Retry::NotBefore(retry_after.unwrap_or_default()),
+                )
+            }
+            Failed::Open(e) => {
+                tracing::warn!(error = %e, "Socket Mode: no connection yet");
+                ("open_failed", Retry::Backoff)
+            }
+            Failed::Connect => ("connect_failed", Retry::Backoff),
+        }
+    }
+
+    /// Holds a connection until `shutdown` completes: connects with `first` (the result of an
+    /// [`SocketClient::open`] already made), serves the connection, and opens another when it
+    /// ends (see the module's doc). On shutdown every connection stops reading, writes the acks
+    /// of envelopes already being handled (for up to [`ACK_GRACE`]) and closes.
     pub async fn run(
         self,
         handler: Handler,
-        first: Option<String>,
+        first: Result<String, OpenError>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) {
         let stop = CancellationToken::new();
@@ -395,219 +634,284 @@ impl SocketClient {
             shutdown.await;
             stopping.cancel();
         });
-        let mut conn = Connection {
+        let shared = Arc::new(Shared {
             handler,
-            acks: mpsc::unbounded_channel(),
-            handling: TaskTracker::new(),
             permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             status: self.status.clone(),
             stop: stop.clone(),
-            healthy_after: self.backoff.healthy_after,
-        };
-        let mut first = first;
+        });
+        let links = TaskTracker::new();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let mut current: Option<Current> = None;
+        let mut last_link: u64 = 0;
         let mut failures: u32 = 0;
+        let mut attempt: Option<BoxFuture<'_, Result<Socket, Failed>>> =
+            Some(Box::pin(self.attempt(Duration::ZERO, Some(first))));
         loop {
-            let attempt = async {
-                let url = match first.take() {
-                    Some(url) => url,
-                    None => self.open().await.map_err(|e| {
-                        if matches!(e, OpenError::Refused { .. }) {
-                            // Said loudly every time: nothing works until an operator fixes it.
-                            tracing::error!(error = %e, "Socket Mode cannot connect");
-                            "refused"
-                        } else {
-                            tracing::warn!(error = %e, "Socket Mode: no connection yet");
-                            "open_failed"
-                        }
-                    })?,
-                };
-                let connecting = tokio_tungstenite::connect_async(url.as_str());
-                match tokio::time::timeout(OPEN_TIMEOUT, connecting).await {
-                    Ok(Ok((ws, _))) => Ok(ws),
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "could not connect to Slack's Socket Mode URL");
-                        Err("connect_failed")
-                    }
-                    Err(_) => {
-                        tracing::warn!("Slack's Socket Mode URL did not answer in time");
-                        Err("connect_failed")
-                    }
-                }
-            };
-            let connected = tokio::select! {
-                connected = attempt => connected,
-                () = stop.cancelled() => break,
-            };
-            let ended = match connected {
-                Ok(ws) => conn.serve(ws).await,
-                Err(reason) => Ended::NotConnected { reason },
-            };
-            let (reason, healthy, at_once) = match ended {
-                Ended::Stopped => break,
-                Ended::Disconnect { reason, healthy } => {
-                    tracing::info!(%reason, "Slack asked for a new Socket Mode connection");
-                    // Slack's routine refresh: reconnect at once unless it keeps happening.
-                    ("disconnect", healthy, true)
-                }
-                Ended::Dropped { healthy } => {
-                    tracing::warn!("the Socket Mode connection dropped; connecting again");
-                    ("dropped", healthy, false)
-                }
-                Ended::NotConnected { reason } => (reason, false, false),
-            };
-            if stop.is_cancelled() {
-                break;
-            }
-            crate::metrics::slack_socket_reconnect(reason);
-            if healthy {
-                failures = 0;
-            }
-            let delay = if at_once && failures == 0 {
-                Duration::ZERO
-            } else {
-                self.backoff.delay(failures)
-            };
-            failures = failures.saturating_add(1);
+            // Set when this turn ends a connection or an attempt: the reconnect reason (a
+            // metrics label), when to retry, and whether the connection had been healthy.
+            let mut next: Option<(&'static str, Retry, bool)> = None;
             tokio::select! {
-                () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => break,
+                Some(event) = events.recv() => match event {
+                    LinkEvent::Hello { link } => {
+                        if let Some(c) = current.as_mut().filter(|c| c.link == link) {
+                            c.hello_at = Some(Instant::now());
+                            self.status.0.connected.store(true, Ordering::SeqCst);
+                            self.status.0.connections.fetch_add(1, Ordering::SeqCst);
+                            tracing::info!("Socket Mode connected");
+                        }
+                    }
+                    LinkEvent::Disconnect { link, reason } => {
+                        if current.as_ref().is_some_and(|c| c.link == link) {
+                            next = self.disconnected(&mut current, &reason);
+                            if self.status.0.disabled.load(Ordering::SeqCst) {
+                                attempt = None;
+                            }
+                        }
+                    }
+                    LinkEvent::Dropped { link } => {
+                        if let Some(c) = current.take_if(|c| c.link == link) {
+                            self.status.0.connected.store(false, Ordering::SeqCst);
+                            tracing::warn!("the Socket Mode connection dropped; connecting again");
+                            next = Some(("dropped", Retry::Backoff, c.healthy(&self.backoff)));
+                        }
+                    }
+                },
+                connected = async { attempt.as_mut().expect("guarded by is_some").await }, if attempt.is_some() => {
+                    attempt = None;
+                    match connected {
+                        Ok(socket) => {
+                            last_link += 1;
+                            let retire = CancellationToken::new();
+                            links.spawn(serve_link(
+                                socket,
+                                last_link,
+                                shared.clone(),
+                                events_tx.clone(),
+                                retire.clone(),
+                            ));
+                            current = Some(Current { link: last_link, hello_at: None, retire });
+                        }
+                        Err(failed) => {
+                            let (reason, retry) = self.failed(failed);
+                            next = Some((reason, retry, false));
+                        }
+                    }
+                }
+            }
+            if let Some((reason, retry, healthy)) = next {
+                crate::metrics::slack_socket_reconnect(reason);
+                let delay = retry.delay(&self.backoff, &mut failures, healthy);
+                attempt = Some(Box::pin(self.attempt(delay, None)));
             }
         }
-        conn.handling.close();
-        let _ = tokio::time::timeout(ACK_GRACE, conn.handling.wait()).await;
+        self.status.0.connected.store(false, Ordering::SeqCst);
+        links.close();
+        let _ = tokio::time::timeout(ACK_GRACE + CLOSE_WAIT, links.wait()).await;
         tracing::info!("Socket Mode client stopped");
+    }
+
+    /// Slack sent `disconnect` with `reason` on the current connection: keeps serving on it
+    /// (`warning`), or retires it, for good (`link_disabled`) or to open another (what `next`
+    /// in [`SocketClient::run`] is then).
+    fn disconnected(
+        &self,
+        current: &mut Option<Current>,
+        reason: &str,
+    ) -> Option<(&'static str, Retry, bool)> {
+        let plan = Disconnect::from_reason(reason);
+        if plan == Disconnect::KeepServing {
+            tracing::info!(
+                reason,
+                "Slack will refresh the Socket Mode connection soon; serving on it until then"
+            );
+            return None;
+        }
+        let retired = current.take()?;
+        // It stops reading, writes the acks its envelopes still owe and closes.
+        retired.retire.cancel();
+        self.status.0.connected.store(false, Ordering::SeqCst);
+        match plan {
+            Disconnect::Stop => {
+                self.status.0.disabled.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    reason,
+                    "Slack turned Socket Mode off for this app: Steward will not connect again and now expects Slack's requests at its HTTP request URLs (POST /slack/commands, /slack/interactions, /slack/events, which need SLACK_SIGNING_SECRET); restart it once Socket Mode is on again"
+                );
+                None
+            }
+            Disconnect::Reconnect(retry) => {
+                if retry == Retry::Refresh {
+                    tracing::info!(reason, "Slack asked for a new Socket Mode connection");
+                } else {
+                    tracing::warn!(
+                        reason,
+                        "Slack closed the Socket Mode connection; connecting again after a backoff"
+                    );
+                }
+                Some(("disconnect", retry, retired.healthy(&self.backoff)))
+            }
+            Disconnect::KeepServing => None,
+        }
     }
 }
 
-/// What outlives one socket: the handler, acks not yet written, the envelopes being handled.
-struct Connection {
+/// The connection being served, as [`SocketClient::run`] sees it.
+struct Current {
+    link: u64,
+    hello_at: Option<Instant>,
+    /// Cancelled to retire the connection: it stops reading, writes its acks and closes.
+    retire: CancellationToken,
+}
+
+impl Current {
+    /// Whether it stayed up long enough to reset the backoff.
+    fn healthy(&self, backoff: &Backoff) -> bool {
+        self.hello_at
+            .is_some_and(|t| t.elapsed() >= backoff.healthy_after)
+    }
+}
+
+/// What a connection's task tells [`SocketClient::run`].
+#[derive(Debug)]
+enum LinkEvent {
+    Hello {
+        link: u64,
+    },
+    Disconnect {
+        link: u64,
+        reason: String,
+    },
+    /// The socket closed, failed or went silent without being retired.
+    Dropped {
+        link: u64,
+    },
+}
+
+/// What every connection's task shares.
+struct Shared {
     handler: Handler,
-    acks: (mpsc::UnboundedSender<Ack>, mpsc::UnboundedReceiver<Ack>),
-    handling: TaskTracker,
+    /// Envelopes being handled, across connections, at most [`MAX_IN_FLIGHT`].
     permits: Arc<Semaphore>,
     status: SocketStatus,
     stop: CancellationToken,
-    healthy_after: Duration,
 }
 
-impl Connection {
-    /// Serves one socket until it ends.
-    async fn serve<S>(&mut self, ws: tokio_tungstenite::WebSocketStream<S>) -> Ended
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    {
-        let (mut sink, mut stream) = ws.split();
-        let mut hello_at: Option<Instant> = None;
-        let mut last_heard = Instant::now();
-        let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
-        let ended = loop {
-            tokio::select! {
-                () = self.stop.cancelled() => break Ended::Stopped,
-                Some(ack) = self.acks.1.recv() => {
-                    if sink.send(Message::text(ack.to_text())).await.is_err() {
-                        // Written on the next connection instead.
-                        let _ = self.acks.0.send(ack);
-                        break Ended::Dropped { healthy: false };
-                    }
-                }
-                frame = stream.next() => {
-                    last_heard = Instant::now();
-                    match frame {
-                        Some(Ok(Message::Text(text))) => match Frame::parse(text.as_str()) {
-                            Frame::Hello => {
-                                hello_at = Some(Instant::now());
-                                self.status.0.connected.store(true, Ordering::SeqCst);
-                                self.status.0.connections.fetch_add(1, Ordering::SeqCst);
-                                tracing::info!("Socket Mode connected");
-                            }
-                            Frame::Disconnect { reason } => {
-                                break Ended::Disconnect { reason, healthy: false };
-                            }
-                            Frame::Envelope(envelope) => self.dispatch(envelope).await,
-                            Frame::Unknown => tracing::debug!("Socket Mode: a frame of no known type"),
-                        },
-                        Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
-                            break Ended::Dropped { healthy: false };
-                        }
-                        Some(Ok(_)) => {}
-                    }
-                }
-                _ = ping.tick() => {
-                    if last_heard.elapsed() > SILENT_FOR {
-                        tracing::warn!("the Socket Mode connection went silent");
-                        break Ended::Dropped { healthy: false };
-                    }
-                    if sink.send(Message::Ping(Default::default())).await.is_err() {
-                        break Ended::Dropped { healthy: false };
-                    }
-                }
-            }
-        };
-        self.status.0.connected.store(false, Ordering::SeqCst);
-        let healthy = hello_at.is_some_and(|t| t.elapsed() >= self.healthy_after);
-        match ended {
-            Ended::Stopped => {
-                self.flush_acks(&mut sink).await;
-                let _ = sink.send(Message::Close(None)).await;
-                let _ = sink.close().await;
-                Ended::Stopped
-            }
-            Ended::Disconnect { reason, .. } => Ended::Disconnect { reason, healthy },
-            Ended::Dropped { .. } => Ended::Dropped { healthy },
-            other => other,
-        }
-    }
-
-    /// At shutdown: writes the acks of envelopes still being handled, waiting up to [`ACK_GRACE`].
-    async fn flush_acks<W>(&mut self, sink: &mut W)
-    where
-        W: futures::Sink<Message> + Unpin,
-    {
-        let handling = self.handling.clone();
-        handling.close();
-        let acks = &mut self.acks.1;
-        let _ = tokio::time::timeout(ACK_GRACE, async {
-            loop {
-                tokio::select! {
-                    Some(ack) = acks.recv() => {
-                        if sink.send(Message::text(ack.to_text())).await.is_err() {
-                            return;
-                        }
-                    }
-                    () = handling.wait() => break,
-                }
-            }
-            while let Ok(ack) = acks.try_recv() {
+/// Serves one socket until it drops, is retired or the client stops. Its envelopes' acks are
+/// written on it; once retired (or stopping) it reads no more, writes the acks still owed (up
+/// to [`ACK_GRACE`]) and closes with a close frame. When it drops, the acks it still owes are
+/// lost, and Slack delivers their envelopes again.
+async fn serve_link<S>(
+    socket: WebSocketStream<S>,
+    link: u64,
+    shared: Arc<Shared>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    retire: CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, mut stream) = socket.split();
+    let (acks, mut owed) = mpsc::unbounded_channel::<Ack>();
+    let mut last_heard = Instant::now();
+    let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+    let dropped = loop {
+        tokio::select! {
+            () = retire.cancelled() => break false,
+            () = shared.stop.cancelled() => break false,
+            Some(ack) = owed.recv() => {
                 if sink.send(Message::text(ack.to_text())).await.is_err() {
-                    return;
+                    ack_lost(&ack);
+                    break true;
                 }
             }
-        })
-        .await;
+            frame = stream.next() => {
+                last_heard = Instant::now();
+                match frame {
+                    Some(Ok(Message::Text(text))) => match Frame::parse(text.as_str()) {
+                        Frame::Hello => {
+                            let _ = events.send(LinkEvent::Hello { link });
+                        }
+                        Frame::Disconnect { reason } => {
+                            let _ = events.send(LinkEvent::Disconnect { link, reason });
+                        }
+                        Frame::Envelope(envelope) => dispatch(&shared, envelope, &acks).await,
+                        Frame::Unknown => tracing::debug!("Socket Mode: a frame of no known type"),
+                    },
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break true,
+                    Some(Ok(_)) => {}
+                }
+            }
+            _ = ping.tick() => {
+                if last_heard.elapsed() > SILENT_FOR {
+                    tracing::warn!("the Socket Mode connection went silent");
+                    break true;
+                }
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    break true;
+                }
+            }
+        }
+    };
+    // From here the envelopes still being handled hold the only senders: once they have all
+    // answered, `owed` ends.
+    drop(acks);
+    if dropped {
+        let _ = events.send(LinkEvent::Dropped { link });
+        owed.close();
+        while let Ok(ack) = owed.try_recv() {
+            ack_lost(&ack);
+        }
+        return;
     }
+    let _ = tokio::time::timeout(ACK_GRACE, async {
+        while let Some(ack) = owed.recv().await {
+            if sink.send(Message::text(ack.to_text())).await.is_err() {
+                ack_lost(&ack);
+                return;
+            }
+        }
+    })
+    .await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        let _ = sink.close().await;
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+}
 
-    /// Hands `envelope` to the handler in a task of its own; its ack goes into the queue.
-    async fn dispatch(&self, envelope: Envelope) {
-        self.status.0.envelopes.fetch_add(1, Ordering::SeqCst);
-        let Ok(permit) = self.permits.clone().acquire_owned().await else {
-            return;
-        };
-        let handler = self.handler.clone();
-        let acks = self.acks.0.clone();
-        self.handling.spawn(async move {
-            let _permit = permit;
-            let kind = envelope.kind_label();
-            let envelope_id = envelope.envelope_id.clone();
-            let accepts_payload = envelope.accepts_response_payload;
-            let answer = handler(envelope).await;
-            crate::metrics::slack_socket_envelope(kind, answer.outcome.label());
-            let payload = answer.payload.filter(|_| accepts_payload);
-            let _ = acks.send(Ack {
-                envelope_id,
-                payload,
-            });
-        });
-    }
+/// An ack whose socket went away: Slack did not see it and delivers the envelope again.
+fn ack_lost(ack: &Ack) {
+    tracing::info!(
+        envelope_id = %ack.envelope_id,
+        "the socket of a Socket Mode envelope closed before its ack was written; Slack delivers it again"
+    );
+}
+
+/// Hands `envelope` to the handler in a task of its own; its ack goes to `acks`, the queue of
+/// the socket it came from.
+async fn dispatch(shared: &Shared, envelope: Envelope, acks: &mpsc::UnboundedSender<Ack>) {
+    shared.status.0.envelopes.fetch_add(1, Ordering::SeqCst);
+    let Ok(permit) = shared.permits.clone().acquire_owned().await else {
+        return;
+    };
+    let handler = shared.handler.clone();
+    let acks = acks.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let kind = envelope.kind_label();
+        let envelope_id = envelope.envelope_id.clone();
+        let accepts_payload = envelope.accepts_response_payload;
+        let answer = handler(envelope).await;
+        crate::metrics::slack_socket_envelope(kind, answer.outcome.label());
+        let payload = answer.payload.filter(|_| accepts_payload);
+        if let Err(mpsc::error::SendError(ack)) = acks.send(Ack {
+            envelope_id,
+            payload,
+        }) {
+            ack_lost(&ack);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -697,5 +1001,156 @@ mod tests {
             e.to_string().contains("SLACK_APP_TOKEN (invalid_auth)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_disconnect_is_acted_on_by_its_reason() {
+        assert_eq!(Disconnect::from_reason("warning"), Disconnect::KeepServing);
+        assert_eq!(Disconnect::from_reason("link_disabled"), Disconnect::Stop);
+        assert_eq!(
+            Disconnect::from_reason("too_many_websockets"),
+            Disconnect::Reconnect(Retry::Backoff)
+        );
+        for reason in ["refresh_requested", "", "something_new"] {
+            assert_eq!(
+                Disconnect::from_reason(reason),
+                Disconnect::Reconnect(Retry::Refresh),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_refresh_after_a_healthy_connection_reconnects_at_once() {
+        let b = Backoff::default();
+        let mut failures = 0;
+        assert_eq!(
+            Retry::Refresh.delay(&b, &mut failures, false),
+            Duration::ZERO
+        );
+        // A second refresh in a row, of a connection that did not last: backed off.
+        assert!(Retry::Refresh.delay(&b, &mut failures, false) >= b.ceiling(1) / 2);
+        // A healthy connection resets the count.
+        assert_eq!(
+            Retry::Refresh.delay(&b, &mut failures, true),
+            Duration::ZERO
+        );
+        // too_many_websockets and drops always wait, even the first time.
+        let mut failures = 0;
+        assert!(Retry::Backoff.delay(&b, &mut failures, true) >= b.first / 2);
+        // A 429's Retry-After is the least wait; a refused token waits the longest step.
+        let mut failures = 0;
+        let d = Retry::NotBefore(Duration::from_secs(7)).delay(&b, &mut failures, false);
+        assert!(d >= Duration::from_secs(7), "{d:?}");
+        let d = Retry::Slowest.delay(&b, &mut 0, false);
+        assert!(d >= b.max / 2 && d <= b.max, "{d:?}");
+    }
+
+    #[test]
+    fn the_status_says_disabled_refused_connected_or_connecting() {
+        let status = SocketStatus::default();
+        assert_eq!(status.state(), SocketState::Connecting);
+        status.0.refused.store(true, Ordering::SeqCst);
+        assert_eq!(status.state().label(), "refused");
+        status.0.connected.store(true, Ordering::SeqCst);
+        assert_eq!(status.state().label(), "ok");
+        status.0.disabled.store(true, Ordering::SeqCst);
+        assert_eq!(status.state().label(), "disabled");
+    }
+
+    /// A one-route Slack answering `apps.connections.open` with `status`, `headers` and `body`.
+    async fn slack_answering(
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        body: &'static str,
+    ) -> String {
+        use axum::http::StatusCode;
+        let app = axum::Router::new().route(
+            "/api/apps.connections.open",
+            axum::routing::post(move || async move {
+                let mut resp = axum::response::IntoResponse::into_response((
+                    StatusCode::from_u16(status).unwrap(),
+                    body,
+                ));
+                for (name, value) in headers {
+                    resp.headers_mut()
+                        .insert(*name, axum::http::HeaderValue::from_static(value));
+                }
+                resp
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/api", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    async fn open_against(
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        body: &'static str,
+    ) -> Result<String, OpenError> {
+        let settings = SocketSettings {
+            app_token: SecretString::from("xapp-1-SECRET-TOKEN".to_owned()),
+        };
+        let api = slack_answering(status, headers, body).await;
+        SocketClient::new(&settings, &api).unwrap().open().await
+    }
+
+    #[tokio::test]
+    async fn slacks_answers_to_open_are_told_apart() {
+        for code in ["team_disabled", "user_removed_from_team", "token_revoked"] {
+            let body: &'static str =
+                Box::leak(format!(r#"{{"ok":false,"error":"{code}"}}"#).into_boxed_str());
+            match open_against(200, &[], body).await {
+                Err(OpenError::Refused { code: got }) => assert_eq!(got, code),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        let limited = open_against(429, &[("retry-after", "7")], "{}").await;
+        match limited {
+            Err(OpenError::RateLimited { retry_after }) => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            open_against(503, &[], "{}").await,
+            Err(OpenError::Unavailable(_))
+        ));
+        let ok = open_against(
+            200,
+            &[],
+            r#"{"ok":true,"url":"wss://example/link?ticket=t"}"#,
+        );
+        assert_eq!(ok.await.unwrap(), "wss://example/link?ticket=t");
+    }
+
+    /// Slack's socket URL is `wss://`: the client must speak TLS, not fail for want of it. A
+    /// listener that takes the connection sees a TLS ClientHello (a handshake record, 0x16).
+    #[tokio::test]
+    async fn a_wss_url_is_connected_over_tls() {
+        use tokio::io::AsyncReadExt;
+        use tokio_tungstenite::tungstenite::Error;
+        use tokio_tungstenite::tungstenite::error::UrlError;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first_byte = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut byte = [0u8; 1];
+            conn.read_exact(&mut byte).await.map(|_| byte[0]).ok()
+            // Dropping the connection ends the client's handshake with an error.
+        });
+        let url = format!("wss://127.0.0.1:{port}/link/?ticket=t");
+        let err = connect_socket(&url).await.unwrap_err();
+        assert!(
+            !matches!(err, Error::Url(UrlError::TlsFeatureNotEnabled)),
+            "TLS support is not compiled in: {err}"
+        );
+        assert!(matches!(err, Error::Io(_) | Error::Tls(_)), "{err:?}");
+        assert_eq!(first_byte.await.unwrap(), Some(0x16), "a TLS ClientHello");
+        // The listener is gone: an I/O error, as for any unreachable host.
+        let closed = connect_socket(&url).await.unwrap_err();
+        assert!(matches!(closed, Error::Io(_)), "{closed:?}");
     }
 }
