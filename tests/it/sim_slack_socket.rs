@@ -1,6 +1,8 @@
 //! Socket Mode in the Slack simulator, over real sockets: `apps.connections.open`, the
 //! WebSocket's `hello`, envelopes and their acks, redelivery of an unacked envelope, dropped
-//! sockets and reconnects, and several connections sharing the deliveries.
+//! sockets and reconnects, and several connections sharing the deliveries; `accepts_response_payload`
+//! as Slack sets it, `disconnect` reasons (a `warning` closes nothing), outages that answer as a
+//! revoked token or a rate limit, and the connections and `apps.connections.open` calls counted.
 use std::collections::BTreeSet;
 
 use futures::{SinkExt, StreamExt};
@@ -222,4 +224,190 @@ async fn two_connections_share_the_deliveries() {
     })
     .await;
     assert!(all.iter().all(|a| a["known"] == true), "{all:?}");
+}
+
+/// Delivers an envelope of `kind` and reads it off `ws`.
+async fn delivered(sim: &SlackSim, ws: &mut Ws, kind: &str, payload: Value) -> Value {
+    let id = send(sim, kind, payload).await;
+    let envelope = next_json(ws).await.unwrap();
+    assert_eq!(envelope["envelope_id"], id.as_str());
+    ack(ws, json!({"envelope_id": id})).await;
+    envelope
+}
+
+#[tokio::test]
+async fn an_ack_may_carry_a_payload_only_where_slack_allows_one() {
+    let sim = start(None).await;
+    let (mut ws, _) = connect(&sim).await;
+    let cases = [
+        (
+            "slash_commands",
+            json!({"command": "/sandbox", "text": "help"}),
+            true,
+        ),
+        (
+            "interactive",
+            json!({"type": "view_submission", "view": {}}),
+            true,
+        ),
+        (
+            "interactive",
+            json!({"type": "block_suggestion", "value": "sb"}),
+            true,
+        ),
+        (
+            "interactive",
+            json!({"type": "block_actions", "actions": []}),
+            false,
+        ),
+        ("interactive", json!({"type": "view_closed"}), false),
+        (
+            "events_api",
+            json!({"type": "event_callback", "event": {}}),
+            false,
+        ),
+    ];
+    for (kind, payload, accepts) in cases {
+        let envelope = delivered(&sim, &mut ws, kind, payload.clone()).await;
+        assert_eq!(
+            envelope["accepts_response_payload"], accepts,
+            "{kind} {payload}"
+        );
+    }
+}
+
+/// `GET /_sim/socket/connections`: the open connections' ids and the `apps.connections.open`
+/// calls so far.
+async fn connections(sim: &SlackSim) -> Value {
+    reqwest::get(format!("{}/_sim/socket/connections", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sends_and_acks_name_the_connection_and_opens_are_counted() {
+    let sim = start(Some(APP_TOKEN)).await;
+    assert_eq!(connections(&sim).await, json!({"open": [], "opens": 0}));
+    open(&sim, "xapp-1-A0SIM-another").await;
+    let (mut ws, _) = connect(&sim).await;
+    let now = connections(&sim).await;
+    assert_eq!(now["opens"], 2, "a refused call counts too: {now}");
+    let conn = now["open"][0].as_u64().unwrap();
+    let (status, answer) = sim_socket_post(
+        &sim,
+        "send",
+        json!({"type": "events_api", "payload": {"type": "event_callback"}}),
+    )
+    .await;
+    assert_eq!((status, answer["connection"].as_u64()), (200, Some(conn)));
+    let envelope = next_json(&mut ws).await.unwrap();
+    ack(&mut ws, json!({"envelope_id": envelope["envelope_id"]})).await;
+    let recorded =
+        crate::common::wait_until("the ack", || async { acks(&sim).await.into_iter().next() })
+            .await;
+    assert_eq!(recorded["connection"].as_u64(), Some(conn), "{recorded}");
+    drop(ws);
+    crate::common::wait_until("the closed socket is gone", || async {
+        (connections(&sim).await["open"] == json!([])).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_warning_leaves_the_socket_open_and_other_reasons_close_it() {
+    let sim = start(None).await;
+    let (mut ws, _) = connect(&sim).await;
+    let (status, answer) = sim_socket_post(&sim, "drop", json!({"reason": "warning"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (answer["closed"].as_u64(), answer["disconnects"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let warning = next_json(&mut ws).await.unwrap();
+    assert_eq!(
+        (warning["type"].as_str(), warning["reason"].as_str()),
+        (Some("disconnect"), Some("warning"))
+    );
+    // Still open: the next envelope arrives on it.
+    let envelope = delivered(
+        &sim,
+        &mut ws,
+        "events_api",
+        json!({"type": "event_callback"}),
+    )
+    .await;
+    assert_eq!(envelope["type"], "events_api");
+
+    // Bodies the route cannot read change nothing.
+    for body in [
+        json!({"reason": "bored"}),
+        json!({"reason": 3}),
+        json!({"disconnect": true, "why": "x"}),
+    ] {
+        let (status, answer) = sim_socket_post(&sim, "drop", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    assert_eq!(connections(&sim).await["open"].as_array().unwrap().len(), 1);
+
+    for reason in ["link_disabled", "too_many_websockets"] {
+        let (status, answer) = sim_socket_post(&sim, "drop", json!({"reason": reason})).await;
+        assert_eq!(
+            (status, answer["closed"].as_u64()),
+            (200, Some(1)),
+            "{answer}"
+        );
+        let disconnect = next_json(&mut ws).await.unwrap();
+        assert_eq!(disconnect["reason"], reason);
+        assert!(
+            next_json(&mut ws).await.is_none(),
+            "{reason} closes the socket"
+        );
+        ws = connect(&sim).await.0;
+    }
+}
+
+#[tokio::test]
+async fn an_outage_can_answer_as_a_revoked_token_or_a_rate_limit() {
+    let sim = start(None).await;
+    let (status, answer) = sim_socket_post(
+        &sim,
+        "outage",
+        json!({"on": true, "error": "token_revoked"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &answer["error"]),
+        (200, &json!("token_revoked")),
+        "{answer}"
+    );
+    assert_eq!(
+        open(&sim, APP_TOKEN).await,
+        json!({"ok": false, "error": "token_revoked"})
+    );
+    sim_socket_post(
+        &sim,
+        "outage",
+        json!({"on": true, "error": "ratelimited", "retry_after": 7}),
+    )
+    .await;
+    let limited = reqwest::Client::new()
+        .post(format!("{}/apps.connections.open", sim.api_url()))
+        .bearer_auth(APP_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(limited.status().as_u16(), 429);
+    assert_eq!(limited.headers()["retry-after"], "7");
+    for body in [
+        json!({"on": true, "error": "Not A Code"}),
+        json!({"on": true, "error": "token_revoked", "retry_after": 3}),
+    ] {
+        let (status, answer) = sim_socket_post(&sim, "outage", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    sim_socket_post(&sim, "outage", json!({"on": false})).await;
+    assert_eq!(open(&sim, APP_TOKEN).await["ok"], true);
 }

@@ -1,12 +1,18 @@
 //! Socket Mode in the Slack simulator: `apps.connections.open` hands out a one-use WebSocket
 //! URL; the socket says `hello`, delivers the envelopes it is asked to send
-//! (`POST /_sim/socket/send`) round robin across the open connections, reads acks
-//! (`GET /_sim/socket/acks` lists them with their payloads), re-delivers an envelope not acked
-//! within [`REDELIVER_AFTER`] with `retry_attempt` (as Slack does, up to [`MAX_RETRIES`]
-//! times), `POST /_sim/socket/drop` closes every socket (after a `disconnect` envelope with
-//! `reason: "refresh_requested"` when the body says `{"disconnect": true}`), and
-//! `POST /_sim/socket/outage` (`{"on": true}` / `{"on": false}`) makes `apps.connections.open`
-//! answer 503 until it is turned off, so a client's reconnects fail as in an outage of Slack's.
+//! (`POST /_sim/socket/send`) round robin across the open connections, with
+//! `accepts_response_payload` set as Slack sets it (true for slash commands and for
+//! `view_submission` and `block_suggestion` interactions, false otherwise), reads acks
+//! (`GET /_sim/socket/acks` lists them with their payloads and the connection they came on),
+//! re-delivers an envelope not acked within [`REDELIVER_AFTER`] with `retry_attempt` (as Slack
+//! does, up to [`MAX_RETRIES`] times). `POST /_sim/socket/drop` closes every socket, after a
+//! `disconnect` envelope when asked (`{"disconnect": true}`, reason `refresh_requested`, or
+//! `{"reason": …}`); for `warning` it sends the envelope and closes nothing, as Slack does.
+//! `POST /_sim/socket/outage` (`{"on": true}` / `{"on": false}`, optionally with Slack's
+//! `error`) makes `apps.connections.open` fail until it is turned off, so a client's reconnects
+//! fail as in an outage of Slack's (or as with a revoked token, or a rate limit).
+//! `GET /_sim/socket/connections` says which connections are open and how many times
+//! `apps.connections.open` was called.
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,6 +43,17 @@ pub const REDELIVER_AFTER: Duration = Duration::from_secs(3);
 pub const MAX_RETRIES: u32 = 3;
 
 const ENVELOPE_TYPES: [&str; 3] = ["slash_commands", "interactive", "events_api"];
+/// The `disconnect` reasons `POST /_sim/socket/drop` sends (Slack's; `warning` closes nothing).
+const DISCONNECT_REASONS: [&str; 4] = [
+    "refresh_requested",
+    "warning",
+    "link_disabled",
+    "too_many_websockets",
+];
+/// The `disconnect` reason Slack sends seconds before it refreshes a connection, leaving it open.
+const WARNING: &str = "warning";
+/// Longest `error` an outage may answer with.
+const ERROR_CODE_MAX_CHARS: usize = 64;
 
 /// What a connection's writer is told to do.
 enum Outgoing {
@@ -62,8 +79,19 @@ struct HubState {
     next_id: u64,
     pending: HashMap<String, Pending>,
     acks: Vec<Value>,
-    /// While set, `apps.connections.open` answers 503 (`POST /_sim/socket/outage`).
-    outage: bool,
+    /// While set, `apps.connections.open` fails (`POST /_sim/socket/outage`).
+    outage: Option<Outage>,
+    /// `apps.connections.open` calls answered, whatever the answer.
+    opens: u64,
+}
+
+/// How `apps.connections.open` fails during an outage.
+#[derive(Clone)]
+struct Outage {
+    /// Slack's error code: `service_unavailable` is a 503, `ratelimited` a 429 with
+    /// `Retry-After`, anything else `{"ok": false, "error"}` as Slack answers a refused token.
+    error: String,
+    retry_after_secs: u64,
 }
 
 /// Socket Mode's shared state: one-use tickets, open connections, unacked envelopes, acks.
@@ -88,24 +116,46 @@ impl Hub {
 
     /// Closes every socket (after a `disconnect` envelope when `disconnect`); how many.
     pub(super) fn close_all(&self, disconnect: bool) -> usize {
-        let conns = std::mem::take(&mut self.lock().conns);
-        let closed = conns.len();
-        for conn in conns {
-            if disconnect {
-                let envelope = json!({
-                    "type": "disconnect",
-                    "reason": "refresh_requested",
-                    "debug_info": {"host": "applink-sim"},
-                });
-                let _ = conn.tx.send(Outgoing::Text(envelope.to_string()));
-            }
-            let _ = conn.tx.send(Outgoing::Close);
-        }
-        closed
+        self.disconnect_all(disconnect.then_some("refresh_requested"))
+            .0
     }
 
-    /// Sends `envelope` on the next connection in turn; false when none is open.
-    fn deliver(&self, envelope: &Value) -> bool {
+    /// Sends every socket a `disconnect` envelope with `reason` (when there is one), and closes
+    /// them unless the reason is `warning`: how many were closed, and how many told.
+    fn disconnect_all(&self, reason: Option<&str>) -> (usize, usize) {
+        let warning = reason == Some(WARNING);
+        let conns: Vec<mpsc::UnboundedSender<Outgoing>> = {
+            let mut state = self.lock();
+            if warning {
+                state.conns.iter().map(|c| c.tx.clone()).collect()
+            } else {
+                std::mem::take(&mut state.conns)
+                    .into_iter()
+                    .map(|c| c.tx)
+                    .collect()
+            }
+        };
+        let told = if reason.is_some() { conns.len() } else { 0 };
+        for tx in &conns {
+            if let Some(reason) = reason {
+                let envelope = json!({
+                    "type": "disconnect",
+                    "reason": reason,
+                    "debug_info": {"host": "applink-sim"},
+                });
+                let _ = tx.send(Outgoing::Text(envelope.to_string()));
+            }
+            if !warning {
+                let _ = tx.send(Outgoing::Close);
+            }
+        }
+        let closed = if warning { 0 } else { conns.len() };
+        (closed, told)
+    }
+
+    /// Sends `envelope` on the next connection in turn: that connection's id, or `None` when
+    /// none is open.
+    fn deliver(&self, envelope: &Value) -> Option<u64> {
         let mut state = self.lock();
         let text = envelope.to_string();
         while !state.conns.is_empty() {
@@ -116,11 +166,11 @@ impl Hub {
                 .send(Outgoing::Text(text.clone()))
                 .is_ok()
             {
-                return true;
+                return Some(state.conns[index].id);
             }
             state.conns.remove(index);
         }
-        false
+        None
     }
 }
 
@@ -132,21 +182,34 @@ pub(super) fn routes() -> Router<Shared> {
         .route("/_sim/socket/acks", get(acks))
         .route("/_sim/socket/drop", post(drop_all))
         .route("/_sim/socket/outage", post(outage))
+        .route("/_sim/socket/connections", get(connections))
 }
 
 /// `apps.connections.open`: an app-level token gets a one-use WebSocket URL. As Slack answers:
 /// no token is `not_authed`, a bot or user token is `not_allowed_token_type`, and an `xapp-`
 /// token other than `--app-token` is `invalid_auth`.
 ///
-/// During an outage (`POST /_sim/socket/outage`) every call is a 503 whatever the token, as a
-/// Slack that is down would answer, and no ticket is handed out.
+/// During an outage (`POST /_sim/socket/outage`) every call fails whatever the token, with the
+/// outage's error (a 503 by default, as a Slack that is down would answer), and no ticket is
+/// handed out. Every call is counted (`GET /_sim/socket/connections`).
 pub(super) fn open(world: &Shared, headers: &HeaderMap) -> Response {
-    if world.socket.lock().outage {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ok": false, "error": "service_unavailable"})),
-        )
-            .into_response();
+    let outage = {
+        let mut state = world.socket.lock();
+        state.opens += 1;
+        state.outage.clone()
+    };
+    if let Some(outage) = outage {
+        let body = Json(json!({"ok": false, "error": outage.error}));
+        return match outage.error.as_str() {
+            "service_unavailable" => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+            "ratelimited" => (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, outage.retry_after_secs.to_string())],
+                body,
+            )
+                .into_response(),
+            _ => body.into_response(),
+        };
     }
     let token = headers
         .get(header::AUTHORIZATION)
@@ -277,7 +340,7 @@ where
                 }
             },
             incoming = stream.next() => match incoming {
-                Some(Ok(Message::Text(text))) => record_ack(&world, text.as_str()),
+                Some(Ok(Message::Text(text))) => record_ack(&world, id, text.as_str()),
                 Some(Ok(Message::Ping(data))) => {
                     if sink.send(Message::Pong(data)).await.is_err() {
                         break;
@@ -291,8 +354,9 @@ where
     world.socket.lock().conns.retain(|c| c.id != id);
 }
 
-/// An ack `{"envelope_id", "payload"?}` ends the envelope's redelivery and is recorded.
-fn record_ack(world: &Shared, text: &str) {
+/// An ack `{"envelope_id", "payload"?}` ends the envelope's redelivery and is recorded, with
+/// the connection it came on.
+fn record_ack(world: &Shared, connection: u64, text: &str) {
     let Ok(ack) = serde_json::from_str::<Value>(text) else {
         tracing::debug!("socket mode: a frame that is not JSON");
         return;
@@ -303,7 +367,7 @@ fn record_ack(world: &Shared, text: &str) {
     };
     let mut state = world.socket.lock();
     let known = state.pending.remove(id).is_some();
-    let mut entry = json!({"envelope_id": id, "known": known});
+    let mut entry = json!({"envelope_id": id, "known": known, "connection": connection});
     if let Some(payload) = ack.get("payload") {
         entry["payload"] = payload.clone();
     }
@@ -317,8 +381,23 @@ struct SendBody {
     payload: Value,
 }
 
+/// Whether Slack lets the ack of an envelope carry a `payload`: a slash command's immediate
+/// reply, a modal submission's `response_action`, a menu's options; never for a click or an
+/// event.
+fn accepts_response_payload(kind: &str, payload: &Value) -> bool {
+    match kind {
+        "slash_commands" => true,
+        "interactive" => matches!(
+            payload.get("type").and_then(Value::as_str),
+            Some("view_submission" | "block_suggestion")
+        ),
+        _ => false,
+    }
+}
+
 /// `POST /_sim/socket/send` `{"type", "payload"}`: wraps the payload in an envelope, delivers
-/// it on the next connection and re-delivers it until acked.
+/// it on the next connection and re-delivers it until acked. Answers the envelope id and the
+/// connection it went to.
 async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
     let bad = |msg: &str| {
         (
@@ -336,11 +415,12 @@ async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response 
         return bad("payload must be a JSON object").into_response();
     }
     let envelope_id = uuid::Uuid::new_v4().to_string();
+    let accepts_payload = accepts_response_payload(&body.kind, &body.payload);
     let envelope = json!({
         "envelope_id": envelope_id,
         "type": body.kind,
         "payload": body.payload,
-        "accepts_response_payload": true,
+        "accepts_response_payload": accepts_payload,
         "retry_attempt": 0,
         "retry_reason": "",
     });
@@ -362,16 +442,16 @@ async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response 
             },
         );
     }
-    if !world.socket.deliver(&envelope) {
+    let Some(connection) = world.socket.deliver(&envelope) else {
         world.socket.lock().pending.remove(&envelope_id);
         return (
             StatusCode::CONFLICT,
             Json(json!({"ok": false, "error": "no_connection"})),
         )
             .into_response();
-    }
+    };
     tokio::spawn(redeliver(Arc::clone(&world), envelope_id.clone()));
-    Json(json!({"ok": true, "envelope_id": envelope_id})).into_response()
+    Json(json!({"ok": true, "envelope_id": envelope_id, "connection": connection})).into_response()
 }
 
 /// Delivers the envelope again, with `retry_attempt` counting up, until it is acked.
@@ -392,7 +472,7 @@ async fn redeliver(world: Shared, envelope_id: String) {
             pending.envelope["retry_reason"] = json!("timeout");
             pending.envelope.clone()
         };
-        world.socket.deliver(&envelope);
+        let _ = world.socket.deliver(&envelope);
     }
 }
 
@@ -402,49 +482,95 @@ async fn acks(State(world): State<Shared>) -> Json<Value> {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct DropBody {
     #[serde(default)]
     disconnect: bool,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
-/// `POST /_sim/socket/drop` (`{"disconnect": true}` optional): closes every socket.
+/// `POST /_sim/socket/drop` (`{"disconnect": true}` or `{"reason": …}` optional): closes every
+/// socket, first sending a `disconnect` envelope when asked (reason `refresh_requested` unless
+/// one of [`DISCONNECT_REASONS`] is named). A `warning` is sent and nothing is closed, as
+/// Slack warns before it refreshes a connection.
 async fn drop_all(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
     let body = if body.is_empty() {
         DropBody::default()
     } else {
         match serde_json::from_slice::<DropBody>(&body) {
             Ok(b) => b,
-            Err(_) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    Json(json!({"ok": false, "error": "expected {\"disconnect\": bool}"})),
-                )
-                    .into_response();
-            }
+            Err(_) => return bad_body("expected {\"disconnect\": bool, \"reason\": string}"),
         }
     };
-    let closed = world.socket.close_all(body.disconnect);
-    Json(json!({"ok": true, "closed": closed})).into_response()
+    let reason = match body.reason.as_deref() {
+        Some(reason) if DISCONNECT_REASONS.contains(&reason) => Some(reason),
+        Some(_) => {
+            return bad_body(
+                "reason must be refresh_requested, warning, link_disabled or too_many_websockets",
+            );
+        }
+        None => body.disconnect.then_some("refresh_requested"),
+    };
+    let (closed, disconnects) = world.socket.disconnect_all(reason);
+    Json(json!({"ok": true, "closed": closed, "disconnects": disconnects})).into_response()
+}
+
+fn bad_body(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"ok": false, "error": message})),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OutageBody {
     on: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    retry_after: Option<u64>,
 }
 
-/// `POST /_sim/socket/outage` `{"on": bool}`: starts or ends an outage of
-/// `apps.connections.open`. Open sockets stay open; `drop` closes them.
+/// `POST /_sim/socket/outage` `{"on": bool, "error"?, "retry_after"?}`: starts or ends an
+/// outage of `apps.connections.open`, which then answers with `error` (default
+/// `service_unavailable`, a 503; `ratelimited` is a 429 with `Retry-After: retry_after`, default
+/// 1; any other code `{"ok": false, "error"}`, as for a revoked token). Open sockets stay open;
+/// `drop` closes them.
 async fn outage(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
+    const EXPECTED: &str =
+        "expected {\"on\": bool, \"error\": a Slack error code, \"retry_after\": seconds}";
     let Ok(body) = serde_json::from_slice::<OutageBody>(&body) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"ok": false, "error": "expected {\"on\": bool}"})),
-        )
-            .into_response();
+        return bad_body(EXPECTED);
     };
-    world.socket.lock().outage = body.on;
-    Json(json!({"ok": true, "outage": body.on})).into_response()
+    let error = body
+        .error
+        .unwrap_or_else(|| "service_unavailable".to_owned());
+    let is_code = !error.is_empty()
+        && error.len() <= ERROR_CODE_MAX_CHARS
+        && error.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    if !is_code || (body.retry_after.is_some() && error != "ratelimited") {
+        return bad_body(EXPECTED);
+    }
+    world.socket.lock().outage = body.on.then(|| Outage {
+        error: error.clone(),
+        retry_after_secs: body.retry_after.unwrap_or(1),
+    });
+    let mut answer = json!({"ok": true, "outage": body.on});
+    if body.on {
+        answer["error"] = json!(error);
+    }
+    Json(answer).into_response()
+}
+
+/// `GET /_sim/socket/connections`: the ids of the open connections (as acks and sends name
+/// them) and how many times `apps.connections.open` was called.
+async fn connections(State(world): State<Shared>) -> Json<Value> {
+    let state = world.socket.lock();
+    let open: Vec<u64> = state.conns.iter().map(|c| c.id).collect();
+    Json(json!({"open": open, "opens": state.opens}))
 }
 
 #[cfg(test)]
