@@ -3,7 +3,11 @@
 //! `interactive` envelope decides a case once, dropped sockets (with and without `disconnect`)
 //! lose no decision and double none, a refused app token stops `steward serve` with a sentence
 //! that never shows the token, two replicas each hold a connection and both receive, and while
-//! Slack hands out no new connection `/readyz` says `connecting` until one is open again.
+//! Slack hands out no new connection `/readyz` says `connecting` until one is open again. Slack's
+//! `disconnect` reasons are followed (`warning` keeps serving, `link_disabled` stops for good and
+//! `/readyz` falls back to HTTP, `too_many_websockets` backs off), a token revoked later makes
+//! `/readyz` say `refused`, a 429 waits its `Retry-After`, a modal's answer travels in the ack,
+//! and socket traffic is counted in the same Slack request series as HTTP traffic.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -54,16 +58,41 @@ async fn spawn_socket_app() -> TestApp {
 /// Delivers an envelope on the next open connection, waiting until Steward holds one (the
 /// simulator answers 409 `no_connection` while none is open); its envelope id.
 async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
+    send_on(sim, kind, payload).await.0
+}
+
+/// [`send`], also saying which connection (the simulator's id) the envelope went to.
+async fn send_on(sim: &SlackSim, kind: &str, payload: Value) -> (String, u64) {
     let body = json!({"type": kind, "payload": payload});
     wait_until("Steward holds a Socket Mode connection", || async {
         let (status, answer) = sim_socket_post(sim, "send", body.clone()).await;
         match status {
-            200 => Some(answer["envelope_id"].as_str().unwrap().to_owned()),
+            200 => Some((
+                answer["envelope_id"].as_str().unwrap().to_owned(),
+                answer["connection"].as_u64().unwrap(),
+            )),
             409 => None,
             _ => panic!("the simulator refused the envelope: {answer}"),
         }
     })
     .await
+}
+
+/// The simulator's open connections (their ids) and its `apps.connections.open` calls so far.
+async fn sim_connections(sim: &SlackSim) -> (Vec<u64>, u64) {
+    let body: Value = reqwest::get(format!("{}/_sim/socket/connections", sim.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let open = body["open"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_u64().unwrap())
+        .collect();
+    (open, body["opens"].as_u64().unwrap())
 }
 
 async fn acks(sim: &SlackSim) -> Vec<Value> {
@@ -720,4 +749,362 @@ fn the_socket_mode_manifest_is_the_http_one_with_socket_mode_on_and_no_urls() {
             .collect()
     };
     assert_eq!(declared(&socket), declared(&http));
+}
+
+/// `user`'s submission of the reason modal `view` as Slack sends it over Socket Mode.
+fn reason_submission(view: &Value, user: &str, reason: &str) -> Value {
+    json!({
+        "type": "view_submission",
+        "user": {"id": user},
+        "view": {
+            "id": format!("V{}", hook()),
+            "callback_id": view["callback_id"],
+            "private_metadata": view["private_metadata"],
+            "hash": "h1",
+            "state": {"values": {
+                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
+                "until": {"until_date": {"type": "datepicker", "selected_date": null}},
+            }},
+        },
+    })
+}
+
+/// A modal's answer travels in the ack: the simulator marks `view_submission` envelopes as
+/// accepting a payload (and a click's as not), so Steward's `response_action` reaches Slack.
+#[tokio::test]
+async fn a_reason_modal_submitted_over_socket_mode_is_answered_in_its_ack() {
+    let app = spawn_socket_app().await;
+    let case = open_kill_case(&app, "sockmodal1").await;
+    let before = app.modals_opened().len();
+    let click = click_payload(&app, &case, "case_leave", "U0005", "1700000099.000100").await;
+    let clicked = send(&app.slack, "interactive", click).await;
+    assert!(ack_of(&app.slack, &clicked).await.get("payload").is_none());
+    let view = app.opened_modal(before).await;
+
+    // An empty reason: the form stays open with the error under the field.
+    let id = send(
+        &app.slack,
+        "interactive",
+        reason_submission(&view, "U0005", "   "),
+    )
+    .await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert_eq!(ack["payload"]["response_action"], "errors", "{ack}");
+    assert!(ack["payload"]["errors"].is_object(), "{ack}");
+    assert_eq!(
+        app.state.store.get_case(&case).await.unwrap().state,
+        CaseState::Pending
+    );
+
+    // A reason: the form closes (a bare ack) and the case is left.
+    let id = send(
+        &app.slack,
+        "interactive",
+        reason_submission(&view, "U0005", "demo on Friday"),
+    )
+    .await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(ack.get("payload").is_none(), "the modal closes: {ack}");
+    eventually("the case is left", || async {
+        matches!(
+            app.state.store.get_case(&case).await.unwrap().state,
+            CaseState::Left { .. }
+        )
+    })
+    .await;
+    assert_eq!(calls(&app, "kill").await, 0);
+    app.shutdown().await;
+}
+
+/// Slack's `warning` comes seconds before it refreshes a connection: Steward keeps serving on
+/// it (an envelope sent after the warning, on the same socket, is handled and acked there) and
+/// opens nothing new until Slack's `refresh_requested`.
+#[tokio::test]
+async fn a_warning_does_not_drop_the_connection() {
+    let app = spawn_connected_socket_app().await;
+    let status = app.state.socket.clone().expect("Socket Mode is on");
+    let (open, opens) = sim_connections(&app.slack).await;
+    let [conn] = open[..] else {
+        panic!("one connection: {open:?}")
+    };
+    let (code, answer) = sim_socket_post(&app.slack, "drop", json!({"reason": "warning"})).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["disconnects"], 1, "{answer}");
+
+    // Written after the warning on the same socket, so Steward reads it only if it still
+    // serves the connection.
+    let payload = command_payload("help", "U0001", &app.slack.response_url(&hook()));
+    let (id, sent_on) = send_on(&app.slack, "slash_commands", payload).await;
+    assert_eq!(sent_on, conn);
+    let ack = ack_of(&app.slack, &id).await;
+    assert_eq!(ack["known"], true, "acked before any redelivery: {ack}");
+    assert_eq!(ack["connection"], conn, "acked on its own socket: {ack}");
+    assert!(ack["payload"].is_object(), "{ack}");
+    assert_eq!(status.connections(), 1, "no reconnect");
+    assert_eq!(sim_connections(&app.slack).await, (vec![conn], opens));
+
+    // Then the refresh itself: a new connection, and the old one is closed.
+    sim_socket_post(&app.slack, "drop", json!({"disconnect": true})).await;
+    eventually("a second connection", || async {
+        status.connections() == 2
+    })
+    .await;
+    help_is_answered(&app).await;
+    let (open, _) = sim_connections(&app.slack).await;
+    assert!(!open.contains(&conn), "{open:?}");
+    app.shutdown().await;
+}
+
+/// Slack sends `link_disabled` when Socket Mode is turned off for the app: Steward stops
+/// connecting, says `disabled`, and is ready as an HTTP app is (the signing secret).
+#[tokio::test]
+async fn link_disabled_stops_reconnecting_and_readiness_falls_back_to_http() {
+    let app = spawn_connected_socket_app().await;
+    let (_, opens) = sim_connections(&app.slack).await;
+    let (code, answer) =
+        sim_socket_post(&app.slack, "drop", json!({"reason": "link_disabled"})).await;
+    assert_eq!((code, &answer["closed"]), (200, &json!(1)), "{answer}");
+    let (status, body) = readiness_once_socket_is(&app, "disabled").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["checks"]["slack_signing_secret"], "ok", "{body}");
+    assert_eq!(body["ready"], true, "{body}");
+    // Slack's requests come over HTTP now, and are answered.
+    assert_eq!(app.post_command("help").await.status(), 200);
+    let slack = app.slack.clone();
+    app.shutdown().await;
+    assert_eq!(
+        sim_connections(&slack).await,
+        (vec![], opens),
+        "no apps.connections.open after link_disabled"
+    );
+
+    // Without a signing secret, nothing can take Slack's requests any more: not ready.
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        env: vec![
+            ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
+            ("SLACK_SIGNING_SECRET".into(), String::new()),
+        ],
+        ..TestAppOptions::default()
+    })
+    .await;
+    readiness_once_socket_is(&app, "ok").await;
+    sim_socket_post(&app.slack, "drop", json!({"reason": "link_disabled"})).await;
+    let (status, body) = readiness_once_socket_is(&app, "disabled").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["slack_signing_secret"], "missing", "{body}");
+    assert_eq!(body["missing"], json!(["SLACK_SIGNING_SECRET"]), "{body}");
+    app.shutdown().await;
+}
+
+/// `too_many_websockets` is answered with a backoff, never at once.
+#[tokio::test]
+async fn too_many_websockets_reconnects_only_after_a_backoff() {
+    let app = spawn_connected_socket_app().await;
+    let (_, opens) = sim_connections(&app.slack).await;
+    let asked = tokio::time::Instant::now();
+    sim_socket_post(&app.slack, "drop", json!({"reason": "too_many_websockets"})).await;
+    wait_until("Steward opens another connection", || async {
+        (sim_connections(&app.slack).await.1 > opens).then_some(())
+    })
+    .await;
+    // The backoff's first step is 0.5 s, jittered in its upper half.
+    let waited = asked.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(250),
+        "{waited:?}"
+    );
+    help_is_answered(&app).await;
+    app.shutdown().await;
+}
+
+/// A token revoked while Steward runs: `/readyz` says `refused` (not "connecting") and the
+/// refusals are counted; Steward keeps trying (at the longest backoff).
+#[tokio::test]
+async fn a_token_refused_while_running_makes_readiness_say_refused() {
+    let app = spawn_connected_socket_app().await;
+    let revoked = json!({"on": true, "error": "token_revoked"});
+    assert_eq!(sim_socket_post(&app.slack, "outage", revoked).await.0, 200);
+    assert_eq!(sim_socket_post(&app.slack, "drop", json!({})).await.0, 200);
+    let (status, body) = readiness_once_socket_is(&app, "refused").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["missing"], json!(["SLACK_APP_TOKEN"]), "{body}");
+    let metrics = metrics_text(&app).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("steward_slack_socket_reconnects_total")
+                && l.contains("reason=\"refused\"")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("steward_slack_api_calls_total")
+                && l.contains("method=\"apps.connections.open\"")
+                && l.contains("outcome=\"refused\"")),
+        "{metrics}"
+    );
+    app.shutdown().await;
+}
+
+/// A 429 from `apps.connections.open`: the next attempt waits at least its `Retry-After`.
+#[tokio::test]
+async fn a_rate_limited_open_waits_for_retry_after() {
+    let app = spawn_connected_socket_app().await;
+    let limited = json!({"on": true, "error": "ratelimited", "retry_after": 2});
+    assert_eq!(sim_socket_post(&app.slack, "outage", limited).await.0, 200);
+    let (_, opens) = sim_connections(&app.slack).await;
+    sim_socket_post(&app.slack, "drop", json!({})).await;
+    let calls_past = |n: u64| {
+        let sim = app.slack.clone();
+        async move {
+            wait_until(&format!("{n} apps.connections.open calls"), || async {
+                (sim_connections(&sim).await.1 >= n).then_some(())
+            })
+            .await;
+            tokio::time::Instant::now()
+        }
+    };
+    let limited_at = calls_past(opens + 1).await;
+    let next_at = calls_past(opens + 2).await;
+    let waited = next_at - limited_at;
+    // 2 s, less what polling for the first call may have lost.
+    assert!(
+        waited >= std::time::Duration::from_millis(1800),
+        "{waited:?}"
+    );
+    sim_socket_post(&app.slack, "outage", json!({"on": false})).await;
+    readiness_once_socket_is(&app, "ok").await;
+    app.shutdown().await;
+}
+
+/// A `steward serve` of its own (a process, so its metrics count only its own traffic), with
+/// Socket Mode on: its `/metrics` URL.
+struct ServeProcess {
+    child: tokio::process::Child,
+    metrics_url: String,
+    _cleanup: PrefixCleanup,
+}
+
+async fn serve_process(sim: &SlackSim) -> ServeProcess {
+    use tokio::io::AsyncBufReadExt;
+    let cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: unique_prefix(),
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("STEWARD_LISTEN", "127.0.0.1:0")
+        .env("SLACK_API_URL", sim.api_url())
+        .env("SLACK_BOT_TOKEN", "xoxb-test-bot-token")
+        .env("SLACK_APP_TOKEN", APP_TOKEN)
+        .env("REDIS_URL", redis_url())
+        .env("STEWARD_REDIS_PREFIX", &cleanup.prefix)
+        .current_dir(std::env::temp_dir())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(at) = line.find("Steward listening addr=") {
+                let rest = &line[at + "Steward listening addr=".len()..];
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("steward serve ended without listening");
+    })
+    .await
+    .expect("steward serve listens");
+    // Keep reading its log, so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    ServeProcess {
+        child,
+        metrics_url: format!("http://{addr}/metrics"),
+        _cleanup: cleanup,
+    }
+}
+
+/// The value of the series line that starts with `name` and has every one of `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|label| l.contains(label)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Slack traffic over the socket is counted in the same series as over HTTP, so alerts and
+/// dashboards work in Socket Mode; `apps.connections.open` is counted as a Slack API call.
+#[tokio::test]
+async fn socket_traffic_is_counted_as_slack_requests() {
+    let sim = SlackSim::start(SlackSimOptions::default()).await.unwrap();
+    let mut serve = serve_process(&sim).await;
+    let mut sent = Vec::new();
+    for _ in 0..2 {
+        let payload = command_payload("help", "U0001", &sim.response_url(&hook()));
+        sent.push(send(&sim, "slash_commands", payload).await);
+    }
+    // A payload that is no slash command, and an event.
+    sent.push(send(&sim, "slash_commands", json!({"text": "help"})).await);
+    let event = json!({"type": "event_callback", "event_id": "Ev0SOCKET", "event": {}});
+    sent.push(send(&sim, "events_api", event).await);
+    for id in &sent {
+        ack_of(&sim, id).await;
+    }
+    let metrics = wait_until("the envelopes are counted", || async {
+        let text = reqwest::get(&serve.metrics_url)
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        sample(&text, "steward_slack_requests_total", &["route=\"events\""]).map(|_| text)
+    })
+    .await;
+    let requests = |route: &str, outcome: &str| {
+        let labels = [
+            format!("route=\"{route}\""),
+            format!("outcome=\"{outcome}\""),
+        ];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        sample(&metrics, "steward_slack_requests_total", &labels)
+    };
+    assert_eq!(requests("commands", "2xx"), Some(2.0), "{metrics}");
+    assert_eq!(requests("commands", "4xx"), Some(1.0), "{metrics}");
+    assert_eq!(requests("events", "2xx"), Some(1.0), "{metrics}");
+    assert_eq!(
+        sample(
+            &metrics,
+            "steward_slack_request_duration_seconds_count",
+            &["route=\"commands\""]
+        ),
+        Some(3.0),
+        "{metrics}"
+    );
+    let opened = sample(
+        &metrics,
+        "steward_slack_api_calls_total",
+        &["method=\"apps.connections.open\"", "outcome=\"ok\""],
+    );
+    assert!(opened >= Some(1.0), "{metrics}");
+    // The socket's own series is as it was.
+    assert_eq!(
+        sample(
+            &metrics,
+            "steward_slack_socket_envelopes_total",
+            &["type=\"slash_commands\"", "outcome=\"handled\""]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+    serve.child.kill().await.unwrap();
 }
