@@ -1067,7 +1067,12 @@ async fn socket_traffic_is_counted_as_slack_requests() {
             .text()
             .await
             .ok()?;
-        sample(&text, "steward_slack_requests_total", &["route=\"events\""]).map(|_| text)
+        let events = sample(
+            &text,
+            "steward_slack_requests_total",
+            &["route=\"events\"", "outcome=\"2xx\""],
+        );
+        (events >= Some(1.0)).then_some(text)
     })
     .await;
     let requests = |route: &str, outcome: &str| {
