@@ -1113,3 +1113,88 @@ async fn socket_traffic_is_counted_as_slack_requests() {
     );
     serve.child.kill().await.unwrap();
 }
+
+/// The simulator's page acts over Socket Mode while Steward holds a connection, as Slack sends
+/// an app in Socket Mode everything over its sockets (the simulator has no `--steward-url`
+/// here, so before it connected the page was read-only): a typed command's immediate reply comes
+/// back in the ack and shows to the person, and a click on a card's button decides the case.
+#[tokio::test]
+async fn the_simulators_page_acts_over_the_socket_while_steward_is_connected() {
+    let app = spawn_connected_socket_app().await;
+    app.slack.add_person("U0001", "Ada (requester)");
+    app.slack.add_person("U0002", "Bo (approver)");
+    let sim = app.slack.base_url();
+    let world: Value = app
+        .http
+        .get(format!("{sim}/_sim/world"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(world["interactive"], true, "the page takes actions");
+
+    let acked_before = acks(&app.slack).await.len();
+    let typed = app
+        .http
+        .post(format!("{sim}/_sim/act/command"))
+        .json(&json!({"user": "U0001", "channel": APPROVALS, "text": "/sandbox help"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typed.status(), 200);
+    let typed: Value = typed.json().await.unwrap();
+    assert_eq!(typed["shown"], "ephemeral", "{typed}");
+    let acked = acks(&app.slack).await;
+    let help = acked[acked_before..]
+        .iter()
+        .find(|a| a["payload"].is_object())
+        .unwrap_or_else(|| panic!("no ack carried the help: {acked:?}"));
+    assert!(
+        visible_json_text(&help["payload"]).contains("/sandbox"),
+        "{help}"
+    );
+
+    // The card's Pause button, where the page shows it, clicked by the approver.
+    let case = open_kill_case(&app, "pagesocket01").await;
+    let card = wait_until("the case records its card", || async {
+        app.state.store.get_case(&case).await.ok()?.card
+    })
+    .await;
+    let message = app
+        .slack
+        .message(card.channel.as_str(), &card.ts)
+        .expect("the card is in the simulator's world");
+    let blocks = message.blocks.expect("the card has blocks");
+    let (block, element) = blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .find_map(|(b, block)| {
+            let elements = block["elements"].as_array()?;
+            let e = elements
+                .iter()
+                .position(|e| e["action_id"] == "case_pause")?;
+            Some((b, e))
+        })
+        .expect("the card has a Pause button");
+    let clicked = app
+        .http
+        .post(format!("{sim}/_sim/act/click"))
+        .json(&json!({
+            "user": "U0002",
+            "channel": card.channel.as_str(),
+            "ts": card.ts,
+            "block": block,
+            "element": element,
+        }))
+        .send()
+        .await
+        .unwrap();
+    let status = clicked.status();
+    assert_eq!(status, 200, "{}", clicked.text().await.unwrap());
+    wait_done(&app, &case).await;
+    assert_eq!(decisions(&app, &case).await, 1);
+}

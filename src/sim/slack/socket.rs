@@ -29,7 +29,7 @@ use hyper_util::rt::TokioIo;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -79,6 +79,8 @@ struct HubState {
     next_id: u64,
     pending: HashMap<String, Pending>,
     acks: Vec<Value>,
+    /// The page's actions waiting for their envelope's ack (its payload, if any).
+    waiters: HashMap<String, oneshot::Sender<Option<Value>>>,
     /// While set, `apps.connections.open` fails (`POST /_sim/socket/outage`).
     outage: Option<Outage>,
     /// `apps.connections.open` calls answered, whatever the answer.
@@ -151,6 +153,12 @@ impl Hub {
         }
         let closed = if warning { 0 } else { conns.len() };
         (closed, told)
+    }
+
+    /// Whether a Socket Mode connection is open: then the page's actions go over it, as Slack
+    /// sends an app in Socket Mode everything over its sockets.
+    pub(super) fn connected(&self) -> bool {
+        !self.lock().conns.is_empty()
     }
 
     /// Sends `envelope` on the next connection in turn: that connection's id, or `None` when
@@ -372,6 +380,10 @@ fn record_ack(world: &Shared, connection: u64, text: &str) {
         entry["payload"] = payload.clone();
     }
     state.acks.push(entry);
+    if let Some(waiter) = state.waiters.remove(id) {
+        // The page's action that sent it may have stopped waiting.
+        let _ = waiter.send(ack.get("payload").cloned());
+    }
 }
 
 #[derive(Deserialize)]
@@ -414,12 +426,38 @@ async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response 
     if !body.payload.is_object() {
         return bad("payload must be a JSON object").into_response();
     }
+    match submit(&world, &body.kind, body.payload, None) {
+        Some((envelope_id, connection)) => {
+            Json(json!({"ok": true, "envelope_id": envelope_id, "connection": connection}))
+                .into_response()
+        }
+        None => no_connection(),
+    }
+}
+
+fn no_connection() -> Response {
+    (
+        StatusCode::CONFLICT,
+        Json(json!({"ok": false, "error": "no_connection"})),
+    )
+        .into_response()
+}
+
+/// Wraps `payload` in an envelope of `kind`, delivers it on the next connection and re-delivers
+/// it until acked; `waiter` (when given) gets the ack's payload. The envelope id and the
+/// connection it went to, or `None` when no connection is open.
+fn submit(
+    world: &Shared,
+    kind: &str,
+    payload: Value,
+    waiter: Option<oneshot::Sender<Option<Value>>>,
+) -> Option<(String, u64)> {
     let envelope_id = uuid::Uuid::new_v4().to_string();
-    let accepts_payload = accepts_response_payload(&body.kind, &body.payload);
+    let accepts_payload = accepts_response_payload(kind, &payload);
     let envelope = json!({
         "envelope_id": envelope_id,
-        "type": body.kind,
-        "payload": body.payload,
+        "type": kind,
+        "payload": payload,
         "accepts_response_payload": accepts_payload,
         "retry_attempt": 0,
         "retry_reason": "",
@@ -428,11 +466,7 @@ async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response 
         // Registered before delivery so an ack that races the response still finds it.
         let mut state = world.socket.lock();
         if state.conns.is_empty() {
-            return (
-                StatusCode::CONFLICT,
-                Json(json!({"ok": false, "error": "no_connection"})),
-            )
-                .into_response();
+            return None;
         }
         state.pending.insert(
             envelope_id.clone(),
@@ -441,17 +475,47 @@ async fn send(State(world): State<Shared>, body: axum::body::Bytes) -> Response 
                 attempts: 0,
             },
         );
+        if let Some(waiter) = waiter {
+            state.waiters.insert(envelope_id.clone(), waiter);
+        }
     }
     let Some(connection) = world.socket.deliver(&envelope) else {
-        world.socket.lock().pending.remove(&envelope_id);
-        return (
-            StatusCode::CONFLICT,
-            Json(json!({"ok": false, "error": "no_connection"})),
-        )
-            .into_response();
+        let mut state = world.socket.lock();
+        state.pending.remove(&envelope_id);
+        state.waiters.remove(&envelope_id);
+        return None;
     };
-    tokio::spawn(redeliver(Arc::clone(&world), envelope_id.clone()));
-    Json(json!({"ok": true, "envelope_id": envelope_id, "connection": connection})).into_response()
+    tokio::spawn(redeliver(Arc::clone(world), envelope_id.clone()));
+    Some((envelope_id, connection))
+}
+
+/// Why the page's action did not get an answer over Socket Mode.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum PageSendError {
+    /// No connection was open to deliver it on.
+    NoConnection,
+    /// Not acknowledged within [`REDELIVER_AFTER`] (Slack shows the person an error then).
+    NoAck,
+}
+
+/// Delivers the page's action (`slash_commands` or `interactive`) as Slack does to an app in
+/// Socket Mode, and waits up to [`REDELIVER_AFTER`] for its ack: the ack's payload (the
+/// immediate reply), or `None` for a bare ack.
+pub(super) async fn deliver_and_wait(
+    world: &Shared,
+    kind: &str,
+    payload: Value,
+) -> Result<Option<Value>, PageSendError> {
+    let (tx, rx) = oneshot::channel();
+    let (envelope_id, _) =
+        submit(world, kind, payload, Some(tx)).ok_or(PageSendError::NoConnection)?;
+    match tokio::time::timeout(REDELIVER_AFTER, rx).await {
+        Ok(Ok(payload)) => Ok(payload),
+        _ => {
+            world.socket.lock().waiters.remove(&envelope_id);
+            Err(PageSendError::NoAck)
+        }
+    }
 }
 
 /// Delivers the envelope again, with `retry_attempt` counting up, until it is acked.

@@ -107,7 +107,7 @@ struct WorldQuery {
 
 /// `GET /_sim/world`: everything the page shows.
 async fn world(State(state): State<Shared>, Query(query): Query<WorldQuery>) -> Json<Value> {
-    let interactive = steward(&state).is_some();
+    let interactive = via(&state).is_some();
     let world = lock(&state);
     Json(page_view(&world, query.channel.as_deref(), interactive))
 }
@@ -285,6 +285,21 @@ fn steward(state: &SimState) -> Option<StewardTarget> {
         .clone()
 }
 
+/// Where the page's actions go: over Socket Mode while a connection is open (Slack sends an app
+/// in Socket Mode everything over its sockets, never to its request URLs), else to
+/// `--steward-url` over HTTP; `None` when neither is there (the page is read-only).
+enum Via {
+    Socket,
+    Http(StewardTarget),
+}
+
+fn via(state: &SimState) -> Option<Via> {
+    if state.socket.connected() {
+        return Some(Via::Socket);
+    }
+    steward(state).map(Via::Http)
+}
+
 /// A refusal the page shows as it is: `{"error": sentence}`.
 fn refuse(status: StatusCode, sentence: impl Into<String>) -> Response {
     (status, Json(json!({"error": sentence.into()}))).into_response()
@@ -293,8 +308,8 @@ fn refuse(status: StatusCode, sentence: impl Into<String>) -> Response {
 fn read_only() -> Response {
     refuse(
         StatusCode::CONFLICT,
-        "This page is read-only: the simulator was started without --steward-url, so there is \
-         no Steward to send commands, clicks or forms to.",
+        "This page is read-only: the simulator was started without --steward-url and no Steward \
+         is connected over Socket Mode, so there is no Steward to send commands, clicks or forms to.",
     )
 }
 
@@ -320,9 +335,52 @@ struct Answer {
     body: String,
 }
 
-/// Signs `body` (when a secret is set) and POSTs it to Steward's `path`; a refusal is turned into
-/// the sentence the page shows.
-async fn forward(
+/// Sends Steward the form Slack would POST to `path` (`/slack/commands` or `/slack/interactions`):
+/// over Socket Mode as an envelope of the same payload, or signed over HTTP. A refusal is turned
+/// into the sentence the page shows.
+async fn forward(state: &Shared, via: &Via, path: &str, body: String) -> Result<Answer, Response> {
+    match via {
+        Via::Socket => over_socket(state, path, &body).await,
+        Via::Http(target) => over_http(state, target, path, body).await,
+    }
+}
+
+/// The form as Socket Mode carries it: a slash command's fields as a JSON object of strings, an
+/// interaction's `payload` field parsed. Answered with the ack's payload as the body.
+async fn over_socket(state: &Shared, path: &str, body: &str) -> Result<Answer, Response> {
+    let fields = form_urlencoded::parse(body.as_bytes());
+    let (kind, payload) = if path == "/slack/commands" {
+        let command: serde_json::Map<String, Value> = fields
+            .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+            .collect();
+        ("slash_commands", Value::Object(command))
+    } else {
+        let payload = fields
+            .into_iter()
+            .find(|(k, _)| k == "payload")
+            .and_then(|(_, v)| serde_json::from_str(&v).ok())
+            .unwrap_or(Value::Null);
+        ("interactive", payload)
+    };
+    match super::socket::deliver_and_wait(state, kind, payload).await {
+        Ok(reply) => Ok(Answer {
+            status: StatusCode::OK,
+            body: reply.map(|r| r.to_string()).unwrap_or_default(),
+        }),
+        Err(super::socket::PageSendError::NoConnection) => Err(refuse(
+            StatusCode::BAD_GATEWAY,
+            "The Socket Mode connection closed before the action could be delivered; try again.",
+        )),
+        Err(super::socket::PageSendError::NoAck) => Err(refuse(
+            StatusCode::BAD_GATEWAY,
+            "Steward did not acknowledge the Socket Mode envelope within 3 s (Slack would show \
+             the person an error and deliver it again).",
+        )),
+    }
+}
+
+/// Signs `body` (when a secret is set) and POSTs it to Steward's `path`.
+async fn over_http(
     state: &SimState,
     target: &StewardTarget,
     path: &str,
@@ -546,7 +604,7 @@ struct CommandAct {
 /// `POST /_sim/act/command`: sends Steward the slash-command form Slack would, and shows its
 /// immediate answer.
 async fn act_command(State(state): State<Shared>, Json(act): Json<CommandAct>) -> Response {
-    let Some(target) = steward(&state) else {
+    let Some(via) = via(&state) else {
         return read_only();
     };
     let typed = act.text.trim();
@@ -603,7 +661,7 @@ async fn act_command(State(state): State<Shared>, Json(act): Json<CommandAct>) -
             .to_owned();
         (form, hook)
     };
-    let answer = match forward(&state, &target, "/slack/commands", form).await {
+    let answer = match forward(&state, &via, "/slack/commands", form).await {
         Ok(answer) => answer,
         Err(refused) => return refused,
     };
@@ -679,7 +737,7 @@ fn find_button(
 
 /// `POST /_sim/act/click`: sends Steward the `block_actions` payload Slack would.
 async fn act_click(State(state): State<Shared>, Json(act): Json<ClickAct>) -> Response {
-    let Some(target) = steward(&state) else {
+    let Some(via) = via(&state) else {
         return read_only();
     };
     let form = {
@@ -774,7 +832,7 @@ async fn act_click(State(state): State<Shared>, Json(act): Json<ClickAct>) -> Re
             .append_pair("payload", &payload.to_string())
             .finish()
     };
-    match forward(&state, &target, "/slack/interactions", form).await {
+    match forward(&state, &via, "/slack/interactions", form).await {
         Ok(answer) => Json(json!({"ok": true, "status": answer.status.as_u16()})).into_response(),
         Err(refused) => refused,
     }
@@ -839,7 +897,7 @@ fn view_state(
 /// `POST /_sim/act/submit`: sends Steward the `view_submission` Slack would; shows the errors it
 /// answers with under the inputs, or closes the modal.
 async fn act_submit(State(state): State<Shared>, Json(act): Json<SubmitAct>) -> Response {
-    let Some(target) = steward(&state) else {
+    let Some(via) = via(&state) else {
         return read_only();
     };
     let form = {
@@ -895,7 +953,7 @@ async fn act_submit(State(state): State<Shared>, Json(act): Json<SubmitAct>) -> 
             .append_pair("payload", &payload.to_string())
             .finish()
     };
-    let answer = match forward(&state, &target, "/slack/interactions", form).await {
+    let answer = match forward(&state, &via, "/slack/interactions", form).await {
         Ok(answer) => answer,
         Err(refused) => return refused,
     };
