@@ -15,6 +15,10 @@ pub struct DemoArgs {
     /// in-memory store. Without it (and without REDIS_URL) the demo needs no Redis.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
+    /// Slack's traffic reaches Steward over the Slack simulator's Socket Mode WebSocket (with a
+    /// made-up app token) instead of over HTTP to a request URL.
+    #[arg(long)]
+    pub socket_mode: bool,
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -24,6 +28,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         redis_url: args.redis.map(SecretString::from),
         opening: true,
         scratch_in: None,
+        socket_mode: args.socket_mode,
     });
     // Ctrl-C while starting drops what was started: the simulators stop their processes and the
     // scratch directory goes.
@@ -51,6 +56,12 @@ pub fn banner(h: &DemoHandle) -> String {
     };
     line(String::new());
     line(format!("  Open {}  (the demo's Slack)", h.slack_url));
+    if h.socket_mode {
+        line(
+            "  Socket Mode: Slack's traffic reaches Steward over the simulator's WebSocket, no request URL."
+                .to_owned(),
+        );
+    }
     line(String::new());
     match &h.opening.sweep {
         Some(s) => line(format!(

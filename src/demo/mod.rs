@@ -3,7 +3,10 @@
 //! machine in scratch directories), the Slack simulator on the page's port, and Steward itself,
 //! unchanged: built from [`Settings`] made here, it talks to both simulators over loopback HTTP
 //! exactly as it talks to E2B and Slack in production, request signing included. The store is
-//! the embedded [`Store::memory`] unless a Redis URL is given. Then [`opening`] runs one live
+//! the embedded [`Store::memory`] unless a Redis URL is given. With
+//! [`DemoOptions::socket_mode`], Slack's traffic reaches Steward over Socket Mode instead: the
+//! simulator accepts only a made-up app token and has no request URL, and [`start`] waits until
+//! Steward is connected (`/readyz`'s `"slack_socket":"ok"`). Then [`opening`] runs one live
 //! sweep, one governed run and one failing push test, so the page opens on real cases.
 //!
 //! Files: `mod.rs` (options, the handle, start and stop), `setup.rs` (the demo's people,
@@ -37,6 +40,9 @@ pub use setup::{APPROVER, NON_APPROVER, PEOPLE, Person, REQUESTER};
 
 /// The page's port when `--port` is not given.
 pub const DEFAULT_PORT: u16 = 3000;
+/// How long [`start`] waits for Steward's Socket Mode connection (it is opened on loopback, so
+/// this is only reached when something is wrong).
+const SOCKET_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many times [`start`] tries again when the port it picked for Steward was taken between
 /// picking and binding (see [`reserve_port`]).
 const BIND_ATTEMPTS: usize = 3;
@@ -53,6 +59,9 @@ pub struct DemoOptions {
     pub opening: bool,
     /// Where the scratch directory is made; the system's temporary directory when `None`.
     pub scratch_in: Option<PathBuf>,
+    /// Slack's traffic (the page's commands, clicks and forms) reaches Steward over the Slack
+    /// simulator's Socket Mode WebSocket, opened with a made-up app token, instead of over HTTP.
+    pub socket_mode: bool,
 }
 
 impl Default for DemoOptions {
@@ -62,6 +71,7 @@ impl Default for DemoOptions {
             redis_url: None,
             opening: true,
             scratch_in: None,
+            socket_mode: false,
         }
     }
 }
@@ -73,6 +83,7 @@ impl std::fmt::Debug for DemoOptions {
             .field("redis_url", &self.redis_url.as_ref().map(|_| "[REDACTED]"))
             .field("opening", &self.opening)
             .field("scratch_in", &self.scratch_in)
+            .field("socket_mode", &self.socket_mode)
             .finish()
     }
 }
@@ -95,6 +106,9 @@ pub struct DemoHandle {
     pub redis_prefix: Option<String>,
     /// What the opening did (empty when `DemoOptions::opening` was off).
     pub opening: Opening,
+    /// Whether Slack's traffic reaches Steward over Socket Mode (then connected when [`start`]
+    /// returned) rather than over HTTP.
+    pub socket_mode: bool,
     secrets: setup::Secrets,
     scratch: Scratch,
     slack: Option<SlackSim>,
@@ -110,6 +124,7 @@ impl std::fmt::Debug for DemoHandle {
             .field("steward_url", &self.steward_url)
             .field("e2b_url", &self.e2b_url)
             .field("store", &self.store)
+            .field("socket_mode", &self.socket_mode)
             .finish_non_exhaustive()
     }
 }
@@ -211,6 +226,7 @@ pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
         Store::Redis(_) => ("redis", Some(app.state().settings.redis.key_prefix.clone())),
     };
     let sweep = app.state().sweep.clone();
+    let socket = app.socket_status();
     let (stop, stopped) = oneshot::channel::<()>();
     let steward = tokio::spawn(app.run_until_stopped(async {
         let _ = stopped.await;
@@ -223,6 +239,7 @@ pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
         store,
         redis_prefix,
         opening: Opening::default(),
+        socket_mode: opts.socket_mode,
         secrets,
         scratch,
         slack: Some(slack),
@@ -230,6 +247,9 @@ pub async fn start(opts: DemoOptions) -> anyhow::Result<DemoHandle> {
         stop: Some(stop),
         steward: Some(steward),
     };
+    if opts.socket_mode {
+        wait_for_socket(&mut handle, || socket.as_ref().map(|s| s.state().label())).await?;
+    }
     if opts.opening {
         handle.opening = opening::run(&handle, sweep, repo.as_ref()).await;
     }
@@ -248,14 +268,19 @@ async fn bind_both(
     for _ in 0..BIND_ATTEMPTS {
         let steward_addr = reserve_port()?;
         let steward_url = format!("http://{steward_addr}");
-        let slack = SlackSim::start(setup::slack_sim_options(page, &steward_url, secrets))
-            .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AddrInUse => {
-                    anyhow::anyhow!("port {} is in use; pick another with --port", page.port())
-                }
-                _ => anyhow::anyhow!("the Slack simulator could not start on {page}: {e}"),
-            })?;
+        let slack = SlackSim::start(setup::slack_sim_options(
+            page,
+            &steward_url,
+            secrets,
+            opts.socket_mode,
+        ))
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                anyhow::anyhow!("port {} is in use; pick another with --port", page.port())
+            }
+            _ => anyhow::anyhow!("the Slack simulator could not start on {page}: {e}"),
+        })?;
         let env = setup::environment(steward_addr, &slack, e2b, secrets, policy, opts);
         let settings =
             Settings::load(&env).context("the demo's own settings did not load (a bug)")?;
@@ -278,6 +303,42 @@ async fn bind_both(
         }
     }
     Err(last_error.unwrap_or_else(|| anyhow::anyhow!("Steward could not bind a port")))
+}
+
+/// Waits until `socket_says` (what Steward's `/readyz` reports as `slack_socket`) is `ok`, so
+/// the page takes actions before the opening runs and the terminal says what to try. It reads
+/// Steward's own status handle rather than polling `/readyz`, whose 503s while connecting would
+/// be logged as errors in the demo's terminal. Steward stopping first (the simulator refused its
+/// token, say) is the error; so is no connection within [`SOCKET_CONNECT_TIMEOUT`].
+async fn wait_for_socket(
+    handle: &mut DemoHandle,
+    socket_says: impl Fn() -> Option<&'static str>,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + SOCKET_CONNECT_TIMEOUT;
+    loop {
+        let says = socket_says();
+        if says == Some("ok") {
+            return Ok(());
+        }
+        if let Some(task) = handle.steward.take_if(|task| task.is_finished()) {
+            let stopped =
+                "Steward stopped before it connected to the Slack simulator over Socket Mode";
+            return Err(match task.await {
+                Ok(Ok(())) => anyhow::anyhow!(stopped),
+                Ok(Err(e)) => e.context(stopped),
+                Err(e) => anyhow::anyhow!("Steward's task ended abnormally: {e}"),
+            });
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "Steward did not connect to the Slack simulator over Socket Mode within {} s \
+                 (its Socket Mode connection is {})",
+                SOCKET_CONNECT_TIMEOUT.as_secs(),
+                says.unwrap_or("not configured, a bug in the demo")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A free port on 127.0.0.1 for Steward, picked before Steward binds it because the Slack

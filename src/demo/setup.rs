@@ -69,6 +69,9 @@ pub struct Secrets {
     pub e2b_key: SecretString,
     pub webhook: SecretString,
     pub agent_token: SecretString,
+    /// The app-level token (`xapp-…`) the Slack simulator accepts and Steward connects over
+    /// Socket Mode with; used only with `--socket-mode`.
+    pub app_token: SecretString,
 }
 
 impl Secrets {
@@ -79,6 +82,7 @@ impl Secrets {
             e2b_key: SecretString::from(format!("e2b_demo_{}", random())),
             webhook: SecretString::from(random()),
             agent_token: SecretString::from(format!("demo-agent-{}", random())),
+            app_token: SecretString::from(format!("xapp-demo-{}", random())),
         }
     }
 }
@@ -179,15 +183,25 @@ pub fn environment(
     if let Some(url) = &opts.redis_url {
         env.insert("REDIS_URL".into(), url.expose_secret().to_owned());
     }
+    if opts.socket_mode {
+        env.insert(
+            "SLACK_APP_TOKEN".into(),
+            secrets.app_token.expose_secret().to_owned(),
+        );
+    }
     env
 }
 
 /// The options `steward demo` starts the Slack simulator with: its page lists the demo's
 /// channels and people, and signs what they type and click with Steward's signing secret.
+/// In Socket Mode the simulator accepts only the demo's app token and has no request URL, as
+/// Slack ignores an app's request URLs once Socket Mode is on: the page acts over Steward's
+/// connection alone.
 pub fn slack_sim_options(
     listen: SocketAddr,
     steward_url: &str,
     secrets: &Secrets,
+    socket_mode: bool,
 ) -> SlackSimOptions {
     SlackSimOptions {
         listen,
@@ -211,9 +225,9 @@ pub fn slack_sim_options(
                 label: p.label.to_owned(),
             })
             .collect(),
-        steward_url: Some(steward_url.to_owned()),
+        steward_url: (!socket_mode).then(|| steward_url.to_owned()),
         signing_secret: Some(secrets.signing.clone()),
-        ..SlackSimOptions::default()
+        app_token: socket_mode.then(|| secrets.app_token.clone()),
     }
 }
 
@@ -240,5 +254,29 @@ mod tests {
         );
         let without = crate::config::Policy::parse(&policy(&secrets, None)).unwrap();
         assert!(without.push_tests.is_empty());
+    }
+
+    #[test]
+    fn socket_mode_pins_the_app_token_and_leaves_the_simulator_no_request_url() {
+        let secrets = Secrets::generate();
+        let token = secrets.app_token.expose_secret();
+        assert!(token.starts_with("xapp-demo-"), "an app-level token");
+        assert_ne!(token, Secrets::generate().app_token.expose_secret());
+        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+
+        let socket = slack_sim_options(listen, "http://127.0.0.1:9", &secrets, true);
+        assert_eq!(
+            socket.app_token.as_ref().map(|t| t.expose_secret()),
+            Some(token)
+        );
+        assert_eq!(socket.steward_url, None, "Slack sends nothing over HTTP");
+        assert!(
+            !format!("{socket:?}").contains(token),
+            "the options' Debug hides the token"
+        );
+
+        let http = slack_sim_options(listen, "http://127.0.0.1:9", &secrets, false);
+        assert!(http.app_token.is_none(), "without the flag nothing changes");
+        assert_eq!(http.steward_url.as_deref(), Some("http://127.0.0.1:9"));
     }
 }

@@ -2,17 +2,22 @@
 //! simulator holds the opening sweep's digest with its cases, the agent's run card and the push
 //! test's outcome; Steward answers a signed `/sandbox list`; stopping closes every port and
 //! removes the scratch directory. Bad input (an unreachable Redis, a busy port) is a sentence
-//! and leaves nothing running.
+//! and leaves nothing running. With `socket_mode`, Steward is connected over the simulator's
+//! Socket Mode when `start` returns, and the page's commands travel over that socket.
 use std::net::SocketAddr;
 
-use sandbox_steward::demo::setup::{ENGINEERING_CHANNEL, HYGIENE_CHANNEL, RUNS_CHANNEL};
+use sandbox_steward::demo::setup::{
+    APPROVALS_CHANNEL, ENGINEERING_CHANNEL, HYGIENE_CHANNEL, RUNS_CHANNEL,
+};
 use sandbox_steward::demo::{self, DemoHandle, DemoOptions, REQUESTER};
 use sandbox_steward::sim::slack::Recorded;
 use sandbox_steward::slack::signature;
 use secrecy::SecretString;
+use serde_json::{Value, json};
 
 use crate::common::{
-    PrefixCleanup, command_form, eventually, hook, redis_url, unix_now, visible_text, wait_until,
+    PrefixCleanup, command_form, eventually, hook, redis_url, unix_now, visible_json_text,
+    visible_text, wait_until,
 };
 
 async fn start(redis: Option<String>) -> DemoHandle {
@@ -256,4 +261,100 @@ async fn an_unreachable_redis_or_a_busy_port_is_a_sentence_and_leaves_nothing_ru
     // Neither attempt left its scratch directory behind.
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Every ack the Slack simulator read on its Socket Mode connections, oldest first.
+async fn socket_acks(demo: &DemoHandle) -> Vec<Value> {
+    reqwest::get(format!("{}/_sim/socket/acks", demo.slack_url))
+        .await
+        .expect("the Slack simulator answers")
+        .json()
+        .await
+        .expect("acks are JSON")
+}
+
+/// `/sandbox <text>` typed on the simulator's page by `user` in `channel`.
+async fn type_on_page(demo: &DemoHandle, user: &str, channel: &str, text: &str) -> Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/act/command", demo.slack_url))
+        .json(&json!({"user": user, "channel": channel, "text": text}))
+        .send()
+        .await
+        .expect("the Slack simulator answers");
+    let status = resp.status();
+    let body: Value = resp.json().await.expect("the page's answer is JSON");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn with_socket_mode_steward_is_connected_and_the_pages_commands_travel_over_the_socket() {
+    sandbox_steward::telemetry::init("error");
+    let demo = demo::start(DemoOptions {
+        port: 0,
+        socket_mode: true,
+        ..DemoOptions::default()
+    })
+    .await
+    .expect("the demo starts in Socket Mode");
+    assert!(demo.socket_mode);
+    assert!(
+        !format!("{demo:?}").contains("xapp-"),
+        "the app token is never printed: {demo:?}"
+    );
+    // The opening goes to Steward's own HTTP API and webhook, as without the flag.
+    assert!(
+        demo.opening.problems.is_empty(),
+        "{:?}",
+        demo.opening.problems
+    );
+    assert!(demo.opening.sweep.is_some());
+    assert_eq!(demo.opening.push_status, Some(202));
+
+    // Connected when `start` returned: readiness is the socket's, and the page takes actions.
+    let ready = reqwest::get(format!("{}/readyz", demo.steward_url))
+        .await
+        .expect("Steward answers");
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["checks"]["slack_socket"], "ok", "{ready}");
+    let world: Value = reqwest::get(format!("{}/_sim/world", demo.slack_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(world["interactive"], true, "the page takes actions");
+
+    // dana types `/sandbox help` in #approvals: the help comes back as the ack's payload.
+    let acked_before = socket_acks(&demo).await.len();
+    let typed = type_on_page(&demo, REQUESTER.id, APPROVALS_CHANNEL, "/sandbox help").await;
+    assert_eq!(typed["shown"], "ephemeral", "{typed}");
+    let acks = socket_acks(&demo).await;
+    let help = acks[acked_before..]
+        .iter()
+        .find(|a| a["payload"].is_object())
+        .unwrap_or_else(|| panic!("no ack carried the help: {acks:?}"));
+    assert_eq!(help["known"], true, "{help}");
+    assert!(
+        visible_json_text(&help["payload"]).contains("/sandbox"),
+        "{help}"
+    );
+
+    // `/sandbox list` is acknowledged over the socket and answered through its response_url.
+    let acked_before = socket_acks(&demo).await.len();
+    type_on_page(&demo, REQUESTER.id, APPROVALS_CHANNEL, "/sandbox list").await;
+    assert!(
+        socket_acks(&demo).await.len() > acked_before,
+        "the command came over the socket"
+    );
+    let listed = wait_until("the list in the response_url", || async {
+        slack_calls(&demo).await.into_iter().find(|c| {
+            c.method.starts_with("hooks/") && visible_text(c).contains("running in total")
+        })
+    })
+    .await;
+    assert!(visible_text(&listed).contains("ml-notebook"));
+
+    demo.stop().await.expect("Steward stops cleanly");
 }
