@@ -606,7 +606,8 @@ fn respond_outcome(status: reqwest::StatusCode) -> &'static str {
     }
 }
 
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// A 429's `Retry-After`, in whole seconds as Slack sends it.
+pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let secs: u64 = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()

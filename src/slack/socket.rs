@@ -398,14 +398,7 @@ fn retry_after_words(retry_after: &Option<Duration>) -> String {
 
 /// `Retry-After` in seconds, capped at [`RETRY_AFTER_MAX`].
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(RETRY_AFTER_MAX))
+    super::client::retry_after(headers).map(|wait| wait.min(RETRY_AFTER_MAX))
 }
 
 /// A WebSocket to Slack.

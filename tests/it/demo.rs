@@ -265,12 +265,8 @@ async fn an_unreachable_redis_or_a_busy_port_is_a_sentence_and_leaves_nothing_ru
 
 /// Every ack the Slack simulator read on its Socket Mode connections, oldest first.
 async fn socket_acks(demo: &DemoHandle) -> Vec<Value> {
-    reqwest::get(format!("{}/_sim/socket/acks", demo.slack_url))
-        .await
-        .expect("the Slack simulator answers")
-        .json()
-        .await
-        .expect("acks are JSON")
+    serde_json::from_value(crate::common::sim_socket_get(&demo.slack_url, "acks").await)
+        .expect("acks are a list")
 }
 
 /// `/sandbox <text>` typed on the simulator's page by `user` in `channel`.

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
-use crate::common::{PATIENCE, sim_socket_post};
+use crate::common::{PATIENCE, sim_socket_get, sim_socket_post};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -74,12 +74,7 @@ async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
 }
 
 async fn acks(sim: &SlackSim) -> Vec<Value> {
-    reqwest::get(format!("{}/_sim/socket/acks", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    serde_json::from_value(sim_socket_get(&sim.base_url(), "acks").await).unwrap()
 }
 
 #[tokio::test]
@@ -279,12 +274,7 @@ async fn an_ack_may_carry_a_payload_only_where_slack_allows_one() {
 /// `GET /_sim/socket/connections`: the open connections' ids and the `apps.connections.open`
 /// calls so far.
 async fn connections(sim: &SlackSim) -> Value {
-    reqwest::get(format!("{}/_sim/socket/connections", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    sim_socket_get(&sim.base_url(), "connections").await
 }
 
 #[tokio::test]

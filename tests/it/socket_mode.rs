@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 
 use crate::common::{
     E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, case_id_in, eventually,
-    hook, redis_url, sim_socket_post, spawn_app_with, unique_prefix, visible_json_text,
-    visible_text, wait_until,
+    hook, reason_submission, redis_url, sim_socket_get, sim_socket_post, spawn_app_with,
+    unique_prefix, visible_json_text, visible_text, wait_until,
 };
 
 const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
@@ -55,6 +55,20 @@ async fn spawn_socket_app() -> TestApp {
     .await
 }
 
+/// A Steward in Socket Mode with no signing secret: nothing could reach it over HTTP.
+async fn spawn_socket_app_without_signing_secret() -> TestApp {
+    spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        env: vec![
+            ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
+            ("SLACK_SIGNING_SECRET".into(), String::new()),
+        ],
+        ..TestAppOptions::default()
+    })
+    .await
+}
+
 /// Delivers an envelope on the next open connection, waiting until Steward holds one (the
 /// simulator answers 409 `no_connection` while none is open); its envelope id.
 async fn send(sim: &SlackSim, kind: &str, payload: Value) -> String {
@@ -80,12 +94,7 @@ async fn send_on(sim: &SlackSim, kind: &str, payload: Value) -> (String, u64) {
 
 /// The simulator's open connections (their ids) and its `apps.connections.open` calls so far.
 async fn sim_connections(sim: &SlackSim) -> (Vec<u64>, u64) {
-    let body: Value = reqwest::get(format!("{}/_sim/socket/connections", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = sim_socket_get(&sim.base_url(), "connections").await;
     let open = body["open"]
         .as_array()
         .unwrap()
@@ -96,12 +105,7 @@ async fn sim_connections(sim: &SlackSim) -> (Vec<u64>, u64) {
 }
 
 async fn acks(sim: &SlackSim) -> Vec<Value> {
-    reqwest::get(format!("{}/_sim/socket/acks", sim.base_url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    serde_json::from_value(sim_socket_get(&sim.base_url(), "acks").await).unwrap()
 }
 
 /// The first ack of `envelope_id`, once there is one.
@@ -243,16 +247,7 @@ async fn a_slash_command_envelope_is_acked_with_the_same_reply_as_over_http() {
 /// it asks that the connection be up.
 #[tokio::test]
 async fn readiness_in_socket_mode_is_the_connection_not_the_signing_secret() {
-    let app = spawn_app_with(TestAppOptions {
-        sandboxes: 0,
-        policy: Some(policy()),
-        env: vec![
-            ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
-            ("SLACK_SIGNING_SECRET".into(), String::new()),
-        ],
-        ..TestAppOptions::default()
-    })
-    .await;
+    let app = spawn_socket_app_without_signing_secret().await;
     let ready = wait_until("/readyz says the Socket Mode connection is up", || async {
         let resp = app.http.get(app.url("/readyz")).send().await.unwrap();
         let status = resp.status().as_u16();
@@ -751,24 +746,6 @@ fn the_socket_mode_manifest_is_the_http_one_with_socket_mode_on_and_no_urls() {
     assert_eq!(declared(&socket), declared(&http));
 }
 
-/// `user`'s submission of the reason modal `view` as Slack sends it over Socket Mode.
-fn reason_submission(view: &Value, user: &str, reason: &str) -> Value {
-    json!({
-        "type": "view_submission",
-        "user": {"id": user},
-        "view": {
-            "id": format!("V{}", hook()),
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "hash": "h1",
-            "state": {"values": {
-                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
-                "until": {"until_date": {"type": "datepicker", "selected_date": null}},
-            }},
-        },
-    })
-}
-
 /// A modal's answer travels in the ack: the simulator marks `view_submission` envelopes as
 /// accepting a payload (and a click's as not), so Steward's `response_action` reaches Slack.
 #[tokio::test]
@@ -785,7 +762,7 @@ async fn a_reason_modal_submitted_over_socket_mode_is_answered_in_its_ack() {
     let id = send(
         &app.slack,
         "interactive",
-        reason_submission(&view, "U0005", "   "),
+        reason_submission(&view, "U0005", "   ", None),
     )
     .await;
     let ack = ack_of(&app.slack, &id).await;
@@ -800,7 +777,7 @@ async fn a_reason_modal_submitted_over_socket_mode_is_answered_in_its_ack() {
     let id = send(
         &app.slack,
         "interactive",
-        reason_submission(&view, "U0005", "demo on Friday"),
+        reason_submission(&view, "U0005", "demo on Friday", None),
     )
     .await;
     let ack = ack_of(&app.slack, &id).await;
@@ -879,16 +856,7 @@ async fn link_disabled_stops_reconnecting_and_readiness_falls_back_to_http() {
     );
 
     // Without a signing secret, nothing can take Slack's requests any more: not ready.
-    let app = spawn_app_with(TestAppOptions {
-        sandboxes: 0,
-        policy: Some(policy()),
-        env: vec![
-            ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
-            ("SLACK_SIGNING_SECRET".into(), String::new()),
-        ],
-        ..TestAppOptions::default()
-    })
-    .await;
+    let app = spawn_socket_app_without_signing_secret().await;
     readiness_once_socket_is(&app, "ok").await;
     sim_socket_post(&app.slack, "drop", json!({"reason": "link_disabled"})).await;
     let (status, body) = readiness_once_socket_is(&app, "disabled").await;

@@ -687,6 +687,17 @@ pub async fn sim_socket_post(sim: &SlackSim, path: &str, body: Value) -> (u16, V
     (resp.status().as_u16(), resp.json().await.unwrap())
 }
 
+/// GETs the Slack simulator's Socket Mode view `/_sim/socket/{path}` (`acks`, `connections`) from
+/// the simulator at `base_url`: its JSON answer.
+pub async fn sim_socket_get(base_url: &str, path: &str) -> Value {
+    reqwest::get(format!("{base_url}/_sim/socket/{path}"))
+        .await
+        .expect("the Slack simulator answers")
+        .json()
+        .await
+        .expect("the Slack simulator answers JSON")
+}
+
 /// A fresh name for a response_url hook (or an action_ts).
 pub fn hook() -> String {
     format!("h{}", uuid::Uuid::new_v4().simple())
@@ -724,20 +735,7 @@ impl TestApp {
         reason: &str,
         until: Option<&str>,
     ) -> Value {
-        let payload = serde_json::json!({
-            "type": "view_submission",
-            "user": {"id": user},
-            "view": {
-                "id": format!("V{}", hook()),
-                "callback_id": view["callback_id"],
-                "private_metadata": view["private_metadata"],
-                "hash": "h1",
-                "state": {"values": {
-                    "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
-                    "until": {"until_date": {"type": "datepicker", "selected_date": until}},
-                }},
-            },
-        });
+        let payload = reason_submission(view, user, reason, until);
         let resp = self.post_interaction(&payload).await;
         assert_eq!(resp.status(), 200);
         let body = resp.text().await.unwrap();
@@ -784,4 +782,24 @@ impl TestApp {
         });
         self.post_interaction(&payload).await
     }
+}
+
+/// `user`'s submission of the reason modal `view` (with an optional "keep until" date), the
+/// `view_submission` payload Slack sends (over HTTP as the form's `payload`, over Socket Mode as
+/// the envelope's).
+pub fn reason_submission(view: &Value, user: &str, reason: &str, until: Option<&str>) -> Value {
+    serde_json::json!({
+        "type": "view_submission",
+        "user": {"id": user},
+        "view": {
+            "id": format!("V{}", hook()),
+            "callback_id": view["callback_id"],
+            "private_metadata": view["private_metadata"],
+            "hash": "h1",
+            "state": {"values": {
+                "reason": {"reason_text": {"type": "plain_text_input", "value": reason}},
+                "until": {"until_date": {"type": "datepicker", "selected_date": until}},
+            }},
+        },
+    })
 }
