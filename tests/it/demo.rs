@@ -314,12 +314,7 @@ async fn with_socket_mode_steward_is_connected_and_the_pages_commands_travel_ove
     assert_eq!(ready.status(), 200);
     let ready: Value = ready.json().await.unwrap();
     assert_eq!(ready["checks"]["slack_socket"], "ok", "{ready}");
-    let world: Value = reqwest::get(format!("{}/_sim/world", demo.slack_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let world = crate::common::get_json(&format!("{}/_sim/world", demo.slack_url)).await;
     assert_eq!(world["interactive"], true, "the page takes actions");
 
     // dana types `/sandbox help` in #approvals: the help comes back as the ack's payload.

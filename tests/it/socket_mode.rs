@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::common::{
     E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, case_id_in, eventually,
-    hook, reason_submission, redis_url, sim_socket_get, sim_socket_post, spawn_app_with,
+    get_json, hook, reason_submission, redis_url, sim_socket_get, sim_socket_post, spawn_app_with,
     unique_prefix, visible_json_text, visible_text, wait_until,
 };
 
@@ -1092,15 +1092,7 @@ async fn the_simulators_page_acts_over_the_socket_while_steward_is_connected() {
     app.slack.add_person("U0001", "Ada (requester)");
     app.slack.add_person("U0002", "Bo (approver)");
     let sim = app.slack.base_url();
-    let world: Value = app
-        .http
-        .get(format!("{sim}/_sim/world"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let world = get_json(&format!("{sim}/_sim/world")).await;
     assert_eq!(world["interactive"], true, "the page takes actions");
 
     let acked_before = acks(&app.slack).await.len();

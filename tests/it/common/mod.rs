@@ -690,12 +690,18 @@ pub async fn sim_socket_post(sim: &SlackSim, path: &str, body: Value) -> (u16, V
 /// GETs the Slack simulator's Socket Mode view `/_sim/socket/{path}` (`acks`, `connections`) from
 /// the simulator at `base_url`: its JSON answer.
 pub async fn sim_socket_get(base_url: &str, path: &str) -> Value {
-    reqwest::get(format!("{base_url}/_sim/socket/{path}"))
+    get_json(&format!("{base_url}/_sim/socket/{path}")).await
+}
+
+/// GETs `url` and reads its answer as JSON (a simulator's view, `/readyz`, …), whatever its
+/// status.
+pub async fn get_json(url: &str) -> Value {
+    reqwest::get(url)
         .await
-        .expect("the Slack simulator answers")
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
         .json()
         .await
-        .expect("the Slack simulator answers JSON")
+        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
 }
 
 /// A fresh name for a response_url hook (or an action_ts).
