@@ -412,7 +412,6 @@ mod tests {
             .unwrap()
             .port();
         let store = Store::redis_lazy(&format!("redis://127.0.0.1:{port}"), "nobody").unwrap();
-        let started = Instant::now();
         let first = handle(&store, &delivery("e4", 0), async { ok() }).await;
         assert_eq!(first, Handled::Answered(ok()));
         let again = handle(&store, &delivery("e4", 1), async {
@@ -420,10 +419,29 @@ mod tests {
         })
         .await;
         assert_eq!(again, Handled::Duplicate);
+    }
+
+    /// A Redis that accepts the connection and never answers: the mark gives up after its own
+    /// [`MARK_TIMEOUT`], not the store's longer one, and the first delivery is handled. The clock
+    /// is the runtime's paused one, so which timer fired first is certain, not a wall-clock race.
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_that_redis_never_answers_gives_up_after_mark_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let store = Store::redis_lazy(&format!("redis://127.0.0.1:{port}"), "nobody").unwrap();
+        let started = Instant::now();
+        let first = handle(&store, &delivery("e5", 0), async { ok() }).await;
+        assert_eq!(first, Handled::Answered(ok()));
+        let waited = started.elapsed();
         assert!(
-            started.elapsed() < ACK_DEADLINE,
-            "the mark gave up in time: {:?}",
-            started.elapsed()
+            waited >= MARK_TIMEOUT && waited < ACK_DEADLINE,
+            "the mark waited {waited:?} on the paused clock"
         );
     }
 }
