@@ -384,7 +384,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    /// On the runtime's paused clock: the deadline's timer fires before the handler's 60 s.
+    #[tokio::test(start_paused = true)]
     async fn a_handler_past_the_deadline_is_abandoned_and_its_mark_forgotten() {
         let store = Store::memory();
         let deadline = Duration::from_millis(200);
