@@ -2,8 +2,9 @@
 //!
 //! `/metrics` is served by the main listener, or, with `STEWARD_METRICS_LISTEN`, by a listener of
 //! its own (and then not by the main one), so the scrape port need not be reachable from where
-//! Slack's requests come in. Each scrape first samples the queue from the store (depth and the
-//! oldest job's age), since those are facts about Redis, not events of this replica.
+//! Slack's requests come in. Each scrape first samples the queue from the store (depth, the
+//! oldest job's age and the oldest waiting job's age), since those are facts about Redis, not
+//! events of this replica.
 //!
 //! This module must not name series or labels itself: `crate::metrics` does. It must not log per
 //! request, and a scrape must answer even when Redis is down (the queue gauges keep their last value).
