@@ -401,3 +401,63 @@ async fn an_outage_can_answer_as_a_revoked_token_or_a_rate_limit() {
     sim_socket_post(&sim, "outage", json!({"on": false})).await;
     assert_eq!(open(&sim, APP_TOKEN).await["ok"], true);
 }
+
+/// The page's command goes over an open connection as a `slash_commands` envelope with the form's
+/// fields. A client that never acks gets the page a sentence within Slack's wait (as Slack shows
+/// the person an error) and nothing is shown; an ack with a payload is shown as the reply.
+#[tokio::test]
+async fn the_pages_command_goes_over_the_socket_and_an_unacked_one_says_so() {
+    let sim = start(Some(APP_TOKEN)).await;
+    sim.add_person("U0ADA", "Ada");
+    let (mut ws, _) = connect(&sim).await;
+    let type_help = || {
+        let url = format!("{}/_sim/act/command", sim.base_url());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"user": "U0ADA", "channel": "C0GENERAL", "text": "/sandbox help"}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+
+    let unanswered = tokio::spawn(type_help());
+    let first = next_json(&mut ws).await.expect("the command's envelope");
+    assert_eq!(first["type"], "slash_commands", "{first}");
+    assert_eq!(first["accepts_response_payload"], true, "{first}");
+    assert_eq!(first["payload"]["command"], "/sandbox", "{first}");
+    assert_eq!(first["payload"]["text"], "help", "{first}");
+    assert_eq!(first["payload"]["user_id"], "U0ADA", "{first}");
+    let refused = unanswered.await.unwrap();
+    assert_eq!(refused.status(), 502);
+    let said: Value = refused.json().await.unwrap();
+    assert!(
+        said["error"]
+            .as_str()
+            .is_some_and(|s| s.contains("did not acknowledge")),
+        "{said}"
+    );
+
+    let answered = tokio::spawn(type_help());
+    // The first envelope is delivered again meanwhile (retry_attempt 1…): the new one is the
+    // next first delivery.
+    let second = loop {
+        let envelope = next_json(&mut ws)
+            .await
+            .expect("the second command's envelope");
+        if envelope["retry_attempt"] == 0 {
+            break envelope;
+        }
+        assert_eq!(envelope["envelope_id"], first["envelope_id"], "{envelope}");
+    };
+    ack(
+        &mut ws,
+        json!({"envelope_id": second["envelope_id"], "payload": {"text": "help, from the test"}}),
+    )
+    .await;
+    let shown = answered.await.unwrap();
+    assert_eq!(shown.status(), 200);
+    let shown: Value = shown.json().await.unwrap();
+    assert_eq!(shown["shown"], "ephemeral", "{shown}");
+}
