@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::common::free_port;
 use crate::common::{
     TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, visible_text, wait_until,
 };
@@ -933,11 +934,7 @@ async fn history_and_audit_export_show_the_timeline() {
 #[tokio::test]
 async fn steward_starts_while_redis_is_down_and_becomes_ready_when_it_comes_up() {
     // Reserve a port, release it, and point Steward at it before any Redis listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let app = spawn_app_with(TestAppOptions {
         redis_url: Some(format!("redis://127.0.0.1:{port}")),
         ..options("")

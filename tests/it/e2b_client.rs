@@ -12,6 +12,8 @@ use sandbox_steward::ids::{SandboxId, TemplateId};
 use sandbox_steward::sim::e2b::{SimHooks, SimOptions, SimServer};
 use serde_json::{Value, json};
 
+use crate::common::free_port;
+
 const KEY: &str = "e2b_0123456789abcdef";
 
 struct Harness {
@@ -556,11 +558,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_a_transport_error_without_the_key() {
-    // Bind and drop a listener to get a port nobody listens on.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let settings = E2bSettings::for_url(&format!("http://127.0.0.1:{port}"), KEY);
     let client = E2bClient::new(&settings)
         .unwrap()

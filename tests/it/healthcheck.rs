@@ -1,6 +1,7 @@
 //! `steward healthcheck`, the container image's HEALTHCHECK, run as the binary against a running
 //! app, against a port nobody listens on, and with a dead proxy in its environment.
 
+use crate::common::free_port;
 use crate::common::spawn_app;
 
 async fn healthcheck(listen: &str) -> std::process::Output {
@@ -22,11 +23,7 @@ async fn a_live_replica_passes_and_a_silent_port_fails_with_a_sentence() {
         String::from_utf8_lossy(&alive.stderr)
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let dead = healthcheck(&format!("127.0.0.1:{port}")).await;
     assert_eq!(dead.status.code(), Some(1));
     let said = String::from_utf8_lossy(&dead.stderr);
@@ -40,11 +37,7 @@ async fn a_live_replica_passes_and_a_silent_port_fails_with_a_sentence() {
 async fn a_proxy_in_the_environment_is_not_asked() {
     let app = spawn_app().await;
     // A proxy that accepts nothing: a probe sent through it would fail.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let dead = free_port();
     let proxy = format!("http://127.0.0.1:{dead}");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
         .args(["healthcheck", "--listen", &format!("0.0.0.0:{}", app.port)])

@@ -14,6 +14,7 @@ use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use sandbox_steward::store::Store;
 use serde_json::{Value, json};
 
+use crate::common::free_port;
 use crate::common::{
     E2B_KEY, TestApp, TestAppOptions, app_env, hook, spawn_app_on, visible_json_text,
 };
@@ -318,11 +319,7 @@ async fn a_replica_dying_mid_list_is_replaced_and_no_sandbox_is_acted_on_twice()
         policy: Some(policy("")),
         ..TestAppOptions::default()
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut env = app_env(
         &slack,
         &e2b,

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::common::free_port;
 use crate::common::{
     E2B_KEY, TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, unix_now,
     visible_text,
@@ -523,11 +524,7 @@ async fn an_address_that_is_no_address_is_refused_naming_the_variable() {
 #[tokio::test]
 async fn with_redis_down_a_scrape_still_answers_and_counts_the_redis_errors() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let app = spawn_app_with(TestAppOptions {
         redis_url: Some(url),

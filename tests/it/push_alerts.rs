@@ -13,6 +13,7 @@ use sandbox_steward::sim::slack::Recorded;
 use sandbox_steward::slack::payload::case_option_action_id;
 use serde_json::Value;
 
+use crate::common::free_port;
 use crate::common::{TestApp, eventually, visible_text, wait_until};
 use crate::github::{TOKEN, commit, make_repo, push, push_body, redis_dump, runner, spawn};
 
@@ -497,11 +498,7 @@ async fn the_token_is_in_no_log_line_of_a_steward_process_logging_at_debug() {
         ],
         ..TestAppOptions::default()
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut env = app_env(
         &slack,
         &e2b,

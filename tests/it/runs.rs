@@ -6,6 +6,7 @@ use std::time::Duration;
 use sandbox_steward::ids::RunId;
 use sandbox_steward::runs::{RunError, RunRequest, RunStatus, Runner};
 
+use crate::common::free_port;
 use crate::common::{self, TestAppOptions, spawn_app_with};
 
 fn request(command: &str) -> RunRequest {
@@ -156,11 +157,7 @@ async fn without_e2b_a_replica_has_no_runner() {
 
 /// A base URL where nothing listens (envd unreachable).
 fn dead_url() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     format!("http://127.0.0.1:{port}")
 }
 

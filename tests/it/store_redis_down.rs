@@ -4,7 +4,6 @@
 //! back as `StoreError::Unavailable` (and not hang: each call is bounded by the store's own short
 //! timeouts). And click batching, whose proof reads the server's own counters and flushes its
 //! scripts.
-use std::net::TcpListener;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -15,16 +14,7 @@ use sandbox_steward::ids::{CaseId, SandboxId};
 use sandbox_steward::store::Job;
 use sandbox_steward::store::{FirstClick, Store, StoreError};
 
-use crate::common::ThrowawayRedis;
-
-/// A port nothing listens on: bound, read, and let go.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::common::{ThrowawayRedis, free_port};
 
 /// A store on `server`, which answers by now (`ThrowawayRedis` waits for it).
 async fn store_on(server: &ThrowawayRedis) -> Store {

@@ -79,6 +79,15 @@ pub fn redis_url() -> String {
 }
 
 /// A key prefix no other test uses.
+/// A port nothing listens on: bound, read, and let go (a dead Redis, E2B or proxy address).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn unique_prefix() -> String {
     format!("test-{}", uuid::Uuid::new_v4().simple())
 }
@@ -605,11 +614,7 @@ pub struct ThrowawayRedis {
 impl ThrowawayRedis {
     /// Starts the server and waits until it answers.
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         Self::start_on(port)
     }
 
