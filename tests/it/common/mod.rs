@@ -78,7 +78,6 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-/// A key prefix no other test uses.
 /// A port nothing listens on: bound, read, and let go (a dead Redis, E2B or proxy address).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -88,6 +87,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A key prefix no other test uses.
 pub fn unique_prefix() -> String {
     format!("test-{}", uuid::Uuid::new_v4().simple())
 }
