@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use crate::common::free_port;
 use crate::common::{
-    TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, visible_text, wait_until,
+    TestApp, TestAppOptions, case_id_in, eventually, free_port, hook, spawn_app_with, visible_text,
+    wait_until,
 };
 use sandbox_steward::approvals::worker::{RECONCILE_GRACE, expire_once, reconcile_once};
 use sandbox_steward::cases::{CaseState, Event, Step, StepOutcome, Subject};

@@ -1,8 +1,7 @@
 //! `steward healthcheck`, the container image's HEALTHCHECK, run as the binary against a running
 //! app, against a port nobody listens on, and with a dead proxy in its environment.
 
-use crate::common::free_port;
-use crate::common::spawn_app;
+use crate::common::{free_port, spawn_app};
 
 async fn healthcheck(listen: &str) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))

@@ -14,9 +14,8 @@ use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use sandbox_steward::store::Store;
 use serde_json::{Value, json};
 
-use crate::common::free_port;
 use crate::common::{
-    E2B_KEY, TestApp, TestAppOptions, app_env, hook, spawn_app_on, visible_json_text,
+    E2B_KEY, TestApp, TestAppOptions, app_env, free_port, hook, spawn_app_on, visible_json_text,
 };
 
 const CHANNEL: &str = "C0HYGIENE";

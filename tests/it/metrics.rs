@@ -8,10 +8,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::common::free_port;
 use crate::common::{
-    E2B_KEY, TestApp, TestAppOptions, case_id_in, eventually, hook, spawn_app_with, unix_now,
-    visible_text,
+    E2B_KEY, TestApp, TestAppOptions, case_id_in, eventually, free_port, hook, spawn_app_with,
+    unix_now, visible_text,
 };
 use sandbox_steward::cases::CaseState;
 use sandbox_steward::config::Settings;

@@ -13,8 +13,7 @@ use sandbox_steward::sim::slack::Recorded;
 use sandbox_steward::slack::payload::case_option_action_id;
 use serde_json::Value;
 
-use crate::common::free_port;
-use crate::common::{TestApp, eventually, visible_text, wait_until};
+use crate::common::{TestApp, eventually, free_port, visible_text, wait_until};
 use crate::github::{TOKEN, commit, make_repo, push, push_body, redis_dump, runner, spawn};
 
 const ENG: &str = "C0ENG";

@@ -6,8 +6,7 @@ use std::time::Duration;
 use sandbox_steward::ids::RunId;
 use sandbox_steward::runs::{RunError, RunRequest, RunStatus, Runner};
 
-use crate::common::free_port;
-use crate::common::{self, TestAppOptions, spawn_app_with};
+use crate::common::{self, TestAppOptions, free_port, spawn_app_with};
 
 fn request(command: &str) -> RunRequest {
     RunRequest {
