@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -40,7 +40,14 @@ pub const SLACK_BODY_MAX_BYTES: usize = 64 * 1024;
 /// How much of what a person typed a reply quotes back.
 const ECHO_MAX_CHARS: usize = 1000;
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The headers a Slack request is read by, as [`HeaderName`]s: a lookup by `&str` parses and
+/// lower-cases the name again on every request.
+const SLACK_TIMESTAMP: HeaderName = HeaderName::from_static(TIMESTAMP_HEADER);
+const SLACK_SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
+const SLACK_RETRY_NUM: HeaderName = HeaderName::from_static("x-slack-retry-num");
+const SLACK_RETRY_REASON: HeaderName = HeaderName::from_static("x-slack-retry-reason");
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -77,8 +84,8 @@ pub async fn verify_request(
     state: &AppState,
     request: Request,
 ) -> Result<Option<Verified>, ApiError> {
-    let declared = header_str(request.headers(), header::CONTENT_LENGTH.as_str())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        header_str(request.headers(), &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > SLACK_BODY_MAX_BYTES as u64) {
         return Err(ApiError::TooLarge {
             limit: SLACK_BODY_MAX_BYTES,
@@ -87,7 +94,7 @@ pub async fn verify_request(
     let (parts, body) = request.into_parts();
     // The limit is enforced while reading too: Content-Length may be absent (chunked) or lie.
     let bytes = read_limited(body, SLACK_BODY_MAX_BYTES).await?;
-    let is_form = header_str(&parts.headers, header::CONTENT_TYPE.as_str())
+    let is_form = header_str(&parts.headers, &header::CONTENT_TYPE)
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     if is_form && payload::is_ssl_check(&bytes) {
         return Ok(None);
@@ -100,16 +107,16 @@ pub async fn verify_request(
         .ok_or(signature::SignatureError::NoSecret)?;
     signature::verify(
         secret,
-        header_str(&parts.headers, TIMESTAMP_HEADER),
-        header_str(&parts.headers, SIGNATURE_HEADER),
+        header_str(&parts.headers, &SLACK_TIMESTAMP),
+        header_str(&parts.headers, &SLACK_SIGNATURE),
         &bytes,
         unix_now(),
     )?;
     Ok(Some(Verified {
         body: bytes,
         retry: SlackRetry {
-            num: header_str(&parts.headers, "x-slack-retry-num").and_then(|v| v.parse().ok()),
-            reason: header_str(&parts.headers, "x-slack-retry-reason").map(str::to_owned),
+            num: header_str(&parts.headers, &SLACK_RETRY_NUM).and_then(|v| v.parse().ok()),
+            reason: header_str(&parts.headers, &SLACK_RETRY_REASON).map(str::to_owned),
         },
     }))
 }
