@@ -12,6 +12,7 @@
 //! directory, or let a sandbox path with `..` reach the host filesystem.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::series::Ms;
@@ -87,6 +88,10 @@ pub(crate) struct Exec {
     pub mode: ExecMode,
     root: PathBuf,
     state: Mutex<HashMap<String, Workspace>>,
+    /// Set by [`Exec::shutdown`], under the state's lock: from then on no scratch directory is
+    /// made. A request still in flight when the simulator stops (its connection outlives the
+    /// server task) would otherwise make the removed root again, and nothing would remove it.
+    closed: AtomicBool,
 }
 
 impl Exec {
@@ -100,6 +105,7 @@ impl Exec {
             mode,
             root,
             state: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -107,9 +113,13 @@ impl Exec {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The sandbox's scratch directory, created (with `home/user`) on first use.
+    /// The sandbox's scratch directory, created (with `home/user`) on first use; an error once
+    /// the simulator is stopping.
     pub fn workspace(&self, sandbox: &str) -> std::io::Result<PathBuf> {
         let mut state = self.state();
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the simulator is stopping"));
+        }
         if let Some(ws) = state.get(sandbox) {
             return Ok(ws.dir.clone());
         }
@@ -189,9 +199,11 @@ impl Exec {
     }
 
     /// Kills every process and removes every scratch directory (the simulator is stopping).
+    /// Idempotent; also run when the last handle drops.
     pub fn shutdown(&self) {
         let groups: Vec<u32> = {
             let mut state = self.state();
+            self.closed.store(true, Ordering::Relaxed);
             let groups = state
                 .values()
                 .flat_map(|ws| ws.procs.values().map(|p| p.pgid))
@@ -427,9 +439,44 @@ pub(crate) fn dir_size(dir: &Path) -> i64 {
     total
 }
 
+/// The simulator may stop without [`Exec::shutdown`] (a handle outliving its server): the last
+/// handle still kills what its sandboxes started and removes the scratch root.
+impl Drop for Exec {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stopped_simulator_makes_no_scratch_directory_again() {
+        let exec = Exec::new(ExecMode::Local).unwrap();
+        let root = exec.root.clone();
+        let first = exec.workspace("sbx-one").unwrap();
+        assert!(first.join("home/user").is_dir());
+        exec.shutdown();
+        assert!(!root.exists(), "shutdown removes the scratch root");
+        let late = exec.workspace("sbx-two").unwrap_err();
+        assert_eq!(late.to_string(), "the simulator is stopping");
+        assert!(
+            !root.exists(),
+            "a late request does not make the root again"
+        );
+        exec.shutdown();
+    }
+
+    #[test]
+    fn dropping_the_last_handle_removes_the_scratch_root() {
+        let exec = Exec::new(ExecMode::Local).unwrap();
+        let root = exec.root.clone();
+        exec.workspace("sbx-one").unwrap();
+        assert!(root.is_dir());
+        drop(exec);
+        assert!(!root.exists());
+    }
 
     #[test]
     fn sandbox_paths_are_rooted_at_home_and_never_climb() {
