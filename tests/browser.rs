@@ -46,10 +46,13 @@ async fn start_demo() -> DemoHandle {
     demo
 }
 
-/// chromedriver on a free port, killed when dropped.
+/// chromedriver on a free port, killed when dropped. It and Chromium get a temporary directory
+/// of their own as `TMPDIR`, removed after them: Chromium leaves its singleton socket's directory
+/// behind in the system's.
 struct Driver {
     child: Child,
     url: String,
+    _tmp: tempfile::TempDir,
 }
 
 impl Driver {
@@ -66,8 +69,10 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
+        let tmp = tempfile::tempdir().expect("a temporary directory for Chromium");
         let child = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", tmp.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -75,6 +80,7 @@ impl Driver {
         let driver = Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            _tmp: tmp,
         };
         let deadline = Instant::now() + PAGE_PATIENCE;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -3,8 +3,9 @@
 //! shared by every cluster test in this binary (each test uses its own key prefix).
 //!
 //! Each node runs under `sh`, which kills it when the test binary's end of its stdin pipe closes
-//! (the binary exited), so no node outlives the tests. Without the binaries the tests fail with
-//! a sentence saying so.
+//! (the binary exited), so no node outlives the tests, then removes the node's file and tries
+//! the directory (the last node's removal succeeds): the cluster lives in a static that is never
+//! dropped, so nothing else would. Without the binaries the tests fail with a sentence saying so.
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -19,7 +20,6 @@ const CLUSTER_PATIENCE: Duration = Duration::from_secs(60);
 struct Cluster {
     ports: Vec<u16>,
     _keep_alive: Mutex<Vec<(Child, ChildStdin)>>,
-    _dir: tempfile::TempDir,
 }
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
@@ -72,7 +72,8 @@ fn start() -> Result<Cluster, String> {
             ));
         }
     }
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // Kept: the nodes' scripts remove it when the binary exits (see the module's comment).
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?.keep();
     let mut nodes = Vec::new();
     let mut ports = Vec::new();
     for _ in 0..3 {
@@ -80,8 +81,9 @@ fn start() -> Result<Cluster, String> {
         let script = format!(
             "redis-server --port {port} --bind 127.0.0.1 --cluster-enabled yes \
              --cluster-config-file nodes-{port}.conf --dir {dir} --save '' --appendonly no \
-             --loglevel warning >/dev/null 2>&1 & pid=$!; read _; kill $pid",
-            dir = dir.path().display()
+             --loglevel warning >/dev/null 2>&1 & pid=$!; read _; kill $pid; wait $pid; \
+             rm -f {dir}/nodes-{port}.conf; rmdir {dir} 2>/dev/null; true",
+            dir = dir.display()
         );
         let mut child = Command::new("sh")
             .arg("-c")
@@ -120,7 +122,6 @@ fn start() -> Result<Cluster, String> {
     Ok(Cluster {
         ports,
         _keep_alive: Mutex::new(nodes),
-        _dir: dir,
     })
 }
 
