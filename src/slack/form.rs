@@ -68,8 +68,9 @@ pub fn decode(raw: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// A hex digit's value, or 0xff for any other byte.
-const HEX: [u8; 256] = {
+/// A hex digit's value (either case), or 0xff for any other byte. Also reads the signature's
+/// digest (`slack::signature`).
+pub(super) const HEX: [u8; 256] = {
     let mut table = [0xff; 256];
     let mut i = 0;
     while i < 10 {

@@ -5,6 +5,8 @@
 use hmac::{KeyInit, Mac};
 use secrecy::{ExposeSecret, SecretString};
 
+use super::form::HEX;
+
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// Header carrying the signature.
@@ -80,23 +82,6 @@ pub fn verify(
     Ok(())
 }
 
-/// Each byte's value as a hex digit (either case), or `0xff` for a byte that is not one.
-const NIBBLES: [u8; 256] = {
-    let mut table = [0xff; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
-
 /// The 32 bytes that 64 hex digits (either case) spell; `None` for anything else. (By hand:
 /// `hex::decode_to_slice` took a percent of a click's time for these 64 characters; a table and
 /// one check at the end, not a branch per digit.)
@@ -108,7 +93,7 @@ fn digest_from_hex(hex: &str) -> Option<[u8; SIGNATURE_HEX_LEN / 2]> {
     let mut bytes = [0u8; SIGNATURE_HEX_LEN / 2];
     let mut invalid = 0u8;
     for (byte, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
-        let (high, low) = (NIBBLES[usize::from(pair[0])], NIBBLES[usize::from(pair[1])]);
+        let (high, low) = (HEX[usize::from(pair[0])], HEX[usize::from(pair[1])]);
         invalid |= high | low;
         *byte = high << 4 | low;
     }
