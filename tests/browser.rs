@@ -70,23 +70,35 @@ impl Driver {
             .unwrap()
             .port();
         let tmp = tempfile::tempdir().expect("a temporary directory for Chromium");
-        let child = Command::new(CHROMEDRIVER)
+        let mut child = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .env("TMPDIR", tmp.path())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts");
+        // chromedriver says when it listens; its output is read to the end after that, so it
+        // never blocks on a full pipe.
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (listening, said) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("started successfully") {
+                    let _ = listening.send(());
+                }
+            }
+        });
         let driver = Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
             _tmp: tmp,
         };
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        said.recv_timeout(PAGE_PATIENCE)
+            .expect("chromedriver never said it listens");
         driver
     }
 }
@@ -119,6 +131,34 @@ async fn browser(driver: &Driver) -> Client {
 fn hyper_util_connector() -> hyper_util::client::legacy::connect::HttpConnector {
     hyper_util::client::legacy::connect::HttpConnector::new()
 }
+
+/// The longest one wait for the page to change lasts before the check runs again anyway: a
+/// `MutationObserver` on the document counts changes, so this only bounds a change it could miss
+/// (none known) and keeps each script under WebDriver's 30 s script timeout.
+const CHANGE_WAIT_CAP: Duration = Duration::from_secs(5);
+
+/// `changed_since`'s script: `arguments[0]` the count seen, `[1]` the cap in ms, the last the
+/// callback WebDriver waits for.
+const WAIT_FOR_CHANGE_JS: &str = r#"
+const [seen, cap, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+const w = window;
+if (w.__stewardChanges === undefined) {
+  w.__stewardChanges = 0;
+  w.__stewardWaiters = [];
+  new MutationObserver(() => {
+    w.__stewardChanges += 1;
+    const waiters = w.__stewardWaiters;
+    w.__stewardWaiters = [];
+    waiters.forEach((wake) => wake());
+  }).observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  done();
+} else if (w.__stewardChanges !== seen) {
+  done();
+} else {
+  const timer = setTimeout(done, cap);
+  w.__stewardWaiters.push(() => { clearTimeout(timer); done(); });
+}
+"#;
 
 /// How many messages the busy channel gets.
 const LOAD_MESSAGES: usize = 500;
@@ -187,14 +227,40 @@ impl Person<'_> {
     {
         let deadline = Instant::now() + PAGE_PATIENCE;
         loop {
+            // Read before the check, so a change during the check is not waited for again.
+            let seen = self.changes().await;
             if let Some(value) = check().await {
                 return value;
             }
-            if Instant::now() > deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 self.fail(what.to_owned()).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.changed_since(seen, left.min(CHANGE_WAIT_CAP)).await;
         }
+    }
+
+    /// How many times the page's document changed so far (`-1` before the counter is there:
+    /// a page just loaded).
+    async fn changes(&self) -> i64 {
+        self.client
+            .execute("return window.__stewardChanges ?? -1;", vec![])
+            .await
+            .ok()
+            .and_then(|v| v.as_i64())
+            .unwrap_or(-1)
+    }
+
+    /// Returns once the page's document changed after the count `seen` (at once when it already
+    /// has, or when the page has no counter yet: this puts it there), or after `cap` at most.
+    async fn changed_since(&self, seen: i64, cap: Duration) {
+        let _ = self
+            .client
+            .execute_async(
+                WAIT_FOR_CHANGE_JS,
+                vec![json!(seen), json!(cap.as_millis() as u64)],
+            )
+            .await;
     }
 
     /// Waits until exactly `n` elements match `css`; returns `n`.

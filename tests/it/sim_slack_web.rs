@@ -1,7 +1,6 @@
 //! The Slack simulator's web page over HTTP: the page and its assets, the world it reads, the
 //! live feed, and the actions a person takes on it, signed and forwarded to a real Steward
 //! (`spawn_app`), whose answers land where Slack would show them.
-use std::time::Duration;
 
 use futures::StreamExt;
 use sandbox_steward::sim::slack::{SimChannel, SlackSim, SlackSimOptions};
@@ -74,19 +73,34 @@ impl Page {
             .unwrap()
     }
 
-    /// Waits until `find` picks something out of the world.
+    /// Waits until `find` picks something out of the world, reading it again on each change
+    /// the page's own event stream (`/_sim/events`) announces.
     async fn wait_for(&self, what: &str, find: impl Fn(&Value) -> Option<Value>) -> Value {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            if let Some(found) = find(&self.world().await) {
-                return found;
+        // Subscribed before the first read: a change between that read and the wait is sent.
+        let mut changes = self
+            .http
+            .get(format!("{}/_sim/events", self.base))
+            .send()
+            .await
+            .unwrap()
+            .bytes_stream();
+        let found = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Some(found) = find(&self.world().await) {
+                    return found;
+                }
+                // A change, a resync or a keep-alive: any of them is worth another read.
+                changes
+                    .next()
+                    .await
+                    .expect("the event stream stays open")
+                    .unwrap();
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "never showed on the page: {what}\n{}",
-                self.world().await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        match found {
+            Ok(found) => found,
+            Err(_) => panic!("never showed on the page: {what}\n{}", self.world().await),
         }
     }
 }
