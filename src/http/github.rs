@@ -11,16 +11,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::AppState;
+use super::{AppState, header_str};
 use crate::github::intake::{self, IntakeError, Outcome};
 use crate::runs::RunError;
 
 /// GitHub caps webhook payloads at 25 MiB.
 pub const GITHUB_BODY_MAX_BYTES: usize = 25 * 1024 * 1024;
-
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
 
 /// A refusal: `{"ok": false, "error": sentence}`.
 fn refuse(status: StatusCode, sentence: impl Into<String>) -> Response {
@@ -57,8 +53,8 @@ async fn read_limited(body: Body, limit: usize) -> Result<Option<Vec<u8>>, Respo
 /// `POST /github/webhook`.
 pub async fn webhook(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let declared = header_str(&parts.headers, header::CONTENT_LENGTH.as_str())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        header_str(&parts.headers, &header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > GITHUB_BODY_MAX_BYTES as u64) {
         return too_large();
     }

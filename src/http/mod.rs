@@ -9,7 +9,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceBuilder;
 
 use axum::Router;
-use axum::http::StatusCode;
+use axum::http::header::AsHeaderName;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware;
 use axum::routing::{get, post};
 use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
@@ -113,6 +114,12 @@ impl AppState {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// A header's value when it is there and visible ASCII. Hot handlers pass a [`HeaderName`]
+/// constant (`axum::http::HeaderName`): a `&str` name is parsed again on every lookup.
+pub(crate) fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Every route Steward serves. Every request is bounded: its body must arrive within

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, StatusCode, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, header_str};
 use crate::approvals::decide::{self, Reply, SubmissionReply};
 use crate::approvals::lifetime::{self, LifetimeChange};
 use crate::approvals::request::{self, CaseRequest};
@@ -40,16 +40,9 @@ pub const SLACK_BODY_MAX_BYTES: usize = 64 * 1024;
 /// How much of what a person typed a reply quotes back.
 const ECHO_MAX_CHARS: usize = 1000;
 
-/// The headers a Slack request is read by, as [`HeaderName`]s: a lookup by `&str` parses and
-/// lower-cases the name again on every request.
-const SLACK_TIMESTAMP: HeaderName = HeaderName::from_static(TIMESTAMP_HEADER);
-const SLACK_SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
+/// Slack's retry headers, as [`HeaderName`]s like the signature's (see [`header_str`]).
 const SLACK_RETRY_NUM: HeaderName = HeaderName::from_static("x-slack-retry-num");
 const SLACK_RETRY_REASON: HeaderName = HeaderName::from_static("x-slack-retry-reason");
-
-fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
 
 fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
@@ -107,8 +100,8 @@ pub async fn verify_request(
         .ok_or(signature::SignatureError::NoSecret)?;
     signature::verify(
         secret,
-        header_str(&parts.headers, &SLACK_TIMESTAMP),
-        header_str(&parts.headers, &SLACK_SIGNATURE),
+        header_str(&parts.headers, TIMESTAMP_HEADER),
+        header_str(&parts.headers, SIGNATURE_HEADER),
         &bytes,
         unix_now(),
     )?;

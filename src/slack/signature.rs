@@ -2,6 +2,7 @@
 //!
 //! `verify` is pure: it takes the raw body bytes and `now` as parameters so tests fix the clock.
 //! It must not parse the body, log the secret, or echo a signature back in an error.
+use axum::http::HeaderName;
 use hmac::{KeyInit, Mac};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -9,10 +10,11 @@ use super::form::HEX;
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-/// Header carrying the signature.
-pub const SIGNATURE_HEADER: &str = "x-slack-signature";
+/// Header carrying the signature. (A [`HeaderName`], not a `&str`: a lookup by `&str` parses
+/// and lower-cases the name again on every request.)
+pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static("x-slack-signature");
 /// Header carrying the unix timestamp the signature covers.
-pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+pub const TIMESTAMP_HEADER: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
 /// Requests older (or further in the future) than this are replays or clock trouble.
 pub const SIGNATURE_MAX_AGE_SECS: i64 = 300;
 

@@ -63,6 +63,26 @@ async fn a_correctly_signed_command_is_accepted() {
 }
 
 #[tokio::test]
+async fn a_signature_in_upper_case_hex_is_accepted() {
+    let app = spawn_app().await;
+    let body = command_form("help", "U0001", &app.slack.response_url("cmd"));
+    let ts = unix_now();
+    let sig = app.sign(ts, body.as_bytes());
+    let upper = format!("v0={}", sig["v0=".len()..].to_uppercase());
+    let resp = send(
+        &app,
+        "/slack/commands",
+        body,
+        Some(ts.to_string()),
+        Some(upper),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let answer: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(answer["response_type"], "ephemeral");
+}
+
+#[tokio::test]
 async fn a_request_signed_with_another_secret_is_refused_on_every_route() {
     let app = spawn_app().await;
     for path in ["/slack/commands", "/slack/interactions", "/slack/events"] {
@@ -130,6 +150,11 @@ async fn unsigned_and_malformed_requests_are_refused() {
         (
             Some(ts.to_string()),
             Some(good[..good.len() - 1].to_owned()),
+        ),
+        // The right length, one digit not hex.
+        (
+            Some(ts.to_string()),
+            Some(format!("{}g", &good[..good.len() - 1])),
         ),
     ];
     for (ts, sig) in cases {
