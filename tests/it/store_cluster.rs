@@ -80,9 +80,9 @@ fn start() -> Result<Cluster, String> {
         let port = free_port_pair();
         let script = format!(
             "redis-server --port {port} --bind 127.0.0.1 --cluster-enabled yes \
-             --cluster-config-file nodes-{port}.conf --dir {dir} --save '' --appendonly no \
+             --cluster-config-file nodes-{port}.conf --dir '{dir}' --save '' --appendonly no \
              --loglevel warning >/dev/null 2>&1 & pid=$!; read _; kill $pid; wait $pid; \
-             rm -f {dir}/nodes-{port}.conf; rmdir {dir} 2>/dev/null; true",
+             rm -f '{dir}/nodes-{port}.conf'; rmdir '{dir}' 2>/dev/null; true",
             dir = dir.display()
         );
         let mut child = Command::new("sh")
