@@ -5,6 +5,7 @@
 //! Steward uses are modelled; everything else is ignored. This module must not do I/O.
 use serde::{Deserialize, Serialize};
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::cases::DecisionOption;
@@ -94,9 +95,15 @@ impl CommandForm {
         ];
         let mut fields: [Option<String>; 7] = Default::default();
         for (name, value) in super::form::pairs(body) {
-            let name = super::form::decode(name);
-            let Some(at) = NAMES.iter().position(|n| n.as_bytes() == name.as_ref()) else {
-                continue;
+            let at = match super::form::decode(name).as_ref() {
+                b"command" => 0,
+                b"text" => 1,
+                b"user_id" => 2,
+                b"channel_id" => 3,
+                b"team_id" => 4,
+                b"response_url" => 5,
+                b"trigger_id" => 6,
+                _ => continue,
             };
             if fields[at].is_some() {
                 return Err(PayloadError::Command(format!(
@@ -104,8 +111,7 @@ impl CommandForm {
                     NAMES[at]
                 )));
             }
-            let value = super::form::decode(value);
-            fields[at] = Some(String::from_utf8_lossy(&value).into_owned());
+            fields[at] = Some(text(super::form::decode(value)));
         }
         let [
             command,
@@ -129,6 +135,15 @@ impl CommandForm {
             response_url: response_url.ok_or_else(|| missing("response_url"))?,
             trigger_id,
         })
+    }
+}
+
+/// A decoded form value as text, invalid UTF-8 replaced; copied only when it was borrowed.
+fn text(bytes: Cow<'_, [u8]>) -> String {
+    match bytes {
+        Cow::Borrowed(b) => String::from_utf8_lossy(b).into_owned(),
+        Cow::Owned(v) => String::from_utf8(v)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
     }
 }
 
@@ -498,6 +513,49 @@ mod tests {
             (minimal.text.as_str(), minimal.team_id, minimal.trigger_id),
             ("", None, None)
         );
+    }
+
+    #[test]
+    fn each_field_given_twice_is_named_and_each_read_into_its_own_place() {
+        let body = "command=%2Fsandbox&text=t&user_id=U1&channel_id=C1&team_id=T1&response_url=r&trigger_id=g";
+        let form = CommandForm::parse(body.as_bytes()).unwrap();
+        assert_eq!(
+            (
+                form.command.as_str(),
+                form.text.as_str(),
+                form.user_id.as_str(),
+                form.channel_id.as_str(),
+                form.team_id.as_deref(),
+                form.response_url.as_str(),
+                form.trigger_id.as_deref()
+            ),
+            ("/sandbox", "t", "U1", "C1", Some("T1"), "r", Some("g"))
+        );
+        for name in [
+            "command",
+            "text",
+            "user_id",
+            "channel_id",
+            "team_id",
+            "response_url",
+            "trigger_id",
+        ] {
+            let twice = format!("{body}&{name}=x");
+            let Err(PayloadError::Command(problem)) = CommandForm::parse(twice.as_bytes()) else {
+                panic!("{name} given twice was accepted");
+            };
+            assert_eq!(problem, format!("duplicate field `{name}`"));
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_value_is_replaced_whether_escaped_or_not() {
+        let form = CommandForm::parse(
+            b"command=%2Fsandbox&user_id=U1&channel_id=C1&response_url=x&text=a%FFb&trigger_id=c\xffd",
+        )
+        .unwrap();
+        assert_eq!(form.text, "a\u{fffd}b");
+        assert_eq!(form.trigger_id.as_deref(), Some("c\u{fffd}d"));
     }
 
     #[test]
