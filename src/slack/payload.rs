@@ -79,20 +79,22 @@ pub struct CommandForm {
 }
 
 impl CommandForm {
+    /// The form fields Steward reads, in the order `parse` numbers them.
+    const FIELDS: [&'static str; 7] = [
+        "command",
+        "text",
+        "user_id",
+        "channel_id",
+        "team_id",
+        "response_url",
+        "trigger_id",
+    ];
+
     /// Reads the fields Steward uses and ignores the rest. A field given twice, a missing
     /// `command`, `user_id`, `channel_id` or `response_url`, or an id that does not parse is an
     /// error. (Read by hand rather than through serde_urlencoded: this is every command's first
     /// step, and only the seven fields below are decoded.)
     pub fn parse(body: &[u8]) -> Result<Self, PayloadError> {
-        const NAMES: [&str; 7] = [
-            "command",
-            "text",
-            "user_id",
-            "channel_id",
-            "team_id",
-            "response_url",
-            "trigger_id",
-        ];
         let mut fields: [Option<String>; 7] = Default::default();
         for (name, value) in super::form::pairs(body) {
             let at = match super::form::decode(name).as_ref() {
@@ -108,7 +110,7 @@ impl CommandForm {
             if fields[at].is_some() {
                 return Err(PayloadError::Command(format!(
                     "duplicate field `{}`",
-                    NAMES[at]
+                    Self::FIELDS[at]
                 )));
             }
             fields[at] = Some(text(super::form::decode(value)));
@@ -531,15 +533,7 @@ mod tests {
             ),
             ("/sandbox", "t", "U1", "C1", Some("T1"), "r", Some("g"))
         );
-        for name in [
-            "command",
-            "text",
-            "user_id",
-            "channel_id",
-            "team_id",
-            "response_url",
-            "trigger_id",
-        ] {
+        for name in CommandForm::FIELDS {
             let twice = format!("{body}&{name}=x");
             let Err(PayloadError::Command(problem)) = CommandForm::parse(twice.as_bytes()) else {
                 panic!("{name} given twice was accepted");
