@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::{PATIENCE, TestApp, TestAppOptions, spawn_app_with, visible_text};
+use crate::common::{PATIENCE, TestApp, TestAppOptions, eventually, spawn_app_with, visible_text};
 use sandbox_steward::cases::{Case, Subject};
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::slack::{Fault, Recorded};
@@ -143,17 +143,8 @@ async fn five_thousand_characters_of_input_get_a_sentence_never_a_broken_templat
     let answer: Value = resp.json().await.unwrap();
     let text = crate::common::visible_json_text(&answer);
     assert!(!text.contains("broken"), "{text}");
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let replies = app.slack.hook_posts("cmd");
-        if let Some(reply) = replies.first() {
-            let text = visible_text(reply);
-            assert!(!text.contains("broken"), "{text}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no reply");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let text = visible_text(&app.wait_for_hook("cmd").await);
+    assert!(!text.contains("broken"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,7 +390,6 @@ async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repai
     )
     .await;
 
-    let deadline = tokio::time::Instant::now() + PATIENCE;
     // The out-of-date card is recorded in the store, so any replica (not only this one) repairs it.
     async fn remembered(app: &TestApp, case: &sandbox_steward::ids::CaseId) -> bool {
         app.state
@@ -410,14 +400,11 @@ async fn a_card_slack_keeps_refusing_is_given_up_after_a_bounded_number_of_repai
             .into_iter()
             .any(|(id, _)| &id == case)
     }
-    while !remembered(&app, &case.id).await {
-        assert!(tokio::time::Instant::now() < deadline, "never remembered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    while remembered(&app, &case.id).await {
-        assert!(tokio::time::Instant::now() < deadline, "never given up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the stale card remembered", || remembered(&app, &case.id)).await;
+    eventually("the stale card given up", || async {
+        !remembered(&app, &case.id).await
+    })
+    .await;
     let updates = app
         .slack
         .messages()

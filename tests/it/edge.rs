@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::{TestApp, TestAppOptions, spawn_app_with};
+use crate::common::{TestApp, TestAppOptions, spawn_app_with, wait_until};
 
 /// Deadline for the server to do what the test expects; never a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -204,22 +204,17 @@ async fn connections_over_the_cap_are_answered_503_and_closed_until_one_ends() {
 
     // Once a connection ends, its place is free again.
     drop(first);
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    wait_until("a place freed up after a connection closed", || async {
         let mut next = connect(&app).await;
         next.write_all(b"GET /healthz HTTP/1.1\r\nhost: steward\r\nconnection: close\r\n\r\n")
             .await
             .unwrap();
-        let seen = read_until_closed(&mut next).await;
-        if seen.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no place freed up after a connection closed: {seen}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        read_until_closed(&mut next)
+            .await
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    })
+    .await;
     drop(second);
 }
 

@@ -38,14 +38,12 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened within {secs} s: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("{what} (within {secs} s)");
+    crate::common::poll_until(Duration::from_secs(secs), &what, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await
 }
 
 /// The simulators: a random fleet of `fleet` sandboxes at `latency_ms` per API call.

@@ -33,14 +33,10 @@ async fn send(
 /// Waits until no follow-up task of the app is running (a wrongly spawned one included), so
 /// what it would have done is visible before the test looks.
 pub(crate) async fn settled(app: &TestApp) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !app.state.tasks.is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "follow-up tasks never finished"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    crate::common::wait_until("follow-up tasks to finish", || async {
+        app.state.tasks.is_empty().then_some(())
+    })
+    .await
 }
 
 /// Nothing was posted to the fake Slack and E2B saw no call.

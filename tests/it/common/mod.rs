@@ -393,17 +393,10 @@ impl TestApp {
 
     /// Waits until something was posted to `hooks/<name>` and returns the first post.
     pub async fn wait_for_hook(&self, name: &str) -> Recorded {
-        let deadline = tokio::time::Instant::now() + WAIT_FOR_POST;
-        loop {
-            if let Some(first) = self.slack.hook_posts(name).into_iter().next() {
-                return first;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "nothing was posted to hooks/{name}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until(&format!("a post to hooks/{name}"), || async {
+            self.slack.hook_posts(name).into_iter().next()
+        })
+        .await
     }
 
     /// API calls the E2B simulator has counted, by operation.
@@ -422,14 +415,28 @@ impl TestApp {
     }
 }
 
+/// How long [`poll_until`] waits between two checks. Not a synchronisation: the condition is
+/// what ends the wait; this only keeps the loop from spinning a core the app needs.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Polls `check` until it gives a value, failing the test with `what` after [`WAIT_FOR_POST`].
 /// Tests wait on an observable condition this way, never with a bare sleep.
-pub async fn wait_until<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn wait_until<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT_FOR_POST;
+    poll_until(WAIT_FOR_POST, what, check).await
+}
+
+/// The one polling loop of the tests: `check` until it gives a value, failing the test with
+/// `what` once `patience` has passed.
+pub async fn poll_until<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
     loop {
         if let Some(value) = check().await {
             return value;
@@ -438,7 +445,7 @@ where
             tokio::time::Instant::now() < deadline,
             "gave up waiting: {what}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -658,14 +665,11 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until(PATIENCE, what, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await
 }
 
 /// The case id named in a reply (the first `case_…` in `text`).
