@@ -292,6 +292,51 @@ async fn the_manifest_points_at_routes_we_serve() {
     assert!(manifest.contains("should_escape: true"));
 }
 
+/// Slack refuses a method whose scope the app lacks (`missing_scope`), so the manifest must ask
+/// for every scope the Web API client's methods need, and for nothing more.
+#[test]
+fn the_manifest_asks_for_exactly_the_scopes_the_client_uses() {
+    // Slack's documented scope for each method the client calls ("none" for those needing none).
+    let scope_of = |method: &str| match method {
+        "chat.postMessage" | "chat.update" | "chat.postEphemeral" => "chat:write",
+        "usergroups.users.list" => "usergroups:read",
+        "files.getUploadURLExternal" | "files.completeUploadExternal" => "files:write",
+        "views.open" | "auth.test" => "none",
+        other => panic!("{other}: add the scope Slack documents for it to this table"),
+    };
+    let client =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/slack/client.rs"))
+            .unwrap();
+    let called: Vec<&str> = client
+        .split("with_retry(\"")
+        .skip(1)
+        .map(|rest| &rest[..rest.find('"').unwrap()])
+        .collect();
+    assert!(
+        called.len() >= 8,
+        "the client's methods were not found: {called:?}"
+    );
+    let mut needed: std::collections::BTreeSet<&str> = called
+        .iter()
+        .map(|m| scope_of(m))
+        .filter(|s| *s != "none")
+        .collect();
+    needed.insert("commands"); // the /sandbox slash command
+    for name in ["manifest.yml", "manifest.socket.yml"] {
+        let manifest =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name))
+                .unwrap();
+        let bot = &manifest[manifest.find("    bot:").expect("bot scopes")..];
+        let declared: std::collections::BTreeSet<&str> = bot
+            .lines()
+            .skip(1)
+            .take_while(|l| l.trim_start().starts_with("- "))
+            .map(|l| l.trim_start().trim_start_matches("- ").trim())
+            .collect();
+        assert_eq!(declared, needed, "{name}'s bot scopes");
+    }
+}
+
 #[tokio::test]
 async fn a_template_in_steward_templates_overrides_the_embedded_one() {
     let dir = tempfile::tempdir().unwrap();
