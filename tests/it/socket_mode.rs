@@ -483,8 +483,9 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
     for case in &cases {
         wait_done(&app, case).await;
     }
-    // Every envelope is acked (a lost ack is written on the next connection, or the redelivery
-    // is acked as a duplicate).
+    // Every envelope is acked: on its own socket, or, when its ack died with that socket, on
+    // the next connection as the acked duplicate of Slack's redelivery (as in
+    // `an_ack_lost_with_its_socket_is_redelivered_and_acked_as_a_duplicate`).
     let acked = wait_until("every click envelope acked", || async {
         let all = acks(&app.slack).await;
         let acked: BTreeSet<String> = all
@@ -530,6 +531,79 @@ async fn dropped_sockets_mid_stream_lose_no_decision_and_double_none() {
         ),
         "{metrics}"
     );
+    app.shutdown().await;
+}
+
+/// The mid-stream reconnect made certain: the simulator drops the socket a click's ack was
+/// written on before reading that ack (`lose_next_ack`), so the decision was taken but Slack
+/// never heard so. Slack delivers the click again on Steward's next connection; the
+/// redelivery is acked as a duplicate and the case is decided, and paused, once.
+#[tokio::test]
+async fn an_ack_lost_with_its_socket_is_redelivered_and_acked_as_a_duplicate() {
+    let app = spawn_socket_app().await;
+    let case = open_kill_case(&app, "socklost1").await;
+    let (status, armed) = sim_socket_post(&app.slack, "drop", json!({"lose_next_ack": true})).await;
+    assert_eq!(
+        (status, armed["closed"].as_u64()),
+        (200, Some(0)),
+        "{armed}"
+    );
+    let click = click_payload(&app, &case, "case_pause", "U0002", "1700000300.000100").await;
+    let (sent, first_connection) = send_on(&app.slack, "interactive", click).await;
+    let ack = ack_of(&app.slack, &sent).await;
+    let connections = sim_socket_get(&app.slack.base_url(), "connections").await;
+    assert_eq!(
+        connections["lost_acks"],
+        json!([sent]),
+        "the first ack died with its socket"
+    );
+    assert_eq!(ack["known"], true, "{ack}");
+    assert!(
+        ack["retry_attempt"].as_u64().unwrap() >= 1,
+        "acked only once delivered again: {ack}"
+    );
+    assert_ne!(
+        ack["connection"].as_u64().unwrap(),
+        first_connection,
+        "acked on the new connection: {ack}"
+    );
+    assert!(
+        ack.get("payload").is_none(),
+        "a click's ack is empty: {ack}"
+    );
+    wait_done(&app, &case).await;
+    assert_eq!(decisions(&app, &case).await, 1, "decided once");
+    assert_eq!(calls(&app, "pause").await, 1, "paused once");
+    let acks_of_it = acks(&app.slack)
+        .await
+        .into_iter()
+        .filter(|a| a["envelope_id"] == sent.as_str())
+        .count();
+    assert_eq!(acks_of_it, 1, "one ack read; the lost one was never read");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_drop_switch_arms_a_lost_ack_only_on_its_own() {
+    let app = spawn_socket_app().await;
+    let (open, _) = wait_until("a connection", || async {
+        let (open, opens) = sim_connections(&app.slack).await;
+        (!open.is_empty()).then_some((open, opens))
+    })
+    .await;
+    for body in [
+        json!({"lose_next_ack": true, "disconnect": true}),
+        json!({"lose_next_ack": true, "reason": "warning"}),
+        json!({"lose_next_ack": "yes"}),
+    ] {
+        let (status, answer) = sim_socket_post(&app.slack, "drop", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    // Nothing was armed or closed: a command is answered on the same connection.
+    help_is_answered(&app).await;
+    assert_eq!(sim_connections(&app.slack).await.0, open);
+    let connections = sim_socket_get(&app.slack.base_url(), "connections").await;
+    assert_eq!(connections["lost_acks"], json!([]));
     app.shutdown().await;
 }
 

@@ -8,6 +8,9 @@
 //! does, up to [`MAX_RETRIES`] times). `POST /_sim/socket/drop` closes every socket, after a
 //! `disconnect` envelope when asked (`{"disconnect": true}`, reason `refresh_requested`, or
 //! `{"reason": …}`); for `warning` it sends the envelope and closes nothing, as Slack does.
+//! `{"lose_next_ack": true}` closes nothing now: the socket the next ack of a pending envelope
+//! arrives on is dropped before that ack is read, as when a connection dies with an ack in
+//! flight, so the envelope is delivered again on another connection.
 //! `POST /_sim/socket/outage` (`{"on": true}` / `{"on": false}`, optionally with Slack's
 //! `error`) makes `apps.connections.open` fail until it is turned off, so a client's reconnects
 //! fail as in an outage of Slack's (or as with a revoked token, or a rate limit).
@@ -85,6 +88,11 @@ struct HubState {
     outage: Option<Outage>,
     /// `apps.connections.open` calls answered, whatever the answer.
     opens: u64,
+    /// Set by `POST /_sim/socket/drop` `{"lose_next_ack": true}`: the next ack of a pending
+    /// envelope is not read, and its socket is dropped.
+    lose_next_ack: bool,
+    /// The envelopes whose ack was lost that way.
+    lost_acks: Vec<String>,
 }
 
 /// How `apps.connections.open` fails during an outage.
@@ -348,7 +356,13 @@ where
                 }
             },
             incoming = stream.next() => match incoming {
-                Some(Ok(Message::Text(text))) => record_ack(&world, id, text.as_str()),
+                Some(Ok(Message::Text(text))) => {
+                    if lose_ack(&world, text.as_str()) {
+                        // Dropped without a close frame, as a connection that died.
+                        break;
+                    }
+                    record_ack(&world, id, text.as_str());
+                }
                 Some(Ok(Message::Ping(data))) => {
                     if sink.send(Message::Pong(data)).await.is_err() {
                         break;
@@ -362,8 +376,28 @@ where
     world.socket.lock().conns.retain(|c| c.id != id);
 }
 
+/// Whether `text` is the ack to lose (`{"lose_next_ack": true}`): the ack of a pending envelope
+/// while armed. It is then noted as lost and not read: the envelope stays pending.
+fn lose_ack(world: &Shared, text: &str) -> bool {
+    let mut state = world.socket.lock();
+    if !state.lose_next_ack {
+        return false;
+    }
+    let id = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|ack| ack.get("envelope_id")?.as_str().map(str::to_owned));
+    match id {
+        Some(id) if state.pending.contains_key(&id) => {
+            state.lose_next_ack = false;
+            state.lost_acks.push(id);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// An ack `{"envelope_id", "payload"?}` ends the envelope's redelivery and is recorded, with
-/// the connection it came on.
+/// the connection it came on and the envelope's `retry_attempt` when it was acked.
 fn record_ack(world: &Shared, connection: u64, text: &str) {
     let Ok(ack) = serde_json::from_str::<Value>(text) else {
         tracing::debug!("socket mode: a frame that is not JSON");
@@ -374,8 +408,12 @@ fn record_ack(world: &Shared, connection: u64, text: &str) {
         return;
     };
     let mut state = world.socket.lock();
-    let known = state.pending.remove(id).is_some();
+    let attempt = state.pending.remove(id).map(|p| p.attempts);
+    let known = attempt.is_some();
     let mut entry = json!({"envelope_id": id, "known": known, "connection": connection});
+    if let Some(attempt) = attempt {
+        entry["retry_attempt"] = json!(attempt);
+    }
     if let Some(payload) = ack.get("payload") {
         entry["payload"] = payload.clone();
     }
@@ -552,21 +590,36 @@ struct DropBody {
     disconnect: bool,
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    lose_next_ack: bool,
 }
 
 /// `POST /_sim/socket/drop` (`{"disconnect": true}` or `{"reason": …}` optional): closes every
 /// socket, first sending a `disconnect` envelope when asked (reason `refresh_requested` unless
 /// one of [`DISCONNECT_REASONS`] is named). A `warning` is sent and nothing is closed, as
-/// Slack warns before it refreshes a connection.
+/// Slack warns before it refreshes a connection. `{"lose_next_ack": true}` (alone) closes
+/// nothing now and arms the loss of the next ack with its socket (see the module's doc).
 async fn drop_all(State(world): State<Shared>, body: axum::body::Bytes) -> Response {
     let body = if body.is_empty() {
         DropBody::default()
     } else {
         match serde_json::from_slice::<DropBody>(&body) {
             Ok(b) => b,
-            Err(_) => return bad_body("expected {\"disconnect\": bool, \"reason\": string}"),
+            Err(_) => {
+                return bad_body(
+                    "expected {\"disconnect\": bool, \"reason\": string} or {\"lose_next_ack\": true}",
+                );
+            }
         }
     };
+    if body.lose_next_ack {
+        if body.disconnect || body.reason.is_some() {
+            return bad_body("lose_next_ack closes nothing now: send it alone");
+        }
+        world.socket.lock().lose_next_ack = true;
+        return Json(json!({"ok": true, "closed": 0, "disconnects": 0, "lose_next_ack": true}))
+            .into_response();
+    }
     let reason = match body.reason.as_deref() {
         Some(reason) if DISCONNECT_REASONS.contains(&reason) => Some(reason),
         Some(_) => {
@@ -630,11 +683,12 @@ async fn outage(State(world): State<Shared>, body: axum::body::Bytes) -> Respons
 }
 
 /// `GET /_sim/socket/connections`: the ids of the open connections (as acks and sends name
-/// them) and how many times `apps.connections.open` was called.
+/// them), how many times `apps.connections.open` was called, and the envelopes whose ack was
+/// lost with its socket (`lose_next_ack`).
 async fn connections(State(world): State<Shared>) -> Json<Value> {
     let state = world.socket.lock();
     let open: Vec<u64> = state.conns.iter().map(|c| c.id).collect();
-    Json(json!({"open": open, "opens": state.opens}))
+    Json(json!({"open": open, "opens": state.opens, "lost_acks": state.lost_acks}))
 }
 
 #[cfg(test)]
