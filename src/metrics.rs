@@ -129,7 +129,7 @@ pub const SERIES: &[Series] = &[
         SLACK_SOCKET_ENVELOPES,
         Kind::Counter,
         &["type", "outcome"],
-        "Socket Mode envelopes by type (slash_commands, interactive, events_api, other) and outcome (handled, duplicate, refused, ignored).",
+        "Socket Mode envelopes by type (slash_commands, interactive, events_api, other) and outcome (handled, duplicate, refused, ignored, shed).",
     ),
     series(
         SLACK_SOCKET_RECONNECTS,
@@ -446,7 +446,8 @@ pub fn slack_request(route: &'static str, outcome: &'static str, took: Duration)
 }
 
 /// A Socket Mode envelope acked. `kind`: `slash_commands`, `interactive`, `events_api`, `other`;
-/// `outcome`: `handled`, `duplicate`, `refused`, `ignored`.
+/// `outcome`: `handled`, `duplicate`, `refused`, `ignored`, `shed` (left unacked: too many in
+/// flight).
 pub fn slack_socket_envelope(kind: &'static str, outcome: &'static str) {
     counter!(SLACK_SOCKET_ENVELOPES, "type" => kind, "outcome" => outcome).increment(1);
 }

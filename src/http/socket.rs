@@ -171,7 +171,8 @@ pub(crate) struct Delivery<'a> {
 
 /// Handles one envelope: the ack's payload and what happened.
 pub async fn answer(state: &AppState, envelope: Envelope) -> Answer {
-    let started = Instant::now();
+    // The deadline counts from the frame's reading, whatever waited since.
+    let started = envelope.read_at;
     let kind = envelope.kind_label();
     let route = match kind {
         "slash_commands" => "commands",

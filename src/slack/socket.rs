@@ -10,8 +10,9 @@
 //! writes the acks its envelopes still owe and closes it, while the next connection is opened at
 //! once (after a backoff when `too_many_websockets` or when connections keep ending early);
 //! `link_disabled` (Socket Mode turned off for the app) retires it for good: no connection is
-//! opened again and [`SocketStatus`] says `disabled`. A socket that drops or goes silent is
-//! opened again after a jittered exponential [`Backoff`] that a healthy connection resets.
+//! opened again and [`SocketStatus`] says `disabled`. A socket that drops, goes silent or does
+//! not say `hello` within [`HELLO_WITHIN`] is opened again after a jittered exponential
+//! [`Backoff`] that a healthy connection resets.
 //!
 //! An ack whose socket is gone is not written anywhere else: Slack did not see it, so it delivers
 //! the envelope again (with `retry_attempt`), and the handler must make a redelivery harmless
@@ -49,7 +50,10 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const PING_EVERY: Duration = Duration::from_secs(30);
 /// A connection silent this long (no frame, not even a pong) is taken for dead.
 const SILENT_FOR: Duration = Duration::from_secs(90);
-/// Envelopes handled at once per replica; past that the socket is read no further until one ends.
+/// A new socket that has not said `hello` by then is dropped and opened again.
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
+/// Envelopes handled at once per replica; one read past that is left unacked (Slack delivers it
+/// again a few seconds later), so the socket keeps being read and its acks keep being written.
 const MAX_IN_FLIGHT: usize = 256;
 /// How long a retired connection (and every connection at shutdown) waits for the acks its
 /// envelopes still owe before it closes: handlers answer within Slack's 3 s.
@@ -116,6 +120,9 @@ pub struct Envelope {
     pub retry_attempt: u32,
     #[serde(default)]
     pub retry_reason: String,
+    /// When the frame was read: the ack's deadline counts from here.
+    #[serde(skip, default = "Instant::now")]
+    pub read_at: Instant,
 }
 
 impl Envelope {
@@ -129,6 +136,9 @@ impl Envelope {
         }
     }
 }
+
+/// The metrics outcome of an envelope left unacked because too many were being handled.
+const SHED: &str = "shed";
 
 /// What became of an envelope (a metrics label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -808,9 +818,19 @@ async fn serve_link<S>(
     let (acks, mut owed) = mpsc::unbounded_channel::<Ack>();
     let mut last_heard = Instant::now();
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+    let hello_by = tokio::time::sleep(HELLO_WITHIN);
+    tokio::pin!(hello_by);
+    let mut said_hello = false;
     let dropped = loop {
         tokio::select! {
             () = retire.cancelled() => break false,
+            () = &mut hello_by, if !said_hello => {
+                tracing::warn!(
+                    within_s = HELLO_WITHIN.as_secs(),
+                    "the Socket Mode connection never said hello; connecting again"
+                );
+                break true;
+            }
             () = shared.stop.cancelled() => break false,
             Some(ack) = owed.recv() => {
                 if sink.send(Message::text(ack.to_text())).await.is_err() {
@@ -823,12 +843,13 @@ async fn serve_link<S>(
                 match frame {
                     Some(Ok(Message::Text(text))) => match Frame::parse(text.as_str()) {
                         Frame::Hello => {
+                            said_hello = true;
                             let _ = events.send(LinkEvent::Hello { link });
                         }
                         Frame::Disconnect { reason } => {
                             let _ = events.send(LinkEvent::Disconnect { link, reason });
                         }
-                        Frame::Envelope(envelope) => dispatch(&shared, envelope, &acks).await,
+                        Frame::Envelope(envelope) => dispatch(&shared, envelope, &acks),
                         Frame::Unknown => tracing::debug!("Socket Mode: a frame of no known type"),
                     },
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break true,
@@ -882,10 +903,18 @@ fn ack_lost(ack: &Ack) {
 }
 
 /// Hands `envelope` to the handler in a task of its own; its ack goes to `acks`, the queue of
-/// the socket it came from.
-async fn dispatch(shared: &Shared, envelope: Envelope, acks: &mpsc::UnboundedSender<Ack>) {
+/// the socket it came from. With [`MAX_IN_FLIGHT`] envelopes already being handled it is left
+/// unacked (outcome `shed`) rather than waited for: Slack delivers it again, and meanwhile the
+/// socket is still read and the acks owed are still written.
+fn dispatch(shared: &Shared, envelope: Envelope, acks: &mpsc::UnboundedSender<Ack>) {
     shared.status.0.envelopes.fetch_add(1, Ordering::SeqCst);
-    let Ok(permit) = shared.permits.clone().acquire_owned().await else {
+    let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+        crate::metrics::slack_socket_envelope(envelope.kind_label(), SHED);
+        tracing::warn!(
+            envelope_id = %envelope.envelope_id,
+            in_flight = MAX_IN_FLIGHT,
+            "too many Socket Mode envelopes being handled; this one is left for Slack to deliver again"
+        );
         return;
     };
     let handler = shared.handler.clone();
@@ -1049,6 +1078,181 @@ mod tests {
         assert_eq!(status.state().label(), "ok");
         status.0.disabled.store(true, Ordering::SeqCst);
         assert_eq!(status.state().label(), "disabled");
+    }
+
+    /// One connection served by [`serve_link`] over an in-memory pipe: Slack's end of the
+    /// socket, what the link tells the client, the envelopes its handler holds (each with the
+    /// sender of its answer), the retire token and the link's task.
+    struct Link {
+        slack: WebSocketStream<tokio::io::DuplexStream>,
+        events: mpsc::UnboundedReceiver<LinkEvent>,
+        held: mpsc::UnboundedReceiver<(String, tokio::sync::oneshot::Sender<Answer>)>,
+        retire: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    /// Serves a link whose handler holds each envelope until the test answers it, with `permits`
+    /// envelopes in flight at most.
+    async fn link(permits: usize) -> Link {
+        use tokio_tungstenite::tungstenite::protocol::Role;
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let (held_tx, held) = mpsc::unbounded_channel();
+        let handler: Handler = Arc::new(move |envelope: Envelope| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _ = held_tx.send((envelope.envelope_id, tx));
+            Box::pin(async move { rx.await.unwrap_or(Answer::bare(Outcome::Refused)) })
+        });
+        let shared = Arc::new(Shared {
+            handler,
+            permits: Arc::new(Semaphore::new(permits)),
+            status: SocketStatus::default(),
+            stop: CancellationToken::new(),
+        });
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let retire = CancellationToken::new();
+        let socket = WebSocketStream::from_raw_socket(ours, Role::Client, None).await;
+        let task = tokio::spawn(serve_link(socket, 1, shared, events_tx, retire.clone()));
+        let slack = WebSocketStream::from_raw_socket(theirs, Role::Server, None).await;
+        Link {
+            slack,
+            events,
+            held,
+            retire,
+            task,
+        }
+    }
+
+    fn envelope_text(id: &str) -> Message {
+        Message::text(
+            json!({"envelope_id": id, "type": "slash_commands", "payload": {"text": "help"},
+                   "accepts_response_payload": true})
+            .to_string(),
+        )
+    }
+
+    /// The next text or close frame Slack's end reads (pings and pongs skipped).
+    async fn next_frame(slack: &mut WebSocketStream<tokio::io::DuplexStream>) -> Option<Message> {
+        let read = async {
+            while let Some(frame) = slack.next().await {
+                match frame {
+                    Ok(m @ (Message::Text(_) | Message::Close(_))) => return Some(m),
+                    Ok(_) => {}
+                    Err(_) => return None,
+                }
+            }
+            None
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("a frame within 10 s")
+    }
+
+    fn replied(text: &str) -> Answer {
+        Answer {
+            payload: Some(json!({"text": text})),
+            outcome: Outcome::Handled,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retired_link_writes_the_ack_it_owes_and_then_closes() {
+        let mut link = link(4).await;
+        link.slack.send(envelope_text("e1")).await.unwrap();
+        let (id, answer) = link.held.recv().await.unwrap();
+        assert_eq!(id, "e1");
+        // Retired while e1 is still being handled: the link stops reading and waits for it.
+        link.retire.cancel();
+        answer.send(replied("hi")).unwrap();
+        match next_frame(&mut link.slack).await {
+            Some(Message::Text(text)) => assert_eq!(
+                serde_json::from_str::<Value>(text.as_str()).unwrap(),
+                json!({"envelope_id": "e1", "payload": {"text": "hi"}})
+            ),
+            other => panic!("expected e1's ack, got {other:?}"),
+        }
+        assert!(
+            matches!(next_frame(&mut link.slack).await, Some(Message::Close(_))),
+            "then a close frame"
+        );
+        drop(link.slack);
+        link.task.await.unwrap();
+        assert!(
+            link.events.try_recv().is_err(),
+            "a retired link is not reported as dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_link_says_so_and_writes_nothing_more() {
+        let mut link = link(4).await;
+        link.slack.send(envelope_text("e1")).await.unwrap();
+        let (_, answer) = link.held.recv().await.unwrap();
+        drop(link.slack);
+        match tokio::time::timeout(Duration::from_secs(10), link.events.recv()).await {
+            Ok(Some(LinkEvent::Dropped { link: 1 })) => {}
+            other => panic!("expected the drop to be reported, got {other:?}"),
+        }
+        // The handler's late answer has no socket to go to; the link has ended.
+        let _ = answer.send(replied("late"));
+        link.task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_socket_that_never_says_hello_is_dropped() {
+        let start = Instant::now();
+        let mut link = link(4).await;
+        match link.events.recv().await {
+            Some(LinkEvent::Dropped { link: 1 }) => {}
+            other => panic!("expected a drop, got {other:?}"),
+        }
+        // On the paused clock: at the hello deadline, not at the first ping's silence check.
+        assert_eq!(start.elapsed(), HELLO_WITHIN);
+        link.task.await.unwrap();
+        drop(link.slack);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_socket_that_said_hello_is_kept_past_the_hello_deadline() {
+        let mut link = link(4).await;
+        link.slack
+            .send(Message::text(r#"{"type":"hello"}"#))
+            .await
+            .unwrap();
+        assert!(matches!(
+            link.events.recv().await,
+            Some(LinkEvent::Hello { link: 1 })
+        ));
+        tokio::time::sleep(HELLO_WITHIN * 2).await;
+        assert!(link.events.try_recv().is_err(), "still served");
+        assert!(!link.task.is_finished());
+        link.retire.cancel();
+        link.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_envelope_past_the_cap_is_left_unacked_and_the_link_keeps_serving() {
+        let mut link = link(1).await;
+        link.slack.send(envelope_text("e1")).await.unwrap();
+        let (first, answer) = link.held.recv().await.unwrap();
+        assert_eq!(first, "e1");
+        // e1 holds the only permit: e2 is shed, not waited for, so e1's ack is written while
+        // the link reads on.
+        link.slack.send(envelope_text("e2")).await.unwrap();
+        answer.send(replied("one")).unwrap();
+        match next_frame(&mut link.slack).await {
+            Some(Message::Text(text)) => assert!(text.as_str().contains("\"e1\""), "{text}"),
+            other => panic!("expected e1's ack, got {other:?}"),
+        }
+        link.slack.send(envelope_text("e3")).await.unwrap();
+        let (next, answer) = link.held.recv().await.unwrap();
+        assert_eq!(next, "e3", "e2 was never handed to the handler");
+        answer.send(replied("three")).unwrap();
+        match next_frame(&mut link.slack).await {
+            Some(Message::Text(text)) => assert!(text.as_str().contains("\"e3\""), "{text}"),
+            other => panic!("expected e3's ack, got {other:?}"),
+        }
+        link.retire.cancel();
+        link.task.await.unwrap();
     }
 
     /// A one-route Slack answering `apps.connections.open` with `status`, `headers` and `body`.
