@@ -149,14 +149,14 @@ async fn a_408_from_the_request_timeout_is_counted_as_a_slack_request() {
         ("STEWARD_BODY_TIMEOUT", "1h"),
     ])
     .await;
-    let counted = |samples: &[crate::metrics::Sample]| {
-        crate::metrics::total(
+    let counted = |samples: &[crate::common::scrape::Sample]| {
+        crate::common::scrape::total(
             samples,
             "steward_slack_requests_total",
             &[("route", "events"), ("outcome", "4xx")],
         ) + 0.0 // an empty sum is -0
     };
-    let (_, before) = crate::metrics::scrape(&app).await;
+    let (_, before) = crate::common::scrape::scrape(&app).await;
     let mut stream = connect(&app).await;
     stream
         .write_all(
@@ -167,7 +167,7 @@ async fn a_408_from_the_request_timeout_is_counted_as_a_slack_request() {
         .unwrap();
     let seen = read_head(&mut stream).await;
     assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
-    let (_, after) = crate::metrics::scrape(&app).await;
+    let (_, after) = crate::common::scrape::scrape(&app).await;
     assert!(
         counted(&after) >= counted(&before) + 1.0,
         "events/4xx went from {} to {}",

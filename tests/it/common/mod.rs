@@ -3,6 +3,8 @@
 //! sends Slack requests the way Slack does.
 #![allow(dead_code)]
 
+pub mod scrape;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
