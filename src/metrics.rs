@@ -41,6 +41,10 @@ pub const E2B_RETRIES: &str = "steward_e2b_retries_total";
 /// How long the client waited before a retry because E2B answered 429, by action (its `_sum`
 /// is the total time spent waiting, its `_count` the number of waits).
 pub const E2B_RATE_LIMIT_WAIT: &str = "steward_e2b_rate_limit_wait_seconds";
+/// Requests to envd, the agent inside a sandbox, by call and HTTP status.
+pub const ENVD_REQUESTS: &str = "steward_envd_requests_total";
+/// Time until envd answered one request (a process start: until its stream opened).
+pub const ENVD_REQUEST_DURATION: &str = "steward_envd_request_duration_seconds";
 /// Decisions on cases (clicks and reason submissions), by option and outcome.
 pub const DECISIONS: &str = "steward_decisions_total";
 /// Pending cases closed because nobody decided in time.
@@ -172,6 +176,18 @@ pub const SERIES: &[Series] = &[
         Kind::Histogram,
         &["action"],
         "Time waited before retrying after an E2B 429.",
+    ),
+    series(
+        ENVD_REQUESTS,
+        Kind::Counter,
+        &["call", "status"],
+        "Requests to envd inside a sandbox (governed runs, push tests) by call (process_start, send_signal, upload, download) and HTTP status (transport: no answer).",
+    ),
+    series(
+        ENVD_REQUEST_DURATION,
+        Kind::Histogram,
+        &["call"],
+        "Time until envd answered one request (process_start: until its output stream opened).",
     ),
     series(
         DECISIONS,
@@ -339,7 +355,7 @@ fn buckets(builder: PrometheusBuilder) -> PrometheusBuilder {
     for s in SERIES.iter().filter(|s| s.kind == Kind::Histogram) {
         let values = match s.name {
             SLACK_REQUEST_DURATION => REQUEST_BUCKETS,
-            E2B_REQUEST_DURATION => E2B_BUCKETS,
+            E2B_REQUEST_DURATION | ENVD_REQUEST_DURATION => E2B_BUCKETS,
             _ => WORK_BUCKETS,
         };
         // Only an empty bucket list is refused, and none of ours is empty.
@@ -524,6 +540,13 @@ const fn digits() -> [u8; 1500] {
 pub fn e2b_request(action: &'static str, status: &'static str, took: Duration) {
     counter!(E2B_REQUESTS, "action" => action, "status" => status).increment(1);
     histogram!(E2B_REQUEST_DURATION, "action" => action).record(took.as_secs_f64());
+}
+
+/// One request to envd: `call` is `process_start`, `send_signal`, `upload` or `download`,
+/// `status` from [`e2b_status`], `took` until the answer's head.
+pub fn envd_request(call: &'static str, status: &'static str, took: Duration) {
+    counter!(ENVD_REQUESTS, "call" => call, "status" => status).increment(1);
+    histogram!(ENVD_REQUEST_DURATION, "call" => call).record(took.as_secs_f64());
 }
 
 /// An E2B request about to be sent again after `wait`. `reason`: `rate_limited`, `status`,

@@ -6,8 +6,8 @@
 //!
 //! It drives Slack requests (answered, forged), E2B calls (a 429 then an answer), a case opened,
 //! decided and carried out, a second click refused, then, on a replica without a worker, a job
-//! left waiting in the queue, a reconcile pass that queues it again, and a case expiring; last,
-//! a replica whose Redis is down. Run alone with `cargo test --test metrics_exact`.
+//! left waiting in the queue, a reconcile pass that queues it again, and a case expiring; then
+//! envd calls inside a simulated sandbox; last, a replica whose Redis is down. Run alone with `cargo test --test metrics_exact`.
 #[path = "it/common/mod.rs"]
 mod common;
 
@@ -21,7 +21,11 @@ use common::{
 };
 use sandbox_steward::approvals::worker::{expire_once, reconcile_once};
 use sandbox_steward::cases::CaseState;
+use sandbox_steward::envd::{EnvdAddress, EnvdClient, ProcessSpec};
+use sandbox_steward::ids::SandboxId;
+use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
 use sandbox_steward::sim::slack::Fault;
+use secrecy::SecretString;
 use serde_json::json;
 
 const APPROVALS: &str = "C0APPROVALS";
@@ -317,6 +321,70 @@ async fn every_series_counts_exactly_what_the_traffic_did() {
     );
     moved.assert("steward_jobs_total", &[], 0.0);
     assert_eq!(value(&later, "steward_queue_depth"), 2.0, "queued again");
+
+    // envd, the agent inside a sandbox (what governed runs and push tests talk to): each call
+    // counted once by call and status, a missing file as the 404 it was.
+    let sim = SimServer::start(SimOptions {
+        sandboxes: 0,
+        exec: ExecMode::Local,
+        ..SimOptions::default()
+    })
+    .await
+    .expect("the simulator starts");
+    let seeded = sim
+        .hooks()
+        .seed(json!({"templateID": "base", "state": "running"}))
+        .await
+        .unwrap();
+    let id = SandboxId::parse(seeded["sandboxID"].as_str().unwrap()).unwrap();
+    let token = seeded["envdAccessToken"]
+        .as_str()
+        .map(|t| SecretString::from(t.to_owned()));
+    let envd = EnvdClient::new(
+        id.clone(),
+        EnvdAddress::resolve(Some(&sim.envd_url()), &id, None),
+        token,
+    )
+    .unwrap();
+    envd.upload("/home/user/x.txt", b"hi".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(envd.download("/home/user/x.txt").await.unwrap(), b"hi");
+    assert!(envd.download("/home/user/missing.txt").await.is_err());
+    let events = envd
+        .start(&ProcessSpec::shell("cat /home/user/x.txt"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(!events.is_empty());
+    let (text, envd_after) = scrape(&idle).await;
+    let moved = Moved {
+        before: &later,
+        after: &envd_after,
+        text: &text,
+    };
+    let envd_requests = "steward_envd_requests_total";
+    moved.assert(envd_requests, &[("call", "upload"), ("status", "200")], 1.0);
+    moved.assert(
+        envd_requests,
+        &[("call", "download"), ("status", "200")],
+        1.0,
+    );
+    moved.assert(
+        envd_requests,
+        &[("call", "download"), ("status", "404")],
+        1.0,
+    );
+    moved.assert(
+        envd_requests,
+        &[("call", "process_start"), ("status", "200")],
+        1.0,
+    );
+    moved.assert(envd_requests, &[], 4.0);
+    moved.assert("steward_envd_request_duration_seconds_count", &[], 4.0);
+    assert_declared_and_bounded(&envd_after);
 
     // A replica whose Redis is down still answers the scrape, says so, and counts the errors.
     let down = spawn_app_with(TestAppOptions {

@@ -233,6 +233,33 @@ const SEND_SIGNAL: &str = "process.Process/SendSignal";
 const UPLOAD: &str = "files upload";
 const DOWNLOAD: &str = "files download";
 
+/// A call's `call` label in `steward_envd_requests_total`.
+fn call_label(call: &'static str) -> &'static str {
+    match call {
+        START => "process_start",
+        SEND_SIGNAL => "send_signal",
+        UPLOAD => "upload",
+        _ => "download",
+    }
+}
+
+/// Sends `request` for `call`, counting it (status, or `transport` when no answer came) with the
+/// time until the answer's head.
+async fn send_counted(
+    call: &'static str,
+    request: reqwest::RequestBuilder,
+) -> Result<Response, EnvdError> {
+    let started = std::time::Instant::now();
+    let sent = request.send().await;
+    let status = sent.as_ref().ok().map(|r| r.status().as_u16());
+    crate::metrics::envd_request(
+        call_label(call),
+        crate::metrics::e2b_status(status, false),
+        started.elapsed(),
+    );
+    sent.map_err(|source| EnvdError::Transport { call, source })
+}
+
 impl EnvdClient {
     /// A client for `sandbox_id` at `address`; `access_token` is the create response's
     /// `envdAccessToken`, sent as `X-Access-Token` when present.
@@ -310,20 +337,15 @@ impl EnvdClient {
             call: START,
             reason: e.to_string(),
         })?;
-        let response = self
+        let request = self
             .http
             .post(self.url(START))
             .headers(self.headers()?)
             .header(CONTENT_TYPE, "application/connect+json")
             .header("Connect-Protocol-Version", "1")
             .header("Keepalive-Ping-Interval", KEEPALIVE_PING_INTERVAL_SECS)
-            .body(connect::encode(0, &message))
-            .send()
-            .await
-            .map_err(|source| EnvdError::Transport {
-                call: START,
-                source,
-            })?;
+            .body(connect::encode(0, &message));
+        let response = send_counted(START, request).await?;
         let response = self.check_status(START, response).await?;
         Ok(ProcessStream {
             response,
@@ -339,19 +361,14 @@ impl EnvdClient {
             "process": { "pid": pid },
             "signal": signal.wire_name(),
         });
-        let response = self
+        let request = self
             .http
             .post(self.url(SEND_SIGNAL))
             .headers(self.headers()?)
             .header("Connect-Protocol-Version", "1")
             .timeout(UNARY_TIMEOUT)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|source| EnvdError::Transport {
-                call: SEND_SIGNAL,
-                source,
-            })?;
+            .json(&body);
+        let response = send_counted(SEND_SIGNAL, request).await?;
         let response = self.check_status(SEND_SIGNAL, response).await?;
         read_capped(SEND_SIGNAL, response, MAX_UNARY_BYTES).await?;
         Ok(())
@@ -360,20 +377,15 @@ impl EnvdClient {
     /// Writes `content` to `path` in the sandbox (parents created, an existing file replaced).
     #[tracing::instrument(skip(self, content), fields(sandbox_id = %self.sandbox_id, bytes = content.len()))]
     pub async fn upload(&self, path: &str, content: Vec<u8>) -> Result<Vec<FileEntry>, EnvdError> {
-        let response = self
+        let request = self
             .http
             .post(self.url("files"))
             .query(&[("path", path)])
             .headers(self.headers()?)
             .header(CONTENT_TYPE, "application/octet-stream")
             .timeout(UNARY_TIMEOUT)
-            .body(content)
-            .send()
-            .await
-            .map_err(|source| EnvdError::Transport {
-                call: UPLOAD,
-                source,
-            })?;
+            .body(content);
+        let response = send_counted(UPLOAD, request).await?;
         let response = self.check_status(UPLOAD, response).await?;
         let body = read_capped(UPLOAD, response, MAX_UNARY_BYTES).await?;
         serde_json::from_slice(&body).map_err(|e| EnvdError::Decode {
@@ -385,18 +397,13 @@ impl EnvdClient {
     /// Reads the file at `path`, refusing one larger than [`MAX_DOWNLOAD_BYTES`].
     #[tracing::instrument(skip(self), fields(sandbox_id = %self.sandbox_id))]
     pub async fn download(&self, path: &str) -> Result<Vec<u8>, EnvdError> {
-        let response = self
+        let request = self
             .http
             .get(self.url("files"))
             .query(&[("path", path)])
             .headers(self.headers()?)
-            .timeout(UNARY_TIMEOUT)
-            .send()
-            .await
-            .map_err(|source| EnvdError::Transport {
-                call: DOWNLOAD,
-                source,
-            })?;
+            .timeout(UNARY_TIMEOUT);
+        let response = send_counted(DOWNLOAD, request).await?;
         let response = self.check_status(DOWNLOAD, response).await?;
         read_capped(DOWNLOAD, response, MAX_DOWNLOAD_BYTES).await
     }

@@ -120,6 +120,7 @@ fn bounded(label: &str, value: &str) -> bool {
             "handled",
             "duplicate",
             "ignored",
+            "shed",
             // Slack Web API
             "ok",
             "api_error",
@@ -179,6 +180,7 @@ fn bounded(label: &str, value: &str) -> bool {
             "extend_timeout",
         ]
         .contains(&value),
+        "call" => ["process_start", "send_signal", "upload", "download"].contains(&value),
         "mode" => ["live", "dry_run"].contains(&value),
         "state" => ["running", "paused"].contains(&value),
         "version" => value == env!("CARGO_PKG_VERSION"),
