@@ -280,7 +280,10 @@ async fn connections(sim: &SlackSim) -> Value {
 #[tokio::test]
 async fn sends_and_acks_name_the_connection_and_opens_are_counted() {
     let sim = start(Some(APP_TOKEN)).await;
-    assert_eq!(connections(&sim).await, json!({"open": [], "opens": 0}));
+    assert_eq!(
+        connections(&sim).await,
+        json!({"open": [], "opens": 0, "lost_acks": []})
+    );
     open(&sim, "xapp-1-A0SIM-another").await;
     let (mut ws, _) = connect(&sim).await;
     let now = connections(&sim).await;
