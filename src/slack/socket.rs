@@ -27,8 +27,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
@@ -110,8 +111,9 @@ pub struct Envelope {
     /// `slash_commands`, `interactive` or `events_api`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The payload's JSON as it came, parsed only by the handler that reads it.
     #[serde(default)]
-    pub payload: Value,
+    pub payload: Option<Box<RawValue>>,
     /// Whether the ack may carry a `payload` (the immediate reply).
     #[serde(default)]
     pub accepts_response_payload: bool,
@@ -168,8 +170,8 @@ impl Outcome {
 /// A handler's answer to one envelope: what the ack carries, and what happened.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    /// The immediate reply (`None`: a bare ack).
-    pub payload: Option<Value>,
+    /// The immediate reply's JSON (`None`: a bare ack), written into the ack as it is.
+    pub payload: Option<Box<RawValue>>,
     pub outcome: Outcome,
 }
 
@@ -198,16 +200,38 @@ enum Frame {
     Unknown,
 }
 
+/// Any frame's fields, read in one pass: the payload is kept as its JSON text, never built
+/// into a `Value`.
+#[derive(Deserialize)]
+struct Incoming {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    reason: Option<Value>,
+    #[serde(default)]
+    envelope_id: Option<String>,
+    #[serde(default)]
+    payload: Option<Box<RawValue>>,
+    #[serde(default)]
+    accepts_response_payload: bool,
+    #[serde(default)]
+    retry_attempt: u32,
+    #[serde(default)]
+    retry_reason: String,
+}
+
 impl Frame {
     fn parse(text: &str) -> Self {
-        let Ok(value) = serde_json::from_str::<Value>(text) else {
+        let read_at = Instant::now();
+        let Ok(frame) = serde_json::from_str::<Incoming>(text) else {
             return Self::Unknown;
         };
-        match value.get("type").and_then(Value::as_str) {
-            Some("hello") => Self::Hello,
-            Some("disconnect") => Self::Disconnect {
-                reason: value
-                    .get("reason")
+        match (frame.kind, frame.envelope_id) {
+            (Some(kind), _) if kind == "hello" => Self::Hello,
+            (Some(kind), _) if kind == "disconnect" => Self::Disconnect {
+                reason: frame
+                    .reason
+                    .as_ref()
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .chars()
@@ -215,28 +239,32 @@ impl Frame {
                     .take(ERROR_CODE_MAX_CHARS)
                     .collect(),
             },
-            Some(_) if value.get("envelope_id").is_some() => {
-                serde_json::from_value(value).map_or(Self::Unknown, Self::Envelope)
-            }
+            (Some(kind), Some(envelope_id)) => Self::Envelope(Envelope {
+                envelope_id,
+                kind,
+                payload: frame.payload,
+                accepts_response_payload: frame.accepts_response_payload,
+                retry_attempt: frame.retry_attempt,
+                retry_reason: frame.retry_reason,
+                read_at,
+            }),
             _ => Self::Unknown,
         }
     }
 }
 
 /// An ack waiting to be written.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 struct Ack {
     envelope_id: String,
-    payload: Option<Value>,
+    /// The handler's JSON, written as it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Box<RawValue>>,
 }
 
 impl Ack {
     fn to_text(&self) -> String {
-        match &self.payload {
-            Some(payload) => json!({"envelope_id": self.envelope_id, "payload": payload}),
-            None => json!({"envelope_id": self.envelope_id}),
-        }
-        .to_string()
+        serde_json::to_string(self).expect("a string and raw JSON always serialize")
     }
 }
 
@@ -938,7 +966,13 @@ fn dispatch(shared: &Shared, envelope: Envelope, acks: &mpsc::UnboundedSender<Ac
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    fn raw(value: Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&value).unwrap()
+    }
 
     #[test]
     fn frames_are_told_apart_by_type() {
@@ -958,7 +992,8 @@ mod tests {
                 assert_eq!(e.kind_label(), "slash_commands");
                 assert_eq!(e.retry_attempt, 2);
                 assert!(e.accepts_response_payload);
-                assert_eq!(e.payload["text"], "help");
+                // Kept as its text, as it came.
+                assert_eq!(e.payload.unwrap().get(), r#"{"text":"help"}"#);
             }
             other => panic!("{other:?}"),
         }
@@ -979,11 +1014,14 @@ mod tests {
         };
         assert_eq!(bare.to_text(), r#"{"envelope_id":"e1"}"#);
         let reply = Ack {
-            envelope_id: "e1".into(),
-            payload: Some(json!({"text": "hi"})),
+            envelope_id: "e\"1".into(),
+            payload: Some(RawValue::from_string(r#"{"text": "hi"}"#.to_owned()).unwrap()),
         };
-        let v: Value = serde_json::from_str(&reply.to_text()).unwrap();
-        assert_eq!(v, json!({"envelope_id": "e1", "payload": {"text": "hi"}}));
+        // The envelope id is escaped; the handler's JSON is written as it is.
+        assert_eq!(
+            reply.to_text(),
+            r#"{"envelope_id":"e\"1","payload":{"text": "hi"}}"#
+        );
     }
 
     #[test]
@@ -1149,7 +1187,7 @@ mod tests {
 
     fn replied(text: &str) -> Answer {
         Answer {
-            payload: Some(json!({"text": text})),
+            payload: Some(raw(json!({"text": text}))),
             outcome: Outcome::Handled,
         }
     }
