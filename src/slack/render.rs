@@ -418,6 +418,95 @@ impl Templates {
                 details,
             })?;
         }
+        self.check_fleet_replies(&sample)
+    }
+
+    /// The replies of `/sandbox list`, `get`, `logs`, `metrics`, `team`, `snapshots`,
+    /// `templates` and `template`, each with every optional part present and then absent.
+    fn check_fleet_replies(&self, sample: &dyn Fn() -> String) -> Result<(), RenderError> {
+        let rows = || vec![sample(), sample()];
+        for full in [true, false] {
+            let some = |text: String| full.then_some(text);
+            self.render(&SandboxListParams {
+                filter: sample(),
+                shown: 2,
+                total_running: full.then_some(2),
+                page: 1,
+                table: rows(),
+                next_page: some(sample()),
+                next_page_action: "list_next_page",
+            })?;
+            self.render(&SandboxParams {
+                id: sample(),
+                state: sample(),
+                template: sample(),
+                alias: some(sample()),
+                cpu_count: 2,
+                memory: sample(),
+                disk: some(sample()),
+                started_at: sample(),
+                age: sample(),
+                end_at: sample(),
+                ends_in: some(sample()),
+                lifecycle: sample(),
+                metadata: vec![KeyValue {
+                    key: sample(),
+                    value: sample(),
+                }],
+            })?;
+            self.render(&SandboxLogsParams {
+                id: sample(),
+                filter: some(sample()),
+                shown: 2,
+                total: 3,
+                truncated: full,
+                chunks: rows(),
+            })?;
+            self.render(&SandboxMetricsParams {
+                id: sample(),
+                window: sample(),
+                points: 2,
+                series: vec![SeriesParams {
+                    name: sample(),
+                    sparkline: sample(),
+                    min: sample(),
+                    avg: sample(),
+                    max: sample(),
+                }],
+            })?;
+            self.render(&TeamParams {
+                capacity: CapacityParams {
+                    window: sample(),
+                    concurrent_now: 1,
+                    concurrent_peak: 2,
+                    peak_at: some(sample()),
+                    start_rate: sample(),
+                    start_rate_peak: sample(),
+                },
+                sparkline: some(sample()),
+            })?;
+            self.render(&SnapshotsParams {
+                sandbox: some(sample()),
+                count: 2,
+                table: rows(),
+            })?;
+            self.render(&TemplatesParams {
+                count: 2,
+                table: rows(),
+            })?;
+            self.render(&TemplateParams {
+                id: sample(),
+                aliases: some(sample()),
+                public: sample(),
+                cpu_count: 2,
+                memory: sample(),
+                disk: some(sample()),
+                build_status: sample(),
+                created_at: sample(),
+                spawn_count: 3,
+                last_spawned_at: some(sample()),
+            })?;
+        }
         Ok(())
     }
 
@@ -1071,29 +1160,48 @@ mod tests {
 
     #[test]
     fn a_template_that_is_not_block_kit_fails_to_render() {
-        // team.json.j2's parameters belong to the caller, so it is checked when rendered.
+        // Another module's template (its parameters are the caller's) is checked when rendered.
+        #[derive(Serialize)]
+        struct Pushed {
+            title: String,
+        }
+        impl MessageParams for Pushed {
+            const TEMPLATE: &'static str = "push_case.json.j2";
+        }
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
-            dir.path().join("team.json.j2"),
+            dir.path().join("push_case.json.j2"),
             r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
         )
         .unwrap();
         let templates = Templates::load(Some(dir.path())).unwrap();
-        let params = || TeamParams {
-            capacity: CapacityParams {
-                window: "1 d".into(),
-                concurrent_now: 1,
-                concurrent_peak: 1,
-                peak_at: None,
-                start_rate: "1".into(),
-                start_rate_peak: "1".into(),
-            },
-            sparkline: None,
-        };
+        let params = || Pushed { title: "t".into() };
         let err = templates.render(&params()).unwrap_err();
         assert!(matches!(err, RenderError::NotBlockKit { .. }), "{err}");
         let fallback = templates.render_or_plain(&params());
-        assert!(fallback.text.contains("team.json.j2"));
+        assert!(fallback.text.contains("push_case.json.j2"));
+    }
+
+    #[test]
+    fn a_broken_override_of_a_fleet_reply_stops_the_load() {
+        // Not Block Kit, and a variable the reply's parameters do not have (strict undefined).
+        for (file, text) in [
+            (
+                "team.json.j2",
+                r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
+            ),
+            (
+                "sandbox.json.j2",
+                r#"{"text": "{{ sandbox_name }}", "blocks": []}"#,
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(file), text).unwrap();
+            let err = Templates::load(Some(dir.path()))
+                .err()
+                .unwrap_or_else(|| panic!("{file} loaded"));
+            assert!(err.to_string().contains(file), "{file}: {err}");
+        }
     }
 
     #[test]
