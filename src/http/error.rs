@@ -3,9 +3,7 @@
 //! Handlers return `Result<_, ApiError>`; the boundary errors (`SignatureError`, `PayloadError`,
 //! ...) know nothing of HTTP. The cause chain is logged once, here, and never sent to the
 //! caller beyond a short reason.
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::Duration;
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -14,6 +12,7 @@ use serde_json::json;
 
 use crate::slack::payload::PayloadError;
 use crate::slack::signature::SignatureError;
+use crate::telemetry::WarnGate;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -62,12 +61,12 @@ impl IntoResponse for ApiError {
         let status = self.status();
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
-        } else if let Some(quiet) = REFUSALS.warn_now(since_start_ms()) {
+        } else if let Some(quiet) = REFUSALS.warn_now() {
             tracing::warn!(
                 error = %self,
                 status = status.as_u16(),
                 refused_quietly_before = quiet,
-                "request refused (further refusals within 10 s are logged at debug; all are counted in steward_slack_requests_total)"
+                "request refused (further refusals within 10 s are logged at debug)"
             );
         } else {
             tracing::debug!(error = %self, status = status.as_u16(), "request refused");
@@ -85,69 +84,5 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// How often a refused request (a 4xx) is logged at `warn`; the others are logged at `debug`.
-const REFUSAL_WARN_EVERY_MS: u64 = 10_000;
-
-static REFUSALS: RefusalLog = RefusalLog::new();
-
-/// Milliseconds since the first refusal was logged: a monotonic clock for [`RefusalLog`].
-fn since_start_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// Lets one refusal a [`REFUSAL_WARN_EVERY_MS`] through to `warn`, so a flood of forged or
-/// malformed requests costs a log line every ten seconds rather than one each, while a
-/// misconfigured signing secret still shows at the default level.
-struct RefusalLog {
-    /// When the last `warn` was let through, plus one (0: never).
-    last_warn_ms: AtomicU64,
-    /// Refusals logged at `debug` since then.
-    quiet: AtomicU64,
-}
-
-impl RefusalLog {
-    const fn new() -> Self {
-        Self {
-            last_warn_ms: AtomicU64::new(0),
-            quiet: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(refusals kept quiet since the last warn)` when this one is to be logged at `warn`.
-    fn warn_now(&self, now_ms: u64) -> Option<u64> {
-        let last = self.last_warn_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now_ms.saturating_sub(last - 1) >= REFUSAL_WARN_EVERY_MS;
-        if due
-            && self
-                .last_warn_ms
-                .compare_exchange(last, now_ms + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.quiet.swap(0, Ordering::Relaxed));
-        }
-        self.quiet.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_refusal_in_ten_seconds_is_a_warning_and_the_rest_are_counted_for_it() {
-        let log = RefusalLog::new();
-        assert_eq!(log.warn_now(0), Some(0), "the first is a warning");
-        for ms in [1, 500, 9_999] {
-            assert_eq!(log.warn_now(ms), None, "{ms} ms later");
-        }
-        assert_eq!(
-            log.warn_now(10_000),
-            Some(3),
-            "ten seconds on, with the three kept quiet"
-        );
-        assert_eq!(log.warn_now(10_001), None);
-        assert_eq!(log.warn_now(60_000), Some(1));
-    }
-}
+/// A refused request (a 4xx) is logged at `warn` at most once every 10 s, the others at `debug`.
+static REFUSALS: WarnGate = WarnGate::new(Duration::from_secs(10));

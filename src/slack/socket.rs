@@ -38,6 +38,8 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::telemetry::WarnGate;
+
 /// Socket Mode's settings, plain data: `config` reads `SLACK_APP_TOKEN`.
 #[derive(Debug, Clone)]
 pub struct SocketSettings {
@@ -139,9 +141,6 @@ impl Envelope {
     }
 }
 
-/// The metrics outcome of an envelope left unacked because too many were being handled.
-const SHED: &str = "shed";
-
 /// What became of an envelope (a metrics label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -154,6 +153,9 @@ pub enum Outcome {
     Refused,
     /// A type Steward does not act on.
     Ignored,
+    /// Read while [`MAX_IN_FLIGHT`] envelopes were being handled: left unacked, so Slack
+    /// delivers it again.
+    Shed,
 }
 
 impl Outcome {
@@ -163,6 +165,7 @@ impl Outcome {
             Self::Duplicate => "duplicate",
             Self::Refused => "refused",
             Self::Ignored => "ignored",
+            Self::Shed => "shed",
         }
     }
 }
@@ -930,6 +933,9 @@ fn ack_lost(ack: &Ack) {
     );
 }
 
+/// Envelopes shed for want of a permit are logged at `warn` at most once every 10 s.
+static SHEDDING: WarnGate = WarnGate::new(Duration::from_secs(10));
+
 /// Hands `envelope` to the handler in a task of its own; its ack goes to `acks`, the queue of
 /// the socket it came from. With [`MAX_IN_FLIGHT`] envelopes already being handled it is left
 /// unacked (outcome `shed`) rather than waited for: Slack delivers it again, and meanwhile the
@@ -937,12 +943,16 @@ fn ack_lost(ack: &Ack) {
 fn dispatch(shared: &Shared, envelope: Envelope, acks: &mpsc::UnboundedSender<Ack>) {
     shared.status.0.envelopes.fetch_add(1, Ordering::SeqCst);
     let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
-        crate::metrics::slack_socket_envelope(envelope.kind_label(), SHED);
-        tracing::warn!(
-            envelope_id = %envelope.envelope_id,
-            in_flight = MAX_IN_FLIGHT,
-            "too many Socket Mode envelopes being handled; this one is left for Slack to deliver again"
-        );
+        crate::metrics::slack_socket_envelope(envelope.kind_label(), Outcome::Shed.label());
+        if let Some(quiet) = SHEDDING.warn_now() {
+            tracing::warn!(
+                in_flight = MAX_IN_FLIGHT,
+                shed_quietly_before = quiet,
+                "too many Socket Mode envelopes being handled; one is left for Slack to deliver again (further ones within 10 s are logged at debug)"
+            );
+        } else {
+            tracing::debug!(envelope_id = %envelope.envelope_id, "Socket Mode envelope shed");
+        }
         return;
     };
     let handler = shared.handler.clone();
