@@ -181,7 +181,7 @@ pub const SERIES: &[Series] = &[
         ENVD_REQUESTS,
         Kind::Counter,
         &["call", "status"],
-        "Requests to envd inside a sandbox (governed runs, push tests) by call (process_start, send_signal, upload, download) and HTTP status (transport: no answer).",
+        "Requests to envd inside a sandbox (governed runs, push tests) by call (process_start, send_signal, upload, download, other) and HTTP status (transport: no answer).",
     ),
     series(
         ENVD_REQUEST_DURATION,

@@ -233,13 +233,14 @@ const SEND_SIGNAL: &str = "process.Process/SendSignal";
 const UPLOAD: &str = "files upload";
 const DOWNLOAD: &str = "files download";
 
-/// A call's `call` label in `steward_envd_requests_total`.
+/// A call's `call` label in `steward_envd_requests_total` (`other` for a call added without one).
 fn call_label(call: &'static str) -> &'static str {
     match call {
         START => "process_start",
         SEND_SIGNAL => "send_signal",
         UPLOAD => "upload",
-        _ => "download",
+        DOWNLOAD => "download",
+        _ => "other",
     }
 }
 

@@ -180,7 +180,14 @@ fn bounded(label: &str, value: &str) -> bool {
             "extend_timeout",
         ]
         .contains(&value),
-        "call" => ["process_start", "send_signal", "upload", "download"].contains(&value),
+        "call" => [
+            "process_start",
+            "send_signal",
+            "upload",
+            "download",
+            "other",
+        ]
+        .contains(&value),
         "mode" => ["live", "dry_run"].contains(&value),
         "state" => ["running", "paused"].contains(&value),
         "version" => value == env!("CARGO_PKG_VERSION"),
