@@ -357,11 +357,10 @@ where
             },
             incoming = stream.next() => match incoming {
                 Some(Ok(Message::Text(text))) => {
-                    if lose_ack(&world, text.as_str()) {
+                    if read_ack(&world, id, text.as_str()) == AckRead::Lost {
                         // Dropped without a close frame, as a connection that died.
                         break;
                     }
-                    record_ack(&world, id, text.as_str());
                 }
                 Some(Ok(Message::Ping(data))) => {
                     if sink.send(Message::Pong(data)).await.is_err() {
@@ -376,38 +375,34 @@ where
     world.socket.lock().conns.retain(|c| c.id != id);
 }
 
-/// Whether `text` is the ack to lose (`{"lose_next_ack": true}`): the ack of a pending envelope
-/// while armed. It is then noted as lost and not read: the envelope stays pending.
-fn lose_ack(world: &Shared, text: &str) -> bool {
-    let mut state = world.socket.lock();
-    if !state.lose_next_ack {
-        return false;
-    }
-    let id = serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(|ack| ack.get("envelope_id")?.as_str().map(str::to_owned));
-    match id {
-        Some(id) if state.pending.contains_key(&id) => {
-            state.lose_next_ack = false;
-            state.lost_acks.push(id);
-            true
-        }
-        _ => false,
-    }
+/// What became of a frame a connection read.
+#[derive(Debug, PartialEq, Eq)]
+enum AckRead {
+    /// Recorded (or not an ack at all).
+    Read,
+    /// The ack `{"lose_next_ack": true}` armed the loss of: not read, its socket to be dropped.
+    Lost,
 }
 
 /// An ack `{"envelope_id", "payload"?}` ends the envelope's redelivery and is recorded, with
-/// the connection it came on and the envelope's `retry_attempt` when it was acked.
-fn record_ack(world: &Shared, connection: u64, text: &str) {
+/// the connection it came on and the envelope's `retry_attempt` when it was acked; while
+/// `lose_next_ack` is armed, the ack of a pending envelope is lost instead (noted, not read:
+/// the envelope stays pending).
+fn read_ack(world: &Shared, connection: u64, text: &str) -> AckRead {
     let Ok(ack) = serde_json::from_str::<Value>(text) else {
         tracing::debug!("socket mode: a frame that is not JSON");
-        return;
+        return AckRead::Read;
     };
     let Some(id) = ack.get("envelope_id").and_then(Value::as_str) else {
         tracing::debug!("socket mode: a frame without envelope_id");
-        return;
+        return AckRead::Read;
     };
     let mut state = world.socket.lock();
+    if state.lose_next_ack && state.pending.contains_key(id) {
+        state.lose_next_ack = false;
+        state.lost_acks.push(id.to_owned());
+        return AckRead::Lost;
+    }
     let attempt = state.pending.remove(id).map(|p| p.attempts);
     let known = attempt.is_some();
     let mut entry = json!({"envelope_id": id, "known": known, "connection": connection});
@@ -422,6 +417,7 @@ fn record_ack(world: &Shared, connection: u64, text: &str) {
         // The page's action that sent it may have stopped waiting.
         let _ = waiter.send(ack.get("payload").cloned());
     }
+    AckRead::Read
 }
 
 #[derive(Deserialize)]
