@@ -2,9 +2,9 @@
 //! limits before rendering, a card Slack refused is posted when someone asks again, and reasons
 //! are escaped. The fake Slack refuses oversize blocks the way Slack does.
 
-use std::time::Duration;
-
-use crate::common::{PATIENCE, TestApp, TestAppOptions, eventually, spawn_app_with, visible_text};
+use crate::common::{
+    PATIENCE, TestApp, TestAppOptions, eventually, poll_for, spawn_app_with, visible_text,
+};
 use sandbox_steward::cases::{Case, Subject};
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::slack::{Fault, Recorded};
@@ -218,23 +218,22 @@ async fn click(
 /// Waits until the card shows the case's end state without decision buttons.
 async fn wait_for_final_card(app: &TestApp, case: &Case) {
     let card = case.card.clone().unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
+    let text = || visible_text(&app.slack.message(card.channel.as_str(), &card.ts).unwrap());
+    let ended = poll_for(PATIENCE, || async {
         let message = app.slack.message(card.channel.as_str(), &card.ts).unwrap();
-        let text = visible_text(&message);
         let blocks = message.blocks.clone().unwrap_or_default().to_string();
         // Only Restore may stay (after a Snapshot, then kill).
         let buttons = blocks.matches("\"button\"").count();
-        if text.contains(":white_check_mark:") && buttons == blocks.matches("case_restore").count()
-        {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the card never showed the end state: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (visible_text(&message).contains(":white_check_mark:")
+            && buttons == blocks.matches("case_restore").count())
+        .then_some(())
+    })
+    .await;
+    assert!(
+        ended.is_some(),
+        "the card never showed the end state: {}",
+        text()
+    );
 }
 
 async fn paused_in_e2b(app: &TestApp, id: &str) -> bool {

@@ -934,20 +934,16 @@ async fn a_leader_that_dies_mid_sweep_is_replaced_when_its_lease_ends() {
     assert!(w.digests().is_empty());
 
     // Tick until the dead leader's lease has ended: until then every tick is held elsewhere.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let took_over = loop {
+    let took_over = crate::common::wait_until("the dead leader's lease ends", || async {
         match scheduler_tick(&s, Utc::now()).await.unwrap() {
             Tick::HeldElsewhere { .. } => {
                 assert!(w.digests().is_empty());
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the dead leader's lease never ended"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                None
             }
-            other => break other,
+            other => Some(other),
         }
-    };
+    })
+    .await;
     assert!(matches!(took_over, Tick::Ran { .. }), "{took_over:?}");
     assert_eq!(w.digests().len(), 1);
 }
@@ -1115,11 +1111,11 @@ async fn one_failed_lease_renewal_is_retried_and_the_sweep_goes_on() {
         .arg(1)
         .query(&mut conn)
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while wrongtype_errors(&mut conn) == before {
-        assert!(std::time::Instant::now() < deadline, "no renewal was tried");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    crate::common::wait_until("a renewal tried", || {
+        let tried = wrongtype_errors(&mut conn) != before;
+        async move { tried.then_some(()) }
+    })
+    .await;
     let _: () = redis::pipe()
         .atomic()
         .cmd("DEL")
@@ -1458,14 +1454,10 @@ async fn a_leader_that_loses_its_lease_while_posting_the_digest_still_records_it
     );
     // The digest Slack was already receiving still arrives, and is recorded for the slot.
     gate.open();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while w.ctx.store.sweep_digest(latest).await.unwrap().is_none() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the digest posted mid-stop was never recorded"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::common::wait_until("the digest posted mid-stop recorded", || async {
+        w.ctx.store.sweep_digest(latest).await.unwrap().map(|_| ())
+    })
+    .await;
 
     let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
     let took_over = scheduler_tick(&w.scheduler("replica-b"), Utc::now())

@@ -1,8 +1,6 @@
 //! The sweep through the running service: `/sandbox sweep [--dry-run]` signed like Slack,
 //! answered through the response_url, and the scheduler started by `run_until_stopped`.
 
-use std::time::Duration;
-
 use crate::common::{TestAppOptions, spawn_app_with, visible_text};
 use chrono::Utc;
 use sandbox_steward::cases::Subject;
@@ -128,14 +126,10 @@ async fn a_starting_replica_runs_the_sweep_it_missed_once() {
     app.seed_sandbox(idle_body()).await;
 
     // The scheduler ticks at start; wait for the digest it posts.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.last_completed_sweep().await.unwrap() != Some(latest) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the missed sweep did not run"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::common::wait_until("the missed sweep runs", || async {
+        (store.last_completed_sweep().await.unwrap() == Some(latest)).then_some(())
+    })
+    .await;
     assert_eq!(digests(&app.slack.messages()).len(), 1);
 }
 

@@ -2,8 +2,6 @@
 //! kill case instead of ending it, a resume with such a timeout is refused, live sweeps are
 //! policy, and `steward sweep` at the terminal is a dry run unless `--live`.
 
-use std::time::Duration;
-
 use crate::common::{TestAppOptions, redis_url, spawn_app_with, visible_text};
 use chrono::Utc;
 use sandbox_steward::cases::Subject;
@@ -246,16 +244,14 @@ async fn steward_sweep_at_the_terminal_is_a_dry_run_unless_live_is_given() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["mode"], "live");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !app
-        .slack
-        .messages()
-        .iter()
-        .any(|m| m.channel.as_deref() == Some(HYGIENE))
-    {
-        assert!(tokio::time::Instant::now() < deadline, "no digest posted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::common::wait_until("the digest posted", || async {
+        app.slack
+            .messages()
+            .iter()
+            .any(|m| m.channel.as_deref() == Some(HYGIENE))
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

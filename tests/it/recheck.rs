@@ -113,18 +113,18 @@ async fn audit(app: &TestApp, case: &CaseId) -> Vec<String> {
 }
 
 async fn wait_for_state(app: &TestApp, case: &CaseId, name: &str) -> CaseState {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
+    let reached = crate::common::poll_for(PATIENCE, || async {
         let state = state_of(app, case).await;
-        if state.name() == name {
-            return state;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the case never became {name}: {state:?}\naudit: {:#?}",
+        (state.name() == name).then_some(state)
+    })
+    .await;
+    match reached {
+        Some(state) => state,
+        None => panic!(
+            "the case never became {name}: {:?}\naudit: {:#?}",
+            state_of(app, case).await,
             audit(app, case).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        ),
     }
 }
 
@@ -423,23 +423,14 @@ async fn a_template_whose_sandboxes_gained_a_snapshot_is_asked_about_again() {
 
 /// Waits until the decision is queued and claims it as `consumer`.
 async fn claim(app: &TestApp, consumer: &str) -> sandbox_steward::store::ClaimedJob {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(job) = app
-            .state
+    crate::common::poll_until(PATIENCE, "the decision queued", || async {
+        app.state
             .store
             .claim(consumer, Duration::ZERO)
             .await
             .unwrap()
-        {
-            return job;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the decision was never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

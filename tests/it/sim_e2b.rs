@@ -604,24 +604,17 @@ async fn an_expired_sandbox_is_paused_when_it_asked_for_auto_pause_and_killed_ot
     let dying = dying["sandboxID"].as_str().unwrap();
     // Until its one-second TTL runs out each is running; afterwards one is paused and the
     // other gone. Poll for the end state rather than sleeping past the TTL.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    crate::common::wait_until("the TTLs run out", || async {
         let (_, _, detail) = sim.get(&format!("/sandboxes/{pausing}")).await;
         let (status, _, _) = sim.get(&format!("/sandboxes/{dying}")).await;
-        if detail["state"] == "paused" && status == StatusCode::NOT_FOUND {
-            break;
-        }
         // The two TTLs run out one after the other: either may be over first.
         assert!(
             detail["state"] == "running" || detail["state"] == "paused",
             "an auto-pause sandbox is never killed: {detail}"
         );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the TTLs never ran out: {detail} / {status}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (detail["state"] == "paused" && status == StatusCode::NOT_FOUND).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

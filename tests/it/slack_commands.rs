@@ -592,14 +592,10 @@ async fn the_reply_reaches_slack_even_when_the_response_url_is_rate_limited_once
     let resp = app.post_command_to("get sbxrun1", hook).await;
     assert_eq!(resp.status(), 200);
     // The first post was refused; wait for the retry.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while app.slack.hook_posts(hook).len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no retry reached Slack"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    crate::common::wait_until("the retry reaches Slack", || async {
+        (app.slack.hook_posts(hook).len() >= 2).then_some(())
+    })
+    .await;
     let posts = app.slack.hook_posts(hook);
     assert_eq!(posts[0].body, posts[1].body);
     let v: Value = posts[1].body.clone();

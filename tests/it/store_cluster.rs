@@ -9,7 +9,7 @@
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandbox_steward::store::Store;
 
@@ -48,15 +48,12 @@ fn query(port: u16, cmd: &mut redis::Cmd) -> Result<String, String> {
 }
 
 /// Polls `check` until it holds or the cluster's patience runs out.
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) -> Result<(), String> {
-    let deadline = Instant::now() + CLUSTER_PATIENCE;
-    while !check() {
-        if Instant::now() > deadline {
-            return Err(format!("the test Redis Cluster never got ready: {what}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+fn wait_until(what: &str, check: impl FnMut() -> bool) -> Result<(), String> {
+    if crate::common::poll_for_blocking(CLUSTER_PATIENCE, check) {
+        Ok(())
+    } else {
+        Err(format!("the test Redis Cluster never got ready: {what}"))
     }
-    Ok(())
 }
 
 fn start() -> Result<Cluster, String> {

@@ -431,9 +431,20 @@ where
     poll_until(WAIT_FOR_POST, what, check).await
 }
 
-/// The one polling loop of the tests: `check` until it gives a value, failing the test with
-/// `what` once `patience` has passed.
-pub async fn poll_until<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
+/// `check` until it gives a value, failing the test with `what` once `patience` has passed.
+pub async fn poll_until<T, F, Fut>(patience: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_for(patience, check)
+        .await
+        .unwrap_or_else(|| panic!("gave up waiting: {what}"))
+}
+
+/// The one polling loop of the tests: `check` until it gives a value, or `None` once
+/// `patience` has passed (for a caller whose failure says more than [`poll_until`]'s).
+pub async fn poll_for<T, F, Fut>(patience: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -441,13 +452,27 @@ where
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting: {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// [`poll_for`] for code that cannot await (starting a server before any runtime): whether
+/// `check` held before `patience` passed.
+pub fn poll_for_blocking(patience: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL_INTERVAL);
     }
 }
 
@@ -637,13 +662,12 @@ impl ThrowawayRedis {
             .spawn()
             .expect("redis-server must be installed for this test");
         let server = Self { child, port };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("the throwaway redis-server never answered");
+        let answers = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        assert!(
+            poll_for_blocking(Duration::from_secs(5), answers),
+            "the throwaway redis-server never answered"
+        );
+        server
     }
 
     pub fn url(&self) -> String {
