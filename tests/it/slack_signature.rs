@@ -290,49 +290,15 @@ async fn without_a_configured_signing_secret_everything_is_refused() {
 /// each (`steward serve` as a process, so its log is its own; read from its stderr).
 #[tokio::test]
 async fn a_flood_of_forged_requests_is_refused_each_time_and_logged_as_one_warning() {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
-    let cleanup = crate::common::PrefixCleanup {
-        url: crate::common::redis_url(),
-        prefix: crate::common::unique_prefix(),
-    };
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn,sandbox_steward::startup=info")
-        .env("NO_COLOR", "1")
-        .env("STEWARD_LISTEN", "127.0.0.1:0")
-        .env("SLACK_SIGNING_SECRET", "flood-test-signing-secret")
-        .env("REDIS_URL", &cleanup.url)
-        .env("STEWARD_REDIS_PREFIX", &cleanup.prefix)
-        .current_dir(std::env::temp_dir())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut log = tokio::io::BufReader::new(child.stderr.take().unwrap());
-    let mut before = String::new();
-    let addr = tokio::time::timeout(crate::common::PATIENCE, async {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                log.read_line(&mut line).await.unwrap() > 0,
-                "serve ended: {before}"
-            );
-            before.push_str(&line);
-            if let Some(at) = line.find("Steward listening addr=") {
-                let rest = &line[at + "Steward listening addr=".len()..];
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-    })
-    .await
-    .expect("steward serve listens");
+    let serve = crate::common::serve_process(&[
+        ("RUST_LOG", "warn,sandbox_steward::startup=info"),
+        ("SLACK_SIGNING_SECRET", "flood-test-signing-secret"),
+    ])
+    .await;
     let http = reqwest::Client::new();
     for n in 0..50 {
         let forged = http
-            .post(format!("http://{addr}/slack/commands"))
+            .post(serve.url("/slack/commands"))
             .header("content-type", "application/x-www-form-urlencoded")
             .header("x-slack-request-timestamp", unix_now().to_string())
             .header("x-slack-signature", format!("v0={n:064x}"))
@@ -344,12 +310,9 @@ async fn a_flood_of_forged_requests_is_refused_each_time_and_logged_as_one_warni
     }
     // Every refusal was logged (or not) before its answer was sent: what the log holds now is
     // all it will say about them.
-    child.start_kill().unwrap();
-    let mut rest = String::new();
-    log.read_to_string(&mut rest).await.unwrap();
+    let rest = serve.stop().await;
     let warnings: Vec<&str> = rest
         .lines()
-        .chain(before.lines())
         .filter(|l| l.contains("request refused"))
         .collect();
     assert_eq!(warnings.len(), 1, "{warnings:#?}");

@@ -22,9 +22,9 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use crate::common::{
-    E2B_KEY, PATIENCE, PrefixCleanup, TestApp, TestAppOptions, app_env, case_id_in, eventually,
-    get_json, hook, reason_submission, redis_url, sim_socket_get, sim_socket_post, spawn_app_with,
-    unique_prefix, visible_json_text, visible_text, wait_until,
+    E2B_KEY, PATIENCE, PrefixCleanup, ServeProcess, TestApp, TestAppOptions, app_env, case_id_in,
+    eventually, get_json, hook, reason_submission, redis_url, serve_process, sim_socket_get,
+    sim_socket_post, spawn_app_with, unique_prefix, visible_json_text, visible_text, wait_until,
 };
 
 const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
@@ -1023,55 +1023,17 @@ async fn a_rate_limited_open_waits_for_retry_after() {
 }
 
 /// A `steward serve` of its own (a process, so its metrics count only its own traffic), with
-/// Socket Mode on: its `/metrics` URL.
-struct ServeProcess {
-    child: tokio::process::Child,
-    metrics_url: String,
-    _cleanup: PrefixCleanup,
-}
-
-async fn serve_process(sim: &SlackSim) -> ServeProcess {
-    use tokio::io::AsyncBufReadExt;
-    let cleanup = PrefixCleanup {
-        url: redis_url(),
-        prefix: unique_prefix(),
-    };
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env("STEWARD_LISTEN", "127.0.0.1:0")
-        .env("SLACK_API_URL", sim.api_url())
-        .env("SLACK_BOT_TOKEN", "xoxb-test-bot-token")
-        .env("SLACK_APP_TOKEN", APP_TOKEN)
-        .env("REDIS_URL", redis_url())
-        .env("STEWARD_REDIS_PREFIX", &cleanup.prefix)
-        .current_dir(std::env::temp_dir())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(PATIENCE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find("Steward listening addr=") {
-                let rest = &line[at + "Steward listening addr=".len()..];
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("steward serve ended without listening");
-    })
-    .await
-    .expect("steward serve listens");
-    // Keep reading its log, so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    ServeProcess {
-        child,
-        metrics_url: format!("http://{addr}/metrics"),
-        _cleanup: cleanup,
-    }
+/// Socket Mode on.
+async fn serve_socket_process(sim: &SlackSim) -> ServeProcess {
+    let mut serve = serve_process(&[
+        ("RUST_LOG", "info"),
+        ("SLACK_API_URL", &sim.api_url()),
+        ("SLACK_BOT_TOKEN", "xoxb-test-bot-token"),
+        ("SLACK_APP_TOKEN", APP_TOKEN),
+    ])
+    .await;
+    serve.drain_log();
+    serve
 }
 
 /// The value of the series line that starts with `name` and has every one of `labels`.
@@ -1089,7 +1051,7 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
 #[tokio::test]
 async fn socket_traffic_is_counted_as_slack_requests() {
     let sim = SlackSim::start(SlackSimOptions::default()).await.unwrap();
-    let mut serve = serve_process(&sim).await;
+    let serve = serve_socket_process(&sim).await;
     let mut sent = Vec::new();
     for _ in 0..2 {
         let payload = command_payload("help", "U0001", &sim.response_url(&hook()));
@@ -1103,7 +1065,7 @@ async fn socket_traffic_is_counted_as_slack_requests() {
         ack_of(&sim, id).await;
     }
     let metrics = wait_until("the envelopes are counted", || async {
-        let text = reqwest::get(&serve.metrics_url)
+        let text = reqwest::get(serve.url("/metrics"))
             .await
             .ok()?
             .text()
@@ -1153,7 +1115,7 @@ async fn socket_traffic_is_counted_as_slack_requests() {
         Some(2.0),
         "{metrics}"
     );
-    serve.child.kill().await.unwrap();
+    serve.stop().await;
 }
 
 /// The simulator's page acts over Socket Mode while Steward holds a connection, as Slack sends

@@ -94,6 +94,85 @@ pub fn unique_prefix() -> String {
     format!("test-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// `steward serve` as a process of its own, so its metrics and its log are its own: a clean
+/// environment (`PATH`, `NO_COLOR`, `STEWARD_LISTEN=127.0.0.1:0`, `REDIS_URL` and a fresh key
+/// prefix, removed afterwards) plus `env`. Its log (stderr) is read up to the line saying where it
+/// listens; the rest is for the test to read ([`ServeProcess::stop`]) or to drain
+/// ([`ServeProcess::drain_log`]).
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+    log: Option<tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>>,
+    _cleanup: PrefixCleanup,
+}
+
+pub async fn serve_process(env: &[(&str, &str)]) -> ServeProcess {
+    use tokio::io::AsyncBufReadExt;
+    let cleanup = PrefixCleanup {
+        url: redis_url(),
+        prefix: unique_prefix(),
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .env("STEWARD_LISTEN", "127.0.0.1:0")
+        .env("REDIS_URL", &cleanup.url)
+        .env("STEWARD_REDIS_PREFIX", &cleanup.prefix)
+        .envs(env.iter().copied())
+        .current_dir(std::env::temp_dir())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if let Some(at) = line.find("Steward listening addr=") {
+                let rest = &line[at + "Steward listening addr=".len()..];
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("steward serve ended without listening (RUST_LOG must let startup's info through)");
+    })
+    .await
+    .expect("steward serve listens");
+    ServeProcess {
+        child,
+        addr,
+        log: Some(log),
+        _cleanup: cleanup,
+    }
+}
+
+impl ServeProcess {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Keeps reading its log in the background, so it never blocks on a full pipe.
+    pub fn drain_log(&mut self) {
+        if let Some(mut log) = self.log.take() {
+            tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+        }
+    }
+
+    /// Stops it and returns what it logged after saying where it listens.
+    pub async fn stop(mut self) -> String {
+        self.child.kill().await.unwrap();
+        let mut rest = String::new();
+        if let Some(mut log) = self.log.take() {
+            while let Ok(Some(line)) = log.next_line().await {
+                rest.push_str(&line);
+                rest.push('\n');
+            }
+        }
+        rest
+    }
+}
+
 /// Deletes every key under a test's prefix when dropped (even when the test panics), so tests
 /// leave the shared Redis as they found it.
 pub struct PrefixCleanup {
