@@ -29,7 +29,7 @@ use crate::ids::SlackChannelId;
 use crate::runs::{HandOver, HandOverError, HandOverRequest, RunEngine, RunPolicy, Runner};
 use crate::slack::client::SlackClient;
 use crate::slack::limits::Limits;
-use crate::slack::render::Templates;
+use crate::slack::render::{RenderError, SampleCheck, Templates};
 use crate::slack::socket::{OpenError, SocketClient, SocketStatus};
 use crate::store::Store;
 
@@ -49,6 +49,25 @@ pub struct Application {
     socket: Option<SocketClient>,
 }
 
+/// The start checks of the messages outside `slack::render` (which checks its own while loading).
+const MESSAGE_CHECKS: &[SampleCheck] = &[
+    crate::approvals::card::check_templates,
+    crate::approvals::push_card::check_templates,
+    crate::approvals::list::view::check_templates,
+    crate::hygiene::digest::check_templates,
+    crate::alerts::message::check_templates,
+];
+
+/// The templates (`dir`'s files over the embedded ones), every message rendered once from
+/// sample values: an override that breaks any message stops the start with the template's name.
+pub fn load_templates(dir: Option<&std::path::Path>) -> Result<Templates, RenderError> {
+    let templates = Templates::load(dir)?;
+    for check in MESSAGE_CHECKS {
+        check(&templates)?;
+    }
+    Ok(templates)
+}
+
 /// Builds the clients and handles of one replica from settings. Fails on broken configuration
 /// (unreadable template overrides, an unusable TLS setup, a channel that is no channel id), not on
 /// missing secrets: `/readyz` reports those.
@@ -64,7 +83,7 @@ pub fn build_state(settings: Settings) -> anyhow::Result<AppState> {
 /// [`build_state`] over a given store instead of the Redis in `settings.redis`: `steward demo`
 /// passes the embedded `Store::memory()`.
 pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Result<AppState> {
-    let templates = Arc::new(Templates::load(settings.slack.templates_dir.as_deref())?);
+    let templates = Arc::new(load_templates(settings.slack.templates_dir.as_deref())?);
     let slack = SlackClient::new(&settings.slack)?;
     let e2b = match &settings.e2b.api_key {
         Some(_) => Some(E2bClient::new(&settings.e2b)?),
@@ -473,4 +492,36 @@ pub async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slack::render::EMBEDDED;
+
+    #[test]
+    fn the_embedded_templates_pass_every_start_check() {
+        load_templates(None).unwrap();
+    }
+
+    /// Every template file is rendered when the templates load: an override that is valid
+    /// minijinja but not Block Kit stops the load, naming the file (a partial: the message that
+    /// includes it).
+    #[test]
+    fn a_broken_override_of_any_template_stops_the_load() {
+        for &(name, _) in EMBEDDED {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(
+                dir.path().join(name),
+                r#"{"text": "x", "blocks": [{"type": "section", "text": 42}]}"#,
+            )
+            .unwrap();
+            let err = load_templates(Some(dir.path())).err().unwrap_or_else(|| {
+                panic!("{name} was overridden with a broken message and loaded")
+            });
+            if !name.starts_with('_') {
+                assert!(err.to_string().contains(name), "{name}: {err}");
+            }
+        }
+    }
 }

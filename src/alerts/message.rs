@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::failures::{self, Bounds};
 use super::{Person, TestFailure, TestRunError};
 use crate::slack::format;
-use crate::slack::render::{Message, MessageParams, Mrkdwn, RenderError, Templates};
+use crate::slack::render::{Message, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 
 /// A commit message's first line is cut to this many characters.
 const COMMIT_MESSAGE_MAX_CHARS: usize = 150;
@@ -163,6 +163,47 @@ pub fn render_test_run_error(
     error: &TestRunError,
 ) -> Result<Message, RenderError> {
     templates.render(&test_run_error_params(error))
+}
+
+/// An alert made of sample text, with every optional part (`full`) or none.
+pub(crate) fn sample_failure(full: bool) -> TestFailureParams {
+    let s = || SAMPLE_TEXT.to_owned();
+    let some = |text: String| full.then_some(text);
+    let person = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
+    TestFailureParams {
+        repository: s(),
+        branch: s(),
+        short_sha: s(),
+        commit_url: some(s()),
+        commit_message: some(s()),
+        author: person(),
+        pusher: person(),
+        command: s(),
+        exit_code: 1,
+        duration: some(s()),
+        failing: s(),
+        cut: full,
+        output_size: some(s()),
+        sandbox_id: some(s()),
+    }
+}
+
+/// The start check of the two alerts' templates.
+pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
+    let s = || SAMPLE_TEXT.to_owned();
+    for full in [true, false] {
+        templates.render(&sample_failure(full))?;
+        templates.render(&TestRunErrorParams {
+            repository: s(),
+            branch: s(),
+            short_sha: s(),
+            commit_url: full.then(s),
+            step: s(),
+            why: s(),
+            sandbox_id: full.then(s),
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

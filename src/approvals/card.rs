@@ -12,7 +12,7 @@ use crate::slack::payload::{
     CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RESTORE, CASE_RETRY,
     CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
-use crate::slack::render::{KeyValue, MessageParams, Mrkdwn};
+use crate::slack::render::{KeyValue, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 use crate::store::{Actor, AuditEvent};
 
 /// A confirm dialog on a button.
@@ -856,6 +856,123 @@ fn chunk_mrkdwn(lines: Vec<Mrkdwn>, max_chars: usize) -> Vec<Mrkdwn> {
     }
     chunks.extend(current.map(|(chunk, _)| chunk));
     chunks
+}
+
+/// Every status a card can show.
+pub(crate) const STATUSES: [CardStatus; 7] = [
+    CardStatus::Pending,
+    CardStatus::Running,
+    CardStatus::Done,
+    CardStatus::Gone,
+    CardStatus::Failed,
+    CardStatus::Expired,
+    CardStatus::Left,
+];
+
+/// A card in `status` made of sample text, with every optional part (`full`) or none.
+pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
+    let s = || SAMPLE_TEXT.to_owned();
+    let some = |text: String| full.then_some(text);
+    let mention = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
+    let button = |style| ButtonParams {
+        action_id: s(),
+        text: s(),
+        value: s(),
+        style,
+        confirm: full.then(|| ConfirmParams {
+            title: s(),
+            text: s(),
+            confirm: s(),
+            deny: s(),
+        }),
+    };
+    let pair = || KeyValue {
+        key: s(),
+        value: s(),
+    };
+    CaseCardParams {
+        case_id: s(),
+        subject_kind: "Sandbox",
+        subject_id: s(),
+        headline: s(),
+        opener: Mrkdwn::text(SAMPLE_TEXT),
+        asks: s(),
+        reason: s(),
+        evidence: if full {
+            vec![pair(), pair()]
+        } else {
+            Vec::new()
+        },
+        recommendation: s(),
+        recommendation_reason: s(),
+        notes: if full { vec![s(), s()] } else { Vec::new() },
+        status,
+        actor: mention(),
+        policy_line: some(s()),
+        unanswered: some(s()),
+        run: full.then(run_card::sample_run),
+        option: some(s()),
+        decision_reason: some(s()),
+        error: some(s()),
+        until: some(s()),
+        at: some(s()),
+        decide_by: s(),
+        results: if full { vec![s(), s()] } else { Vec::new() },
+        snapshot_id: some(s()),
+        restore_line: mention(),
+        buttons: if full {
+            vec![
+                button(Some("primary")),
+                button(Some("danger")),
+                button(None),
+            ]
+        } else {
+            Vec::new()
+        },
+        block_id: s(),
+    }
+}
+
+/// The start check of this module's templates: the card in every status, the reason modal with
+/// and without its until-date, the answer to a command that opened a case, and the history.
+pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
+    let s = || SAMPLE_TEXT.to_owned();
+    for full in [true, false] {
+        for status in STATUSES {
+            templates.render(&sample_card(status, full))?;
+        }
+        templates.render_view(&ReasonModalParams {
+            callback_id: CASE_REASON_MODAL,
+            metadata: s(),
+            title: s(),
+            submit: s(),
+            prompt: s(),
+            ask_until: full,
+            reason_block: CASE_REASON_BLOCK,
+            reason_action: CASE_REASON_ACTION,
+            until_block: CASE_UNTIL_BLOCK,
+            until_action: CASE_UNTIL_ACTION,
+        })?;
+        templates.render(&CaseOpenedParams {
+            existing: full,
+            case_id: s(),
+            subject: s(),
+            channel: full.then(s),
+            link: full.then(s),
+        })?;
+        templates.render(&HistoryParams {
+            about: s(),
+            count: if full { 2 } else { 0 },
+            shown: if full { 2 } else { 0 },
+            cases: full.then(|| Mrkdwn::text(SAMPLE_TEXT)),
+            chunks: if full {
+                vec![Mrkdwn::text(SAMPLE_TEXT), Mrkdwn::text(SAMPLE_TEXT)]
+            } else {
+                Vec::new()
+            },
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

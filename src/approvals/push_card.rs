@@ -6,14 +6,14 @@
 use serde::Serialize;
 
 use super::card::{self, CaseCardParams};
-use crate::alerts::message::{TestFailureParams, test_failure_params};
+use crate::alerts::message::{TestFailureParams, sample_failure, test_failure_params};
 use crate::alerts::{Person, TestFailure};
 use crate::cases::{
     Case, CaseState, DecisionOption, PushPerson, PushReport, RunOutcome, RunReport, StepOutcome,
     Subject,
 };
 use crate::slack::format;
-use crate::slack::render::MessageParams;
+use crate::slack::render::{MessageParams, RenderError, Templates};
 
 /// The exit code shown for a test run Steward stopped at its timeout (as `timeout(1)` exits).
 pub const TIMED_OUT_EXIT_CODE: i32 = 124;
@@ -99,6 +99,19 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
         alert,
         case: params,
     }
+}
+
+/// The start check of `push_case.json.j2`: the alert beside the card in every status.
+pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
+    for full in [true, false] {
+        for status in card::STATUSES {
+            templates.render(&PushCaseParams {
+                alert: sample_failure(full),
+                case: card::sample_card(status, full),
+            })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cases::{Case, Opener, RunOutcome, RunReport};
 use crate::slack::format::{self, human_bytes, human_duration};
-use crate::slack::render::{KeyValue, Mrkdwn};
+use crate::slack::render::{KeyValue, Mrkdwn, SAMPLE_TEXT};
 
 /// How often E2B samples a sandbox's metrics.
 const SAMPLE_INTERVAL_MS: u64 = 5_000;
@@ -211,6 +211,21 @@ pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
         fields,
         output_heading,
         output: (!lines.is_empty()).then(|| lines.join("\n")),
+    }
+}
+
+/// A run section made of sample text, for the card's start check (`card::check_templates`).
+pub(crate) fn sample_run() -> RunCardParams {
+    let s = || SAMPLE_TEXT.to_owned();
+    RunCardParams {
+        summary: Mrkdwn::text(SAMPLE_TEXT),
+        outcome: s(),
+        fields: vec![KeyValue {
+            key: s(),
+            value: s(),
+        }],
+        output_heading: s(),
+        output: Some(s()),
     }
 }
 

@@ -1,7 +1,8 @@
 //! `steward check`: says in plain words what is missing, what is risky and what cannot be reached.
 //!
-//! Problems (a missing secret, a service that does not answer) exit 1; warnings (nobody may kill,
-//! no approvals channel) are printed but exit 0, since Steward still runs. It reads settings and
+//! Problems (a missing secret, a service that does not answer, a template override that does not
+//! render) exit 1; warnings (nobody may kill, no approvals channel) are printed but exit 0, since
+//! Steward still runs. It reads settings and
 //! makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox list), and in Socket Mode a
 //! third (`apps.connections.open`, whose URL it never connects to); it changes nothing.
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     let settings = Settings::load(&ProcessEnv)?;
     let mut found = Findings::default();
     missing_settings(&settings, &mut found);
+    template_overrides(&settings, &mut found);
     policy_warnings(&settings, &mut found);
     reach_e2b(&settings, &mut found).await;
     reach_slack(&settings, &mut found).await;
@@ -52,6 +54,20 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every message rendered from sample values, as `serve` does at start, so a broken override in
+/// `STEWARD_TEMPLATES` is found before a deploy instead of by a replica that will not start.
+fn template_overrides(settings: &Settings, found: &mut Findings) {
+    if let Some(dir) = &settings.slack.templates_dir
+        && let Err(e) = crate::startup::load_templates(Some(dir))
+    {
+        found.problems.push(format!(
+            "STEWARD_TEMPLATES ({}): {}; `steward serve` will not start with it.",
+            dir.display(),
+            e.to_string().trim_end_matches('.')
+        ));
+    }
 }
 
 fn missing_settings(settings: &Settings, found: &mut Findings) {

@@ -16,7 +16,6 @@ use crate::hygiene::digest::dollars;
 use crate::hygiene::report::{Capacity, SweepReport};
 use crate::hygiene::{Scheduler, SweepContext, SweepMode, sweep_now, sweep_once};
 use crate::slack::client::SlackClient;
-use crate::slack::render::Templates;
 use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
@@ -43,7 +42,7 @@ pub async fn context(settings: &Settings) -> anyhow::Result<SweepContext> {
         .await
         .context("the sweep needs Redis for Leave decisions and open cases")?;
     let slack = SlackClient::new(&settings.slack)?;
-    let templates = Templates::load(settings.slack.templates_dir.as_deref())?;
+    let templates = crate::startup::load_templates(settings.slack.templates_dir.as_deref())?;
     let (config, channel) = settings.policy.sweep().map_err(anyhow::Error::msg)?;
     Ok(SweepContext::new(
         e2b,

@@ -8,7 +8,7 @@ use super::context::SweepMode;
 use super::policy::{RunState, bytes};
 use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
-use crate::slack::render::{CapacityParams, MessageParams};
+use crate::slack::render::{CapacityParams, MessageParams, RenderError, SAMPLE_TEXT, Templates};
 
 /// Idle sandboxes listed by name in a digest.
 pub const DIGEST_TOP: usize = 10;
@@ -343,6 +343,69 @@ fn capitalise(text: &str) -> String {
         Some(first) => first.to_uppercase().chain(chars).collect(),
         None => String::new(),
     }
+}
+
+/// The start check of the sweep's templates: the digest with every optional part or none, the
+/// digest that is one quiet line, and an owner's message.
+pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
+    let s = || SAMPLE_TEXT.to_owned();
+    for (full, quiet) in [(true, false), (false, false), (false, true)] {
+        let some = |text: String| full.then_some(text);
+        templates.render(&DigestParams {
+            dry_run: full,
+            at: s(),
+            headline: s(),
+            quiet: quiet.then(s),
+            fleet_total: 3,
+            running: 2,
+            paused: 1,
+            idle: 2,
+            idle_new: 1,
+            idle_worth: s(),
+            pause: 1,
+            snapshot_then_kill: 1,
+            kill: 1,
+            leave: 1,
+            exempt_keep: 1,
+            exempt_left: 1,
+            exempt_young: 1,
+            already_open: 1,
+            capacity: full.then(|| CapacityParams {
+                window: s(),
+                concurrent_now: 2,
+                concurrent_peak: 3,
+                peak_at: Some(s()),
+                start_rate: s(),
+                start_rate_peak: s(),
+            }),
+            capacity_unavailable: some(s()),
+            guard: full.then(|| GuardParams {
+                kill_count: 1,
+                share: s(),
+                limit: s(),
+            }),
+            top: if full {
+                vec![TopParams {
+                    id: s(),
+                    template: s(),
+                    owner: s(),
+                    recommendation: "Pause",
+                    worth: s(),
+                }]
+            } else {
+                Vec::new()
+            },
+            problems: if full { vec![s(), s()] } else { Vec::new() },
+            outcome: s(),
+        })?;
+        templates.render(&OwnerParams {
+            owner: s(),
+            slack_user: some(s()),
+            count: 2,
+            worth: s(),
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

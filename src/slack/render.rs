@@ -10,10 +10,12 @@
 //!
 //! The templates are embedded in the binary; `STEWARD_TEMPLATES` names a directory whose files
 //! override embedded ones by file name. Loading renders the messages whose parameters this
-//! module knows (help, problem, working, failure, done) with sample values, so a broken
-//! override stops the start instead of failing requests, and keeps the whole `/sandbox help`
-//! answer, which depends only on the command's name, as bytes ready to send. This module must
-//! not call Slack or E2B.
+//! module knows (help, problem, working, failure, done, the fleet replies) with sample values,
+//! and keeps the whole `/sandbox help` answer, which depends only on the command's name, as bytes
+//! ready to send. The messages of other modules (cards, digests, modals, alerts) are rendered
+//! the same way by their modules' [`SampleCheck`]s, which `startup::load_templates` runs after
+//! loading: a broken override stops the start instead of failing the first message that uses
+//! it. This module must not call Slack or E2B.
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::RwLock;
@@ -330,6 +332,13 @@ pub trait MessageParams: Serialize {
     const TEMPLATE: &'static str;
 }
 
+/// What the start checks put in every text field: markup and an ampersand, to be escaped.
+pub const SAMPLE_TEXT: &str = "a <sample> & more";
+
+/// A module's messages rendered from sample values (each optional part present, then absent),
+/// so that a template override which breaks one of them is found when the templates load.
+pub type SampleCheck = fn(&Templates) -> Result<(), RenderError>;
+
 /// The slash command of Steward's manifest: its help is rendered when the templates load.
 pub const DEFAULT_COMMAND: &str = "/sandbox";
 /// How many command names keep their rendered help. Slack sends the manifest's one; any other
@@ -395,11 +404,10 @@ impl Templates {
     }
 
     /// Renders every message whose parameters this module knows, with sample values (and
-    /// keeps the default command's help). Messages of other modules are checked at each
-    /// render, as before.
+    /// keeps the default command's help). Other modules' messages are their [`SampleCheck`]s'.
     fn check_at_start(&self) -> Result<(), RenderError> {
         self.help_body(DEFAULT_COMMAND)?;
-        let sample = || "a <sample> & more".to_owned();
+        let sample = || SAMPLE_TEXT.to_owned();
         self.render(&ProblemParams {
             command: DEFAULT_COMMAND.into(),
             problem: sample(),

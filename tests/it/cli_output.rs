@@ -178,6 +178,34 @@ async fn config_errors_are_one_sentence_once_naming_the_file_and_the_key() {
 }
 
 #[tokio::test]
+async fn a_template_override_that_breaks_a_card_is_a_problem_for_check_and_stops_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    // Valid minijinja, but a section whose text is a number is not Block Kit: only rendering finds it.
+    std::fs::write(
+        dir.path().join("case_card.json.j2"),
+        r#"{"text": "{{ headline }}", "blocks": [{"type": "section", "text": 42}]}"#,
+    )
+    .unwrap();
+    let templates = dir.path().display().to_string();
+    let env = [("STEWARD_TEMPLATES", templates.as_str())];
+
+    let out = steward(&["check"], &env).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stdout(&out).replace(&templates, "DIR");
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("STEWARD_TEMPLATES"))
+        .unwrap_or_else(|| panic!("no template problem: {said}"));
+    insta::assert_snapshot!(line, @r#"STEWARD_TEMPLATES (DIR): template case_card.json.j2 produced block 0, which is not valid Block Kit: {"text":42,"type":"section"}; `steward serve` will not start with it."#);
+
+    let out = steward(&["serve"], &env).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("case_card.json.j2"), "{said}");
+    assert!(!said.contains("listening"), "{said}");
+}
+
+#[tokio::test]
 async fn logs_are_plain_uncoloured_text_or_json_lines_and_never_debug_dumps() {
     let dead = dead_url();
     let env = [

@@ -13,7 +13,7 @@ use crate::slack::payload::{
     SWEEP_LIST_EXCLUDE, SWEEP_LIST_EXCLUDE_MODAL, SWEEP_LIST_PASTE_ACTION, SWEEP_LIST_PASTE_BLOCK,
     SWEEP_LIST_PICK_ACTION, SWEEP_LIST_RETRY, SWEEP_LIST_REVIEW,
 };
-use crate::slack::render::{MessageParams, Mrkdwn};
+use crate::slack::render::{MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 
 /// Groups per message: three blocks each, under Slack's 50 with the digest's header.
 pub const GROUPS_PER_MESSAGE: usize = 14;
@@ -442,6 +442,87 @@ pub fn exclude_modal(
             thousands(g.excluded.len())
         ),
     }
+}
+
+/// The start check of this module's templates: a list's digest and a thread message, with every
+/// optional part or none, and the exclude modal with checkboxes and without.
+pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
+    let s = || SAMPLE_TEXT.to_owned();
+    let text = || Mrkdwn::text(SAMPLE_TEXT);
+    for full in [true, false] {
+        let button = || ButtonParams {
+            action_id: s(),
+            text: s(),
+            value: s(),
+            style: full.then_some("primary"),
+            confirm: full.then(|| ConfirmParams {
+                title: s(),
+                text: s(),
+                confirm: s(),
+                deny: s(),
+            }),
+        };
+        let group = |index| GroupView {
+            index,
+            title: text(),
+            facts: s(),
+            top: s(),
+            status: text(),
+            buttons: if full {
+                vec![button(), button()]
+            } else {
+                Vec::new()
+            },
+        };
+        let groups = if full {
+            vec![group(0), group(1)]
+        } else {
+            Vec::new()
+        };
+        templates.render(&ListMessageParams {
+            text: s(),
+            header: Some(ListHeader {
+                title: s(),
+                summary: text(),
+                guard: full.then(s),
+                status: text(),
+                approve_all: full.then(button),
+            }),
+            continued: None,
+            groups: groups.clone(),
+        })?;
+        templates.render(&ListMessageParams {
+            text: s(),
+            header: None,
+            continued: Some(s()),
+            groups,
+        })?;
+        let option = || CheckboxOption {
+            text: s(),
+            value: s(),
+        };
+        templates.render_view(&ExcludeModalParams {
+            callback_id: SWEEP_LIST_EXCLUDE_MODAL,
+            metadata: s(),
+            submit: s(),
+            prompt: text(),
+            pages: if full {
+                vec![CheckboxChunk {
+                    label: s(),
+                    options: vec![option(), option()],
+                }]
+            } else {
+                Vec::new()
+            },
+            pick_action: SWEEP_LIST_PICK_ACTION,
+            paste_block: SWEEP_LIST_PASTE_BLOCK,
+            paste_action: SWEEP_LIST_PASTE_ACTION,
+            until_block: CASE_UNTIL_BLOCK,
+            until_action: CASE_UNTIL_ACTION,
+            footer: s(),
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
