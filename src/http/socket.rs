@@ -64,9 +64,12 @@ enum Request {
 
 impl Request {
     /// Parses the payload's JSON text straight into its type (a missing payload is `null`,
-    /// which no type takes).
-    fn read(envelope: Envelope) -> Result<Self, serde_json::Error> {
+    /// which no type takes). A payload larger than an HTTP request's body may be is not read.
+    fn read(envelope: Envelope) -> Result<Self, Unreadable> {
         let payload = envelope.payload.as_deref().map_or("null", RawValue::get);
+        if payload.len() > SLACK_BODY_MAX_BYTES {
+            return Err(Unreadable::TooLarge(payload.len()));
+        }
         Ok(match envelope.kind_label() {
             "slash_commands" => Self::Command(serde_json::from_str(payload)?),
             "interactive" => Self::Interaction(serde_json::from_str(payload)?),
@@ -90,6 +93,27 @@ impl Request {
             Self::Event(event, retry) => handle_event(event, &retry),
         };
         Reply::read(response).await
+    }
+}
+
+/// Why an envelope's payload was refused unread or unparsed.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error(
+        "its payload is {0} bytes, more than the {SLACK_BODY_MAX_BYTES} a request over HTTP may have"
+    )]
+    TooLarge(usize),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+impl Unreadable {
+    /// The status its HTTP twin would have been refused with.
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Json(_) => StatusCode::BAD_REQUEST,
+        }
     }
 }
 
@@ -211,7 +235,7 @@ pub async fn answer(state: &AppState, envelope: Envelope) -> Answer {
         Ok(request) => request,
         Err(e) => {
             tracing::warn!(kind, error = %e, "a Socket Mode payload could not be read");
-            count(StatusCode::BAD_REQUEST);
+            count(e.status());
             return Answer::bare(Outcome::Refused);
         }
     };

@@ -33,7 +33,8 @@ use serde_json::value::RawValue;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -63,6 +64,11 @@ const MAX_IN_FLIGHT: usize = 256;
 const ACK_GRACE: Duration = Duration::from_secs(3);
 /// How long a closing connection waits for Slack's answer to its close frame.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// Largest WebSocket message (and frame) read from Slack. An envelope carries one request's
+/// payload, which is refused above 64 KiB as over HTTP, so this only bounds what one read may
+/// hold in memory: a larger message drops the connection (with a warning), and Slack's
+/// redeliveries of it meet the same until it gives up.
+pub const MESSAGE_MAX_BYTES: usize = 1024 * 1024;
 /// Longest Slack error code repeated in a message (codes are short; anything longer is cut).
 const ERROR_CODE_MAX_CHARS: usize = 64;
 /// The longest `Retry-After` honoured; a larger one (a broken proxy) waits this long instead.
@@ -448,9 +454,17 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// Opens the WebSocket at `url`: `wss://` from Slack (TLS with the system's roots), `ws://`
 /// from the simulator.
 async fn connect_socket(url: &str) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
-    tokio_tungstenite::connect_async(url)
+    // No Nagle: an ack is a small write that must not wait for the previous one's TCP ack.
+    tokio_tungstenite::connect_async_with_config(url, Some(socket_config()), true)
         .await
         .map(|(socket, _)| socket)
+}
+
+/// The WebSocket's limits: at most [`MESSAGE_MAX_BYTES`] a message or frame.
+fn socket_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MESSAGE_MAX_BYTES))
+        .max_frame_size(Some(MESSAGE_MAX_BYTES))
 }
 
 /// Why an attempt at a connection failed.
@@ -883,6 +897,14 @@ async fn serve_link<S>(
                         Frame::Envelope(envelope) => dispatch(&shared, envelope, &acks),
                         Frame::Unknown => tracing::debug!("Socket Mode: a frame of no known type"),
                     },
+                    Some(Err(WsError::Capacity(e))) => {
+                        tracing::warn!(
+                            error = %e,
+                            max_bytes = MESSAGE_MAX_BYTES,
+                            "Slack sent a Socket Mode message too large to read; connecting again"
+                        );
+                        break true;
+                    }
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break true,
                     Some(Ok(_)) => {}
                 }
@@ -1158,7 +1180,8 @@ mod tests {
         });
         let (events_tx, events) = mpsc::unbounded_channel();
         let retire = CancellationToken::new();
-        let socket = WebSocketStream::from_raw_socket(ours, Role::Client, None).await;
+        let socket =
+            WebSocketStream::from_raw_socket(ours, Role::Client, Some(socket_config())).await;
         let task = tokio::spawn(serve_link(socket, 1, shared, events_tx, retire.clone()));
         let slack = WebSocketStream::from_raw_socket(theirs, Role::Server, None).await;
         Link {
@@ -1233,6 +1256,30 @@ mod tests {
             link.events.try_recv().is_err(),
             "a retired link is not reported as dropped"
         );
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_limit_drops_the_link_before_it_is_handled() {
+        let mut link = link(4).await;
+        link.slack.send(envelope_text("small")).await.unwrap();
+        let (id, answer) = link.held.recv().await.unwrap();
+        assert_eq!(id, "small");
+        answer.send(replied("hi")).unwrap();
+        assert_eq!(next_ack(&mut link.slack).await["envelope_id"], "small");
+        // One byte over: the frame is refused as it is read, so no handler sees it.
+        let huge = format!(
+            r#"{{"envelope_id": "huge", "type": "slash_commands", "payload": {{"text": "{}"}}}}"#,
+            "x".repeat(MESSAGE_MAX_BYTES)
+        );
+        assert!(huge.len() > MESSAGE_MAX_BYTES);
+        // The link may close before Slack's end has written the whole frame.
+        let _ = link.slack.send(Message::text(huge)).await;
+        link.task.await.unwrap();
+        assert!(matches!(
+            link.events.try_recv(),
+            Ok(LinkEvent::Dropped { link: 1 })
+        ));
+        assert!(link.held.try_recv().is_err(), "no handler saw it");
     }
 
     #[tokio::test]

@@ -419,6 +419,50 @@ async fn a_click_delivered_as_an_interactive_envelope_decides_the_case_once() {
     app.shutdown().await;
 }
 
+/// An envelope carries what an HTTP request would, and is held to the same 64 KiB: a larger
+/// payload is acknowledged bare (Slack stops delivering it), counted as refused, and changes
+/// nothing; the same click at its normal size then decides the case.
+#[tokio::test]
+async fn a_payload_larger_than_an_http_body_may_be_is_acked_bare_and_changes_nothing() {
+    let app = spawn_socket_app().await;
+    let refused = || async {
+        sample(
+            &metrics_text(&app).await,
+            "steward_slack_socket_envelopes_total",
+            &["type=\"interactive\"", "outcome=\"refused\""],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = refused().await;
+    let padding = "x".repeat(70 * 1024);
+
+    let mut help = command_payload("help", "U0001", &app.slack.response_url(&hook()));
+    help["padding"] = json!(padding);
+    let id = send(&app.slack, "slash_commands", help).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(ack.get("payload").is_none(), "help was answered: {ack}");
+
+    let case = open_kill_case(&app, "sockhuge1").await;
+    let click = click_payload(&app, &case, "case_pause", "U0002", "1700000009.000100").await;
+    let mut padded = click.clone();
+    padded["padding"] = json!(padding);
+    let id = send(&app.slack, "interactive", padded).await;
+    ack_of(&app.slack, &id).await;
+    assert!(refused().await >= before + 1.0);
+    assert_eq!(decisions(&app, &case).await, 0);
+    assert!(matches!(
+        app.state.store.get_case(&case).await.unwrap().state,
+        CaseState::Pending
+    ));
+
+    let id = send(&app.slack, "interactive", click).await;
+    ack_of(&app.slack, &id).await;
+    wait_done(&app, &case).await;
+    assert_eq!(decisions(&app, &case).await, 1);
+    assert_eq!(calls(&app, "pause").await, 1);
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_redelivered_envelope_is_acked_and_not_handled_again() {
     let app = spawn_socket_app().await;
