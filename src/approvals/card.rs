@@ -869,12 +869,10 @@ pub(crate) const STATUSES: [CardStatus; 7] = [
     CardStatus::Left,
 ];
 
-/// A card in `status` made of sample text, with every optional part (`full`) or none.
-pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
+/// A button made of sample text, with a confirm dialog (`full`) or without.
+pub(crate) fn sample_button(style: Option<&'static str>, full: bool) -> ButtonParams {
     let s = || SAMPLE_TEXT.to_owned();
-    let some = |text: String| full.then_some(text);
-    let mention = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
-    let button = |style| ButtonParams {
+    ButtonParams {
         action_id: s(),
         text: s(),
         value: s(),
@@ -885,7 +883,15 @@ pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
             confirm: s(),
             deny: s(),
         }),
-    };
+    }
+}
+
+/// A card in `status` made of sample text, with every optional part (`full`) or none.
+pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
+    let s = || SAMPLE_TEXT.to_owned();
+    let some = |text: String| full.then_some(text);
+    let mention = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
+    let button = |style| sample_button(style, full);
     let pair = || KeyValue {
         key: s(),
         value: s(),

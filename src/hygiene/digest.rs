@@ -8,7 +8,9 @@ use super::context::SweepMode;
 use super::policy::{RunState, bytes};
 use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
-use crate::slack::render::{CapacityParams, MessageParams, RenderError, SAMPLE_TEXT, Templates};
+use crate::slack::render::{
+    CapacityParams, MessageParams, RenderError, SAMPLE_TEXT, Templates, sample_capacity,
+};
 
 /// Idle sandboxes listed by name in a digest.
 pub const DIGEST_TOP: usize = 10;
@@ -370,14 +372,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             exempt_left: 1,
             exempt_young: 1,
             already_open: 1,
-            capacity: full.then(|| CapacityParams {
-                window: s(),
-                concurrent_now: 2,
-                concurrent_peak: 3,
-                peak_at: Some(s()),
-                start_rate: s(),
-                start_rate_peak: s(),
-            }),
+            capacity: full.then(|| sample_capacity(true)),
             capacity_unavailable: some(s()),
             guard: full.then(|| GuardParams {
                 kill_count: 1,

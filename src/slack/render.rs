@@ -483,14 +483,7 @@ impl Templates {
                 }],
             })?;
             self.render(&TeamParams {
-                capacity: CapacityParams {
-                    window: sample(),
-                    concurrent_now: 1,
-                    concurrent_peak: 2,
-                    peak_at: some(sample()),
-                    start_rate: sample(),
-                    start_rate_peak: sample(),
-                },
+                capacity: sample_capacity(full),
                 sparkline: some(sample()),
             })?;
             self.render(&SnapshotsParams {
@@ -830,6 +823,19 @@ pub struct CapacityParams {
     pub peak_at: Option<String>,
     pub start_rate: String,
     pub start_rate_peak: String,
+}
+
+/// Capacity figures made of sample text, with the peak's time (`full`) or without, for the
+/// start checks of the team reply and the sweep digest.
+pub fn sample_capacity(full: bool) -> CapacityParams {
+    CapacityParams {
+        window: SAMPLE_TEXT.to_owned(),
+        concurrent_now: 1,
+        concurrent_peak: 2,
+        peak_at: full.then(|| SAMPLE_TEXT.to_owned()),
+        start_rate: SAMPLE_TEXT.to_owned(),
+        start_rate_peak: SAMPLE_TEXT.to_owned(),
+    }
 }
 
 /// `/sandbox team`.

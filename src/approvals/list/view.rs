@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::super::card::{ButtonParams, ConfirmParams};
+use super::super::card::{ButtonParams, ConfirmParams, sample_button};
 use crate::cases::DecisionOption;
 use crate::cases::list::{GroupDecision, ListCase, ListGroup, Progress, progress_line, thousands};
 use crate::slack::format::{human_bytes, when};
@@ -450,18 +450,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
     let s = || SAMPLE_TEXT.to_owned();
     let text = || Mrkdwn::text(SAMPLE_TEXT);
     for full in [true, false] {
-        let button = || ButtonParams {
-            action_id: s(),
-            text: s(),
-            value: s(),
-            style: full.then_some("primary"),
-            confirm: full.then(|| ConfirmParams {
-                title: s(),
-                text: s(),
-                confirm: s(),
-                deny: s(),
-            }),
-        };
+        let button = || sample_button(full.then_some("primary"), full);
         let group = |index| GroupView {
             index,
             title: text(),
