@@ -1,0 +1,174 @@
+//! Socket Mode's round trip: a slash command typed on the Slack simulator's page, delivered to
+//! Steward as an envelope over the WebSocket, marked in Redis (exactly once), answered by the same
+//! handler as over HTTP, and acknowledged with the reply as the ack's payload, which the simulator
+//! reads and shows. Slack gives an app 3 seconds for that acknowledgement.
+//!
+//! Starts the Slack simulator (with an app token), the E2B simulator and Steward in this process,
+//! against Redis at `REDIS_URL` (a fresh key prefix), waits for Steward's connection, then sends
+//! `/sandbox help` through `POST /_sim/act/command` (which waits for the ack): first
+//! `STEWARD_BENCH_SERIAL` (default 500) one at a time, then `STEWARD_BENCH_REQUESTS` (default
+//! 10,000) from `STEWARD_BENCH_CONCURRENCY` (default 32) senders at once. Prints p50/p99/max and
+//! the rate. Everything shares the machine's cores, the simulator's own bookkeeping included, so
+//! read the figures as the whole loop's, not Steward's alone. Run with `cargo bench --bench
+//! socket_ack`.
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_steward::config::Settings;
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::slack::{Person, SlackSim, SlackSimOptions};
+use sandbox_steward::startup::Application;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+mod support;
+use support::env_or;
+
+const APP_TOKEN: &str = "xapp-1-A0BENCH-socket-ack";
+const E2B_KEY: &str = "e2b_bench";
+const USER: &str = "U0BENCH01";
+/// How long Steward may take to connect, and one command to be acknowledged, before the bench
+/// gives up.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One `/sandbox help` through the page, until the simulator has read its ack and shown the reply.
+async fn help(client: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let answer: Value = client
+        .post(url)
+        .json(&json!({"user": USER, "channel": "C0BENCH01", "text": "/sandbox help"}))
+        .timeout(PATIENCE)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let took = started.elapsed();
+    anyhow::ensure!(
+        answer["status"] == 200 && answer["shown"] == "ephemeral",
+        "the help was not acknowledged with its reply: {answer}"
+    );
+    Ok(took)
+}
+
+fn report(label: &str, mut latencies: Vec<Duration>, wall: Duration) {
+    latencies.sort();
+    println!(
+        "  {label:<22} p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms · {:.0} commands/s",
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or_default()),
+        latencies.len() as f64 / wall.as_secs_f64()
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let serial = env_or::<usize>("STEWARD_BENCH_SERIAL", 500).max(1);
+    let requests = env_or::<usize>("STEWARD_BENCH_REQUESTS", 10_000).max(1);
+    let concurrency = env_or::<usize>("STEWARD_BENCH_CONCURRENCY", 32).max(1);
+    let redis_url =
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let prefix = format!("bench-socket-{}", uuid::Uuid::new_v4().simple());
+
+    let e2b = SimServer::start(SimOptions {
+        sandboxes: 0,
+        api_key: Some(E2B_KEY.into()),
+        ..SimOptions::default()
+    })
+    .await?;
+    let slack = SlackSim::start(SlackSimOptions {
+        app_token: Some(SecretString::from(APP_TOKEN)),
+        people: vec![Person {
+            id: USER.into(),
+            label: "Bench".into(),
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await?;
+    let env: HashMap<String, String> = [
+        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+        ("SLACK_API_URL", slack.api_url()),
+        ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
+        ("SLACK_APP_TOKEN", APP_TOKEN.to_owned()),
+        ("E2B_API_URL", e2b.base_url()),
+        ("E2B_API_KEY", E2B_KEY.to_owned()),
+        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        ("REDIS_URL", redis_url),
+        ("STEWARD_REDIS_PREFIX", prefix),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let app = Application::build(Settings::load(&env)?).await?;
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()?;
+    let connections = format!("{}/_sim/socket/connections", slack.base_url());
+    let started = Instant::now();
+    loop {
+        let open: Value = client.get(&connections).send().await?.json().await?;
+        if open["open"].as_array().is_some_and(|o| !o.is_empty()) {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < PATIENCE,
+            "Steward never connected: {open}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let url = Arc::new(format!("{}/_sim/act/command", slack.base_url()));
+    for _ in 0..100 {
+        help(&client, &url).await?;
+    }
+
+    println!(
+        "/sandbox help over Socket Mode, page -> envelope -> Redis mark -> handler -> ack -> page"
+    );
+    let wall = Instant::now();
+    let mut latencies = Vec::with_capacity(serial);
+    for _ in 0..serial {
+        latencies.push(help(&client, &url).await?);
+    }
+    report(
+        &format!("{serial} one at a time"),
+        latencies,
+        wall.elapsed(),
+    );
+
+    let wall = Instant::now();
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..concurrency {
+        let (client, url) = (client.clone(), Arc::clone(&url));
+        let share = requests / concurrency + usize::from(sender < requests % concurrency);
+        senders.spawn(async move {
+            let mut took = Vec::with_capacity(share);
+            for _ in 0..share {
+                took.push(help(&client, &url).await?);
+            }
+            anyhow::Ok(took)
+        });
+    }
+    let mut latencies = Vec::with_capacity(requests);
+    while let Some(done) = senders.join_next().await {
+        latencies.extend(done??);
+    }
+    report(
+        &format!("{requests}, {concurrency} in flight"),
+        latencies,
+        wall.elapsed(),
+    );
+    Ok(())
+}
