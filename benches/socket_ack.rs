@@ -25,6 +25,10 @@ use serde_json::{Value, json};
 mod support;
 use support::env_or;
 
+/// The allocator `steward` itself runs with (`src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const APP_TOKEN: &str = "xapp-1-A0BENCH-socket-ack";
 const E2B_KEY: &str = "e2b_bench";
 const USER: &str = "U0BENCH01";
