@@ -353,25 +353,27 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
     let s = || SAMPLE_TEXT.to_owned();
     for (full, quiet) in [(true, false), (false, false), (false, true)] {
         let some = |text: String| full.then_some(text);
+        let n = usize::from(full);
         templates.render(&DigestParams {
             dry_run: full,
             at: s(),
             headline: s(),
             quiet: quiet.then(s),
-            fleet_total: 3,
-            running: 2,
-            paused: 1,
-            idle: 2,
-            idle_new: 1,
+            // One of each (the singular wordings) with every part, none of each without.
+            fleet_total: if full { 1 } else { 2 },
+            running: n,
+            paused: n,
+            idle: n,
+            idle_new: n,
             idle_worth: s(),
-            pause: 1,
-            snapshot_then_kill: 1,
-            kill: 1,
-            leave: 1,
-            exempt_keep: 1,
-            exempt_left: 1,
-            exempt_young: 1,
-            already_open: 1,
+            pause: n,
+            snapshot_then_kill: n,
+            kill: n,
+            leave: n,
+            exempt_keep: n,
+            exempt_left: n,
+            exempt_young: n,
+            already_open: n,
             capacity: full.then(|| sample_capacity(true)),
             capacity_unavailable: some(s()),
             guard: full.then(|| GuardParams {
@@ -396,7 +398,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
         templates.render(&OwnerParams {
             owner: s(),
             slack_user: some(s()),
-            count: 2,
+            count: if full { 1 } else { 2 },
             worth: s(),
         })?;
     }

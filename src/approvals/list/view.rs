@@ -450,7 +450,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
     let s = || SAMPLE_TEXT.to_owned();
     let text = || Mrkdwn::text(SAMPLE_TEXT);
     for full in [true, false] {
-        let button = || sample_button(full.then_some("primary"), full);
+        let button = |style| sample_button(Some(style), full);
         let group = |index| GroupView {
             index,
             title: text(),
@@ -458,7 +458,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             top: s(),
             status: text(),
             buttons: if full {
-                vec![button(), button()]
+                vec![button("primary"), button("danger")]
             } else {
                 Vec::new()
             },
@@ -475,7 +475,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
                 summary: text(),
                 guard: full.then(s),
                 status: text(),
-                approve_all: full.then(button),
+                approve_all: full.then(|| button("primary")),
             }),
             continued: None,
             groups: groups.clone(),
