@@ -22,22 +22,13 @@ use sandbox_steward::store::Store;
 use serde_json::json;
 
 mod support;
-use support::env_or;
+use support::{env_or, ms, percentile};
 
 const SECRET: &str = "bench-signing-secret";
 const E2B_KEY: &str = "e2b_bench";
 const APPROVALS: &str = "C0APPROVALS";
 /// How long one step (a case opening, a case finishing) may take before the bench gives up.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// Everything the bench drives.
 struct Bench {

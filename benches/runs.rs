@@ -42,7 +42,10 @@ use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use sandbox_steward::startup::Application;
 use serde_json::{Value, json};
+
+mod support;
 use sha2::{Digest, Sha256};
+use support::ms;
 
 const E2B_KEY: &str = "e2b_bench_key_0123456789";
 const API_TOKEN: &str = "stw_bench_4c0f9a7e21d84b6e";
@@ -138,11 +141,6 @@ impl SimThread {
             let _ = thread.join();
         }
     }
-}
-
-/// Milliseconds of a duration, for printing.
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// The nearest-rank `q` quantile (0 < q <= 1) of `samples`.

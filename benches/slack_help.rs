@@ -7,7 +7,7 @@
 //! Run with `cargo bench --bench slack_help`.
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sandbox_steward::config::Settings;
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
@@ -16,14 +16,9 @@ use sandbox_steward::startup::Application;
 use tokio::sync::Semaphore;
 
 mod support;
-use support::env_or;
+use support::{env_or, percentile};
 
 const SECRET: &str = "bench-signing-secret";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -3,17 +3,13 @@
 //! page's world JSON (`GET /_sim/world`, all channels, and `?channel=` for that one)
 //! `STEWARD_BENCH_READS` times (default 50), printing its size and p50/p99/max latency.
 //! Run with `cargo bench --bench slack_page`.
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
 use serde_json::{Value, json};
 
 mod support;
-use support::env_or;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+use support::{env_or, percentile};
 
 /// Blocks shaped like a pending case card: header, sections with fields, context, buttons.
 fn card(n: usize) -> Value {

@@ -23,7 +23,7 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 mod support;
-use support::env_or;
+use support::{env_or, ms, percentile};
 
 /// The allocator `steward` itself runs with (`src/main.rs`).
 #[global_allocator]
@@ -35,15 +35,6 @@ const USER: &str = "U0BENCH01";
 /// How long Steward may take to connect, and one command to be acknowledged, before the bench
 /// gives up.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// One `/sandbox help` through the page, until the simulator has read its ack and shown the reply.
 async fn help(client: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {

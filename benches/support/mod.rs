@@ -12,6 +12,16 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// The `p` quantile (0.0 to 1.0) of `sorted`, the nearest sample's value; `sorted` is not empty.
+pub fn percentile(sorted: &[std::time::Duration], p: f64) -> std::time::Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// `d` in milliseconds.
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 /// `VmHWM` (peak resident memory) of this process, in MiB.
 pub fn peak_memory_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
