@@ -414,9 +414,10 @@ pub fn slack_request_outcome(status: u16, signature_refused: bool) -> &'static s
     }
 }
 
-/// The Slack routes and request outcomes, in the order of [`SLACK_REQUEST_HANDLES`]' cells.
-const SLACK_ROUTES: [&str; 3] = ["commands", "interactions", "events"];
-const SLACK_OUTCOMES: [&str; 6] = [
+/// The Slack request series' `route` and `outcome` values, in the order of the request handles'
+/// cells (`SLACK_REQUEST_HANDLES`).
+pub const SLACK_ROUTES: [&str; 3] = ["commands", "interactions", "events"];
+pub const SLACK_OUTCOMES: [&str; 6] = [
     "signature_refused",
     "2xx",
     "4xx",

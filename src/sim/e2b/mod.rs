@@ -350,8 +350,9 @@ fn op_for(method: &Method, path: &str) -> &'static str {
     }
 }
 
-/// Every op name, for validating `POST /_sim/faults`.
-pub(crate) const OPS: &[&str] = &[
+/// Every op name, for validating `POST /_sim/faults`; the E2B client names its requests (and
+/// their metrics' `action` label) the same.
+pub const OPS: &[&str] = &[
     "create",
     "list",
     "get",

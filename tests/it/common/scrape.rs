@@ -2,7 +2,7 @@
 //! check that every sample is a declared series with bounded label values.
 use std::collections::{BTreeMap, HashMap};
 
-use sandbox_steward::metrics::{Kind, SERIES};
+use sandbox_steward::metrics::{Kind, SERIES, SLACK_OUTCOMES, SLACK_ROUTES};
 
 use super::TestApp;
 
@@ -83,67 +83,42 @@ pub async fn scrape(app: &TestApp) -> (String, Vec<Sample>) {
 /// The values each label may take. A label not listed here fails the test: a new label needs a
 /// bounded set before it ships.
 fn bounded(label: &str, value: &str) -> bool {
-    const E2B_ACTIONS: &[&str] = &[
-        "create",
-        "list",
-        "get",
-        "kill",
-        "pause",
-        "resume",
-        "connect",
-        "timeout",
-        "refresh",
-        "logs",
-        "metrics",
-        "metrics-many",
-        "team-metrics",
-        "team-metrics-max",
-        "snapshot",
-        "snapshots",
-        "templates",
-        "template",
-        "delete-template",
-    ];
     let status_code =
         value.len() == 3 && value.parse::<u16>().is_ok_and(|c| (100..=599).contains(&c));
     match label {
-        "route" => ["commands", "interactions", "events"].contains(&value),
-        "outcome" => [
-            // Slack requests
-            "signature_refused",
-            "2xx",
-            "4xx",
-            "5xx",
-            "other",
-            "cancelled",
-            // Socket Mode envelopes
-            "handled",
-            "duplicate",
-            "ignored",
-            "shed",
-            // Slack Web API
-            "ok",
-            "api_error",
-            "rate_limited",
-            "transport",
-            "refused",
-            // decisions
-            "recorded",
-            "not_allowed",
-            "store_error",
-            // jobs and steps
-            "finished",
-            "gave_up",
-            "left_for_retry",
-            "done",
-            "transient",
-            "permanent",
-            "evidence_changed",
-            // sweeps
-            "failed",
-        ]
-        .contains(&value),
-        "action" => E2B_ACTIONS.contains(&value),
+        "route" => SLACK_ROUTES.contains(&value),
+        "outcome" => {
+            SLACK_OUTCOMES.contains(&value)
+                || [
+                    // Socket Mode envelopes
+                    "handled",
+                    "duplicate",
+                    "ignored",
+                    "shed",
+                    // Slack Web API
+                    "ok",
+                    "api_error",
+                    "rate_limited",
+                    "transport",
+                    "refused",
+                    // decisions
+                    "recorded",
+                    "not_allowed",
+                    "store_error",
+                    // jobs and steps
+                    "finished",
+                    "gave_up",
+                    "left_for_retry",
+                    "done",
+                    "transient",
+                    "permanent",
+                    "evidence_changed",
+                    // sweeps
+                    "failed",
+                ]
+                .contains(&value)
+        }
+        "action" => sandbox_steward::sim::e2b::OPS.contains(&value),
         "status" => status_code || ["transport", "too_large", "other"].contains(&value),
         "reason" => [
             // E2B retries
