@@ -16,34 +16,21 @@ use std::time::Duration;
 use chrono::Utc;
 use common::scrape::{Sample, assert_declared_and_bounded, scrape, total};
 use common::{
-    E2B_KEY, TestApp, TestAppOptions, case_id_in, eventually, free_port, hook, spawn_app_with,
-    unix_now, visible_text,
+    APPROVALS, E2B_KEY, TestApp, TestAppOptions, approvals_policy, case_id_in, eventually,
+    free_port, hook, spawn_app_with, unix_now, visible_text,
 };
 use sandbox_steward::approvals::worker::{expire_once, reconcile_once};
 use sandbox_steward::cases::CaseState;
-use sandbox_steward::envd::{EnvdAddress, EnvdClient, ProcessSpec};
-use sandbox_steward::ids::SandboxId;
+use sandbox_steward::envd::ProcessSpec;
 use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
 use sandbox_steward::sim::slack::Fault;
-use secrecy::SecretString;
 use serde_json::json;
-
-const APPROVALS: &str = "C0APPROVALS";
 
 fn options(worker: bool) -> TestAppOptions {
     TestAppOptions {
         sandboxes: 0,
         worker,
-        policy: Some(format!(
-            r#"
-[channels]
-approvals = "{APPROVALS}"
-[approvals.approvers]
-kill = {{ users = ["U0002"] }}
-pause = {{ anyone = true }}
-leave = {{ anyone = true }}
-"#
-        )),
+        policy: Some(approvals_policy()),
         ..TestAppOptions::default()
     }
 }
@@ -331,21 +318,8 @@ async fn every_series_counts_exactly_what_the_traffic_did() {
     })
     .await
     .expect("the simulator starts");
-    let seeded = sim
-        .hooks()
-        .seed(json!({"templateID": "base", "state": "running"}))
-        .await
-        .unwrap();
-    let id = SandboxId::parse(seeded["sandboxID"].as_str().unwrap()).unwrap();
-    let token = seeded["envdAccessToken"]
-        .as_str()
-        .map(|t| SecretString::from(t.to_owned()));
-    let envd = EnvdClient::new(
-        id.clone(),
-        EnvdAddress::resolve(Some(&sim.envd_url()), &id, None),
-        token,
-    )
-    .unwrap();
+    let (id, token) = common::seed_envd_sandbox(&sim, json!({})).await;
+    let envd = common::envd_client(&sim, &id, token.as_deref());
     envd.upload("/home/user/x.txt", b"hi".to_vec())
         .await
         .unwrap();

@@ -4,15 +4,12 @@
 use std::collections::BTreeMap;
 
 use sandbox_steward::envd::connect::{Decoder, Frame, encode};
-use sandbox_steward::envd::{
-    EnvdAddress, EnvdClient, EnvdError, ProcessEnd, ProcessEvent, ProcessSpec, Signal,
-};
+use sandbox_steward::envd::{EnvdClient, EnvdError, ProcessEnd, ProcessEvent, ProcessSpec, Signal};
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
-use secrecy::SecretString;
 use serde_json::{Value, json};
 
-use crate::common::eventually;
+use crate::common::{envd_client as client, eventually, seed_envd_sandbox as sandbox};
 
 async fn sim(exec: ExecMode) -> SimServer {
     SimServer::start(SimOptions {
@@ -22,28 +19,6 @@ async fn sim(exec: ExecMode) -> SimServer {
     })
     .await
     .expect("the simulator starts")
-}
-
-/// Seeds a running sandbox; `extra` adds seed fields (`secure`, `profile`, `cpuCount`).
-async fn sandbox(sim: &SimServer, extra: Value) -> (SandboxId, Option<String>) {
-    let mut body = json!({"templateID": "base", "state": "running"});
-    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
-        body.extend(extra.clone());
-    }
-    let seeded = sim.hooks().seed(body).await.expect("seeded");
-    let id = SandboxId::parse(seeded["sandboxID"].as_str().unwrap()).unwrap();
-    let token = seeded["envdAccessToken"].as_str().map(str::to_owned);
-    (id, token)
-}
-
-fn client(sim: &SimServer, id: &SandboxId, token: Option<&str>) -> EnvdClient {
-    let address = EnvdAddress::resolve(Some(&sim.envd_url()), id, None);
-    EnvdClient::new(
-        id.clone(),
-        address,
-        token.map(|t| SecretString::from(t.to_owned())),
-    )
-    .expect("a client")
 }
 
 fn output(events: &[ProcessEvent], stderr: bool) -> String {

@@ -22,33 +22,19 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use crate::common::{
-    E2B_KEY, PATIENCE, PrefixCleanup, ServeProcess, TestApp, TestAppOptions, app_env, case_id_in,
-    eventually, get_json, hook, reason_submission, redis_url, serve_process, sim_socket_get,
-    sim_socket_post, spawn_app_with, unique_prefix, visible_json_text, visible_text, wait_until,
+    APPROVALS, E2B_KEY, PATIENCE, PrefixCleanup, ServeProcess, TestApp, TestAppOptions, app_env,
+    approvals_policy, case_id_in, eventually, get_json, hook, reason_submission, redis_url,
+    serve_process, sim_socket_get, sim_socket_post, spawn_app_with, unique_prefix,
+    visible_json_text, visible_text, wait_until,
 };
 
 const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
-const APPROVALS: &str = "C0APPROVALS";
-
-fn policy() -> String {
-    format!(
-        r#"
-[channels]
-approvals = "{APPROVALS}"
-[approvals.approvers]
-kill = {{ users = ["U0002"] }}
-pause = {{ anyone = true }}
-leave = {{ anyone = true }}
-keep = {{ anyone = true }}
-"#
-    )
-}
 
 /// A Steward with `SLACK_APP_TOKEN` set, so it connects to the simulator's Socket Mode.
 async fn spawn_socket_app() -> TestApp {
     spawn_app_with(TestAppOptions {
         sandboxes: 0,
-        policy: Some(policy()),
+        policy: Some(approvals_policy()),
         env: vec![("SLACK_APP_TOKEN".into(), APP_TOKEN.into())],
         ..TestAppOptions::default()
     })
@@ -59,7 +45,7 @@ async fn spawn_socket_app() -> TestApp {
 async fn spawn_socket_app_without_signing_secret() -> TestApp {
     spawn_app_with(TestAppOptions {
         sandboxes: 0,
-        policy: Some(policy()),
+        policy: Some(approvals_policy()),
         env: vec![
             ("SLACK_APP_TOKEN".into(), APP_TOKEN.into()),
             ("SLACK_SIGNING_SECRET".into(), String::new()),

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use sandbox_steward::config::Settings;
 use sandbox_steward::e2b::RetryPolicy;
+use sandbox_steward::envd::{EnvdAddress, EnvdClient};
 use sandbox_steward::http::AppState;
+use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
 use sandbox_steward::sim::slack::{Recorded, SlackSim, SlackSimOptions};
 use sandbox_steward::slack::signature;
@@ -22,6 +24,48 @@ use tokio::sync::oneshot;
 pub const SIGNING_SECRET: &str = "test-signing-secret-8f742231b10e";
 pub const BOT_TOKEN: &str = "xoxb-test-bot-token";
 pub const E2B_KEY: &str = "e2b_test_key_0123456789";
+/// The approvals channel of [`approvals_policy`].
+pub const APPROVALS: &str = "C0APPROVALS";
+
+/// Seeds a running sandbox in `sim`; `extra` adds seed fields (`secure`, `profile`, `cpuCount`).
+/// Its id and its envd access token, if it has one.
+pub async fn seed_envd_sandbox(sim: &SimServer, extra: Value) -> (SandboxId, Option<String>) {
+    let mut body = serde_json::json!({"templateID": "base", "state": "running"});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let seeded = sim.hooks().seed(body).await.expect("seeded");
+    let id = SandboxId::parse(seeded["sandboxID"].as_str().unwrap()).unwrap();
+    let token = seeded["envdAccessToken"].as_str().map(str::to_owned);
+    (id, token)
+}
+
+/// An envd client for sandbox `id` of `sim`, through the simulator's envd address.
+pub fn envd_client(sim: &SimServer, id: &SandboxId, token: Option<&str>) -> EnvdClient {
+    let address = EnvdAddress::resolve(Some(&sim.envd_url()), id, None);
+    EnvdClient::new(
+        id.clone(),
+        address,
+        token.map(|t| secrecy::SecretString::from(t.to_owned())),
+    )
+    .expect("a client")
+}
+
+/// A policy that posts cards to [`APPROVALS`], where only U0002 may choose Kill and anyone may
+/// pause, leave or keep.
+pub fn approvals_policy() -> String {
+    format!(
+        r#"
+[channels]
+approvals = "{APPROVALS}"
+[approvals.approvers]
+kill = {{ users = ["U0002"] }}
+pause = {{ anyone = true }}
+leave = {{ anyone = true }}
+keep = {{ anyone = true }}
+"#
+    )
+}
 /// How long to wait for a background task to reach the fake Slack before failing a test.
 const WAIT_FOR_POST: Duration = Duration::from_secs(20);
 
