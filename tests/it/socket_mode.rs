@@ -22,10 +22,10 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use crate::common::{
-    APPROVALS, E2B_KEY, PATIENCE, PrefixCleanup, ServeProcess, TestApp, TestAppOptions, app_env,
-    approvals_policy, case_id_in, eventually, get_json, hook, reason_submission, redis_url,
-    serve_process, sim_socket_get, sim_socket_post, spawn_app_with, unique_prefix,
-    visible_json_text, visible_text, wait_until,
+    APPROVALS, E2B_KEY, PATIENCE, PrefixCleanup, ServeProcess, TestApp, TestAppOptions,
+    ThrowawayRedis, app_env, approvals_policy, case_id_in, eventually, get_json, hook,
+    reason_submission, redis_url, serve_process, sim_socket_get, sim_socket_post, spawn_app_with,
+    unique_prefix, visible_json_text, visible_text, wait_until,
 };
 
 const APP_TOKEN: &str = "xapp-1-A0SIM-steward-socket-test";
@@ -611,6 +611,61 @@ async fn an_ack_lost_with_its_socket_is_redelivered_and_acked_as_a_duplicate() {
         .count();
     assert_eq!(acks_of_it, 1, "one ack read; the lost one was never read");
     app.shutdown().await;
+}
+
+/// Redis stopped under a Socket Mode replica: an envelope's exactly-once mark cannot be written.
+/// A first delivery is still handled, so a click gets the same clear error as over HTTP and E2B
+/// hears nothing; a redelivery, which may have been handled already, is acked bare and does
+/// nothing at all (better a lost redelivery than a double action).
+#[tokio::test]
+async fn with_redis_stopped_a_click_is_refused_clearly_and_a_redelivery_is_acked_bare() {
+    let redis = ThrowawayRedis::start();
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(approvals_policy()),
+        env: vec![("SLACK_APP_TOKEN".into(), APP_TOKEN.into())],
+        redis_url: Some(redis.url()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let case = open_kill_case(&app, "sockredis1").await;
+    let reply = hook();
+    let mut click = click_payload(&app, &case, "case_pause", "U0002", "1700000400.000100").await;
+    click["response_url"] = json!(app.slack.response_url(&reply));
+    drop(redis);
+    app.e2b.hooks().reset_calls().await.unwrap();
+
+    let id = send(&app.slack, "interactive", click).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(
+        ack.get("payload").is_none(),
+        "a click's ack is empty: {ack}"
+    );
+    let answer = visible_text(&app.wait_for_hook(&reply).await);
+    assert!(
+        answer.contains("can't reach its database (Redis)"),
+        "{answer}"
+    );
+
+    // The ack of a help is lost with its socket; Slack delivers it again on the next one.
+    let (status, armed) = sim_socket_post(&app.slack, "drop", json!({"lose_next_ack": true})).await;
+    assert_eq!(status, 200, "{armed}");
+    let help = command_payload("help", "U0001", &app.slack.response_url(&hook()));
+    let id = send(&app.slack, "slash_commands", help).await;
+    let ack = ack_of(&app.slack, &id).await;
+    assert!(
+        ack["retry_attempt"].as_u64().unwrap() >= 1,
+        "acked only once delivered again: {ack}"
+    );
+    assert!(
+        ack.get("payload").is_none(),
+        "a redelivery is not handled while the store cannot say: {ack}"
+    );
+    assert!(
+        app.e2b_calls().await.values().all(|n| *n == 0),
+        "{:?}",
+        app.e2b_calls().await
+    );
 }
 
 #[tokio::test]
