@@ -8,7 +8,6 @@
 //! simulator has counted one more call (polled through `SimHooks`; each case is carried out
 //! before the next click, so every call counted belongs to the click just made). Prints
 //! p50/p99/max. Run with `cargo bench --bench click_latency`.
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sandbox_steward::cases::CaseState;
@@ -22,7 +21,7 @@ use sandbox_steward::store::Store;
 use serde_json::json;
 
 mod support;
-use support::{env_or, ms, percentile};
+use support::{env_or, ms, percentile, redis_and_prefix, steward_env};
 
 const SECRET: &str = "bench-signing-secret";
 const E2B_KEY: &str = "e2b_bench";
@@ -42,9 +41,7 @@ struct Bench {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cases = env_or::<usize>("STEWARD_BENCH_CASES", 100);
-    let redis_url =
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let prefix = format!("bench-click-{}", uuid::Uuid::new_v4().simple());
+    let (redis_url, prefix) = redis_and_prefix("click");
 
     let e2b = SimServer::start(SimOptions {
         sandboxes: 0,
@@ -62,8 +59,7 @@ async fn main() -> anyhow::Result<()> {
              kill = {{ anyone = true }}\npause = {{ anyone = true }}\n"
         ),
     )?;
-    let env: HashMap<String, String> = [
-        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+    let env = steward_env([
         ("SLACK_API_URL", slack.api_url()),
         ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
         ("SLACK_SIGNING_SECRET", SECRET.to_owned()),
@@ -74,10 +70,7 @@ async fn main() -> anyhow::Result<()> {
         ("REDIS_URL", redis_url.clone()),
         ("STEWARD_REDIS_PREFIX", prefix.clone()),
         ("STEWARD_CONFIG", policy.display().to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    ]);
     let app = Application::build(Settings::load(&env)?).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped(std::future::pending()));

@@ -31,7 +31,6 @@
 //! `[runs] on_finish = "keep"`) run on their own thread and runtime, as they would run on other
 //! machines, but share the cores. The Redis keys are written under a fresh prefix and deleted at
 //! the end.
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sandbox_steward::config::Settings;
@@ -45,19 +44,11 @@ use serde_json::{Value, json};
 
 mod support;
 use sha2::{Digest, Sha256};
-use support::ms;
+use support::{ms, peak_memory_mib, redis_and_prefix, steward_env};
 
 const E2B_KEY: &str = "e2b_bench_key_0123456789";
 const API_TOKEN: &str = "stw_bench_4c0f9a7e21d84b6e";
 const COMMAND: &str = "echo hi";
-
-/// `VmHWM` (peak resident memory) of this process, in MiB.
-fn peak_memory_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -348,17 +339,14 @@ async fn main() -> anyhow::Result<()> {
     sandbox_steward::telemetry::init("error");
     let runs = env_usize("STEWARD_BENCH_RUNS", 30);
     let concurrent = env_usize("STEWARD_BENCH_CONCURRENT", 100);
-    let redis_url =
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let prefix = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let (redis_url, prefix) = redis_and_prefix("runs");
 
     let sim = SimThread::start()?;
     let config_dir = tempfile::tempdir()?;
     let config = config_dir.path().join("steward.toml");
     std::fs::write(&config, policy())?;
     let a = &sim.addresses;
-    let env: HashMap<String, String> = [
-        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+    let env = steward_env([
         ("STEWARD_CONFIG", config.display().to_string()),
         ("SLACK_API_URL", a.slack_api_url.clone()),
         ("SLACK_BOT_TOKEN", "xoxb-bench-bot-token".to_owned()),
@@ -369,10 +357,7 @@ async fn main() -> anyhow::Result<()> {
         ("E2B_SANDBOX_URL", a.envd_url.clone()),
         ("REDIS_URL", redis_url.clone()),
         ("STEWARD_REDIS_PREFIX", prefix.clone()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    ]);
     let settings = Settings::load(&env)?;
     let mut app = Application::build(settings).await?;
     let workers = app.loops_mut().workers.max(1);

@@ -5,7 +5,6 @@
 //! `STEWARD_BENCH_REQUESTS` (default 5000) signed commands with `STEWARD_BENCH_CONCURRENCY`
 //! (default 32) in flight, and prints throughput with p50/p99/max latency.
 //! Run with `cargo bench --bench slack_help`.
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,7 +15,7 @@ use sandbox_steward::startup::Application;
 use tokio::sync::Semaphore;
 
 mod support;
-use support::{env_or, percentile};
+use support::{env_or, percentile, steward_env};
 
 const SECRET: &str = "bench-signing-secret";
 
@@ -25,15 +24,11 @@ async fn main() -> anyhow::Result<()> {
     let requests = env_or::<usize>("STEWARD_BENCH_REQUESTS", 5000);
     let concurrency = env_or::<usize>("STEWARD_BENCH_CONCURRENCY", 32);
     let slack = SlackSim::start(SlackSimOptions::default()).await?;
-    let env: HashMap<String, String> = [
-        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+    let env = steward_env([
         ("SLACK_API_URL", slack.api_url()),
         ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
         ("SLACK_SIGNING_SECRET", SECRET.to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    ]);
     let app = Application::build(Settings::load(&env)?).await?;
     let url = format!("http://127.0.0.1:{}/slack/commands", app.port());
     tokio::spawn(app.run_until_stopped(std::future::pending()));

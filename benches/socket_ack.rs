@@ -11,7 +11,6 @@
 //! the rate. Everything shares the machine's cores, the simulator's own bookkeeping included, so
 //! read the figures as the whole loop's, not Steward's alone. Run with `cargo bench --bench
 //! socket_ack`.
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,7 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 mod support;
-use support::{env_or, ms, percentile};
+use support::{env_or, ms, percentile, redis_and_prefix, steward_env};
 
 /// The allocator `steward` itself runs with (`src/main.rs`).
 #[global_allocator]
@@ -72,9 +71,7 @@ async fn main() -> anyhow::Result<()> {
     let serial = env_or::<usize>("STEWARD_BENCH_SERIAL", 500).max(1);
     let requests = env_or::<usize>("STEWARD_BENCH_REQUESTS", 10_000).max(1);
     let concurrency = env_or::<usize>("STEWARD_BENCH_CONCURRENCY", 32).max(1);
-    let redis_url =
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let prefix = format!("bench-socket-{}", uuid::Uuid::new_v4().simple());
+    let (redis_url, prefix) = redis_and_prefix("socket");
 
     let e2b = SimServer::start(SimOptions {
         sandboxes: 0,
@@ -91,8 +88,7 @@ async fn main() -> anyhow::Result<()> {
         ..SlackSimOptions::default()
     })
     .await?;
-    let env: HashMap<String, String> = [
-        ("STEWARD_LISTEN", "127.0.0.1:0".to_owned()),
+    let env = steward_env([
         ("SLACK_API_URL", slack.api_url()),
         ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
         ("SLACK_APP_TOKEN", APP_TOKEN.to_owned()),
@@ -101,10 +97,7 @@ async fn main() -> anyhow::Result<()> {
         ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
         ("REDIS_URL", redis_url),
         ("STEWARD_REDIS_PREFIX", prefix),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    ]);
     let app = Application::build(Settings::load(&env)?).await?;
     tokio::spawn(app.run_until_stopped(std::future::pending()));
 

@@ -1,8 +1,29 @@
 //! What several benchmarks share: the E2B simulator on its own thread and runtime, the
-//! process's peak memory, and numbers read from the environment.
+//! process's peak memory, numbers read from the environment, and Steward's settings.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+
+/// Redis at `REDIS_URL` (default the local one) and a fresh key prefix `bench-NAME-…` for a
+/// bench's keys, so it never reads another run's.
+pub fn redis_and_prefix(name: &str) -> (String, String) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    (
+        url,
+        format!("bench-{name}-{}", uuid::Uuid::new_v4().simple()),
+    )
+}
+
+/// The environment `Settings::load` reads for a Steward in the bench's process: listening on a
+/// free port, plus `vars`.
+pub fn steward_env<const N: usize>(vars: [(&str, String); N]) -> HashMap<String, String> {
+    std::iter::once(("STEWARD_LISTEN", "127.0.0.1:0".to_owned()))
+        .chain(vars)
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
 
 /// The number in environment variable `name`, or `default` when it is unset or not a number.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
