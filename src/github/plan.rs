@@ -7,7 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 use super::event::PushEvent;
 use super::rules::PushTestRule;
 use crate::ids::RunId;
-use crate::runs::{FileSpec, RunRequest};
+use crate::runs::{RunRequest, SetupStep};
 use crate::store::PushTest;
 
 /// The exit code of a push-test run whose commit could not be fetched (its output's last line
@@ -15,12 +15,25 @@ use crate::store::PushTest;
 pub const CLONE_FAILED_EXIT_CODE: i32 = 97;
 /// The line the clone step prints when it fails.
 pub const CLONE_FAILED_MARKER: &str = "steward: could not fetch commit";
-/// The environment variables the clone step reads; the token's value is scrubbed from output.
+/// The environment variables of the clone step (never of the entry's command).
 pub const CLONE_URL_ENV: &str = "STEWARD_CLONE_URL";
 pub const TOKEN_ENV: &str = "STEWARD_GIT_TOKEN";
-/// The `GIT_ASKPASS` helper uploaded when a token is configured; it holds no secret itself.
-pub const ASKPASS_FILE: &str = ".steward-askpass";
-const ASKPASS_SCRIPT: &str = "#!/bin/sh\ncase \"$1\" in\n  Username*) echo x-access-token ;;\n  *) echo \"$STEWARD_GIT_TOKEN\" ;;\nesac\n";
+/// The host (with its port, if any) the credential may be given to; the askpass helper answers
+/// git's prompts for that host only.
+pub const TOKEN_HOST_ENV: &str = "STEWARD_GIT_HOST";
+/// Where the commit is checked out, under the run's working directory.
+pub const CHECKOUT_DIR: &str = "repo";
+/// The `GIT_ASKPASS` helper the clone step writes to a temporary file and removes when it ends:
+/// it holds no secret (it prints `$STEWARD_GIT_TOKEN`, which only the clone step's process has)
+/// and answers only prompts for `$STEWARD_GIT_HOST` (git asks "Password for
+/// 'https://x-access-token@github.com': "), so a redirect or a submodule elsewhere gets nothing.
+const ASKPASS_SCRIPT: &str = r#"#!/bin/sh
+case "$1" in
+  "Username for 'http"*"://$STEWARD_GIT_HOST'"*) echo x-access-token ;;
+  "Password for 'http"*"://x-access-token@$STEWARD_GIT_HOST'"*) printf '%s\n' "$STEWARD_GIT_TOKEN" ;;
+  *) exit 1 ;;
+esac
+"#;
 
 /// What a push does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,68 +94,97 @@ pub fn decide<'a>(rules: &'a [PushTestRule], event: &PushEvent) -> Decision<'a> 
     }
 }
 
-/// Where the sandbox clones from: the entry's `clone_url`, else the payload's https URL, else
-/// github.com.
-pub fn clone_url(rule: &PushTestRule, event: &PushEvent) -> String {
-    if let Some(url) = &rule.clone_url {
-        return url.clone();
-    }
-    match &event.repository.clone_url {
-        Some(url) if url.starts_with("https://") => url.clone(),
-        _ => format!("https://github.com/{}.git", rule.repository),
+/// Where the sandbox clones from: the entry's `clone_url` (set by an operator in
+/// steward.toml), else GitHub's URL of the configured repository. A push payload's own
+/// `clone_url` never decides it: the payload is the sender's word, and the credential goes where
+/// the clone goes.
+pub fn clone_url(rule: &PushTestRule) -> String {
+    match &rule.clone_url {
+        Some(url) => url.clone(),
+        None => format!("https://github.com/{}.git", rule.repository),
     }
 }
 
-/// The command line the sandbox runs: fetch the exact commit (shallow), then the entry's
-/// command. Holds no secret: the URL and the token come through the environment, and the
-/// credential is gone from the environment before the entry's command starts.
-pub fn command(rule: &PushTestRule, sha: &str, with_token: bool) -> String {
+/// The host (and port) of an `http(s)://` clone URL: where a credential may go. `None` for a
+/// local path or `file://` URL, which needs none.
+pub fn credential_host(clone_url: &str) -> Option<String> {
+    let url = url::Url::parse(clone_url).ok()?;
+    if !matches!(url.scheme(), "https" | "http") {
+        return None;
+    }
+    let host = url.host_str()?;
+    Some(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    })
+}
+
+/// The clone step: fetch the exact commit (shallow) into [`CHECKOUT_DIR`]. It runs as a process
+/// of its own before the entry's command (see `runs::SetupStep`), so the credential is never in
+/// the environment of the command or of any of its ancestors. No credential is written to a
+/// file: git reads it from the askpass helper, no credential helper may store it
+/// (`credential.helper=` clears the template's), redirects are not followed, and the URL is
+/// given on the command line of `fetch`, so `.git/config` holds no remote.
+pub fn clone_step(sha: &str, with_token: bool) -> String {
     let mut script = String::new();
     if with_token {
         script.push_str(&format!(
-            "chmod 700 {ASKPASS_FILE} && export GIT_ASKPASS=\"$PWD/{ASKPASS_FILE}\" || exit {CLONE_FAILED_EXIT_CODE}\n"
+            "askpass=\"$(mktemp)\" || exit {CLONE_FAILED_EXIT_CODE}\n\
+             trap 'rm -f \"$askpass\"' EXIT\n\
+             cat >\"$askpass\" <<'STEWARD_ASKPASS'\n{ASKPASS_SCRIPT}STEWARD_ASKPASS\n\
+             chmod 700 \"$askpass\" && export GIT_ASKPASS=\"$askpass\" || exit {CLONE_FAILED_EXIT_CODE}\n"
         ));
     }
     script.push_str(&format!(
-        "git init -q repo && cd repo || exit {code}\n\
-         if ! {{ git fetch -q --depth 1 \"${CLONE_URL_ENV}\" {sha} && git checkout -q FETCH_HEAD; }}; then\n  \
-         rm -f ../{ASKPASS_FILE}; echo \"{CLONE_FAILED_MARKER} {sha}\" >&2; exit {code}\nfi\n\
-         rm -f ../{ASKPASS_FILE}\n\
-         unset {TOKEN_ENV} GIT_ASKPASS {CLONE_URL_ENV}\n",
+        "git init -q {CHECKOUT_DIR} && cd {CHECKOUT_DIR} || exit {code}\n\
+         if ! {{ git -c credential.helper= -c http.followRedirects=false fetch -q --depth 1 \"${CLONE_URL_ENV}\" {sha} && git checkout -q FETCH_HEAD; }}; then\n  \
+         echo \"{CLONE_FAILED_MARKER} {sha}\" >&2; exit {code}\nfi\n",
         code = CLONE_FAILED_EXIT_CODE,
     ));
-    script.push_str(&rule.command);
     script
 }
 
-/// The run a push asks for. `token` (`GITHUB_TOKEN`) goes in as an environment value marked
-/// secret (scrubbed from the output), read only by the `GIT_ASKPASS` helper.
+/// The entry's command, run in the checkout by a process that never held the credential.
+pub fn command(rule: &PushTestRule) -> String {
+    format!(
+        "cd {CHECKOUT_DIR} || exit {CLONE_FAILED_EXIT_CODE}\n{}",
+        rule.command
+    )
+}
+
+/// The run a push asks for: the clone as its setup step, then the entry's command. `token`
+/// (`GITHUB_TOKEN`, or an installation token) goes only into the clone step's environment,
+/// marked secret, and only when the clone URL has a host to give it to.
 pub fn run_request(
     rule: &PushTestRule,
     event: &PushEvent,
     token: Option<&SecretString>,
 ) -> RunRequest {
-    let mut env: BTreeMap<String, String> = rule.env.clone();
-    env.insert(CLONE_URL_ENV.into(), clone_url(rule, event));
-    env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
-    let mut files = Vec::new();
-    let mut secret_env = Vec::new();
-    if let Some(token) = token {
-        env.insert(TOKEN_ENV.into(), token.expose_secret().to_owned());
-        secret_env.push(TOKEN_ENV.to_owned());
-        files.push(FileSpec {
-            path: ASKPASS_FILE.into(),
-            content: ASKPASS_SCRIPT.as_bytes().to_vec(),
-        });
+    let url = clone_url(rule);
+    let mut setup_env = BTreeMap::from([
+        (CLONE_URL_ENV.to_owned(), url.clone()),
+        ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
+    ]);
+    let mut setup_secrets = Vec::new();
+    let token = token.zip(credential_host(&url));
+    if let Some((token, host)) = &token {
+        setup_env.insert(TOKEN_ENV.into(), token.expose_secret().to_owned());
+        setup_env.insert(TOKEN_HOST_ENV.into(), host.clone());
+        setup_secrets.push(TOKEN_ENV.to_owned());
     }
     RunRequest {
         template: rule.template.clone(),
-        command: command(rule, &event.after, token.is_some()),
-        files,
-        env,
+        command: command(rule),
+        files: Vec::new(),
+        env: rule.env.clone(),
         cwd: None,
         timeout: Some(format!("{}s", rule.timeout.as_secs().max(1))),
-        secret_env,
+        secret_env: Vec::new(),
+        setup: Some(SetupStep {
+            command: clone_step(&event.after, token.is_some()),
+            env: setup_env,
+            secret_env: setup_secrets,
+        }),
     }
 }
 
@@ -274,22 +316,53 @@ mod tests {
     }
 
     #[test]
-    fn the_command_fetches_the_exact_sha_and_holds_no_secret() {
+    fn the_clone_is_a_step_of_its_own_and_the_command_never_sees_the_token() {
         let rules = rules();
         let event = push("refs/heads/main", &["a"]);
         let token = SecretString::from("ghp_secret_value".to_owned());
         let req = run_request(&rules[0], &event, Some(&token));
+        let setup = req.setup.as_ref().expect("a clone step");
         assert!(
-            req.command
+            setup
+                .command
                 .contains(&format!("--depth 1 \"$STEWARD_CLONE_URL\" {SHA}"))
         );
+        assert!(setup.command.contains("credential.helper="));
+        assert!(setup.command.contains("http.followRedirects=false"));
+        assert!(!setup.command.contains("ghp_secret_value"));
+        assert_eq!(setup.env[TOKEN_ENV], "ghp_secret_value");
+        assert_eq!(setup.env[TOKEN_HOST_ENV], "github.com");
+        assert_eq!(setup.secret_env, vec![TOKEN_ENV.to_owned()]);
+        assert_eq!(setup.env[CLONE_URL_ENV], "https://github.com/acme/api.git");
+        // The command's process gets the entry's env, never the clone's.
         assert!(req.command.ends_with("make test"));
         assert!(!req.command.contains("ghp_secret_value"));
-        assert_eq!(req.secret_env, vec![TOKEN_ENV.to_owned()]);
-        assert_eq!(req.env[CLONE_URL_ENV], "https://github.com/acme/api.git");
+        assert!(!req.env.contains_key(TOKEN_ENV) && !req.env.contains_key(CLONE_URL_ENV));
+        assert!(req.files.is_empty() && req.secret_env.is_empty());
         let without = run_request(&rules[0], &event, None);
-        assert!(!without.env.contains_key(TOKEN_ENV));
-        assert!(without.files.is_empty());
+        let setup = without.setup.unwrap();
+        assert!(!setup.env.contains_key(TOKEN_ENV));
+        assert!(!setup.command.contains("GIT_ASKPASS"));
+    }
+
+    #[test]
+    fn the_payloads_clone_url_never_decides_where_the_credential_goes() {
+        let rules = rules();
+        let mut event = push("refs/heads/main", &["a"]);
+        event.repository.clone_url = Some("https://evil.example/acme/api.git".into());
+        let token = SecretString::from("ghp_secret_value".to_owned());
+        let setup = run_request(&rules[0], &event, Some(&token)).setup.unwrap();
+        assert_eq!(setup.env[CLONE_URL_ENV], "https://github.com/acme/api.git");
+        assert_eq!(setup.env[TOKEN_HOST_ENV], "github.com");
+        // An operator's clone_url decides; a local one gets no credential at all.
+        let mut local = rules[0].clone();
+        local.clone_url = Some("file:///srv/git/api".into());
+        let setup = run_request(&local, &event, Some(&token)).setup.unwrap();
+        assert!(!setup.env.contains_key(TOKEN_ENV));
+        let mut own = rules[0].clone();
+        own.clone_url = Some("https://git.internal:8443/acme/api.git".into());
+        let setup = run_request(&own, &event, Some(&token)).setup.unwrap();
+        assert_eq!(setup.env[TOKEN_HOST_ENV], "git.internal:8443");
     }
 
     #[test]

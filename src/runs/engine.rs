@@ -141,6 +141,38 @@ struct Ended {
     whole_tail: bool,
 }
 
+/// Which of a run's processes is streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Steward's own step before the command (a push test's clone).
+    Setup,
+    /// The command asked for.
+    Command,
+}
+
+/// What the run's processes have produced so far (the setup's output and the command's are
+/// one output).
+#[derive(Default)]
+struct Seen {
+    /// The run was marked Running (at its first process's start).
+    started: bool,
+    /// The last [`TAIL_BYTES`] of the output.
+    tail: VecDeque<u8>,
+    produced: u64,
+}
+
+impl Seen {
+    fn ended(&mut self, exit_code: Option<i32>, timed_out: bool, error: Option<String>) -> Ended {
+        Ended {
+            exit_code,
+            timed_out,
+            error,
+            whole_tail: self.produced <= TAIL_BYTES as u64,
+            tail: std::mem::take(&mut self.tail).into(),
+        }
+    }
+}
+
 /// Why a run stopped before its command ended.
 enum Stop {
     /// The run failed for good; the sentence says why.
@@ -414,14 +446,8 @@ impl RunEngine {
                     )
                 })?;
         }
-        let scrubber = Scrubber::new(
-            inputs
-                .secret_env
-                .iter()
-                .filter_map(|name| inputs.env.get(name).cloned()),
-        );
         let ended = self
-            .run_command(run, &envd, inputs.env, scrubber)
+            .run_command(run, &envd, inputs)
             .await
             .map_err(|stop| (sandbox.clone(), stop))?;
         Ok((sandbox_id, ended))
@@ -487,37 +513,97 @@ impl RunEngine {
         }
     }
 
-    /// Starts the command and streams it to its end, stopping it at the run's timeout.
+    /// Runs the setup step (if any), then the command, each streamed to its end within one
+    /// deadline, the run's timeout. The setup is a process of its own that has ended before
+    /// the command's process starts, so nothing of the command ever sees the setup's env.
     async fn run_command(
         &self,
         run: &Run,
         envd: &EnvdClient,
-        env: BTreeMap<String, String>,
-        mut scrubber: Scrubber,
+        inputs: RunInputs,
     ) -> Result<Ended, Stop> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(run.timeout_secs);
+        let mut seen = Seen::default();
+        let mut secrets: Vec<String> = inputs
+            .secret_env
+            .iter()
+            .filter_map(|name| inputs.env.get(name).cloned())
+            .collect();
+        if let Some(setup) = inputs.setup {
+            let setup_secrets: Vec<String> = setup
+                .secret_env
+                .iter()
+                .filter_map(|name| setup.env.get(name).cloned())
+                .collect();
+            // Scrubbed from the command's output too: belt and braces, the command never had them.
+            secrets.extend(setup_secrets.iter().cloned());
+            let mut spec = ProcessSpec::shell(setup.command);
+            spec.envs = setup.env;
+            spec.cwd = run.cwd.clone();
+            let scrubber = Scrubber::new(setup_secrets);
+            let ended = self
+                .stream_process(
+                    run,
+                    envd,
+                    (Phase::Setup, &spec),
+                    scrubber,
+                    deadline,
+                    &mut seen,
+                )
+                .await?;
+            let succeeded = ended.exit_code == Some(0) && ended.error.is_none() && !ended.timed_out;
+            if !succeeded {
+                return Ok(ended);
+            }
+        }
         let mut spec = ProcessSpec::shell(run.command.clone());
-        spec.envs = env;
+        spec.envs = inputs.env;
         spec.cwd = run.cwd.clone();
-        let mut stream = envd.start(&spec).await.map_err(|e| {
+        let scrubber = Scrubber::new(secrets);
+        self.stream_process(
+            run,
+            envd,
+            (Phase::Command, &spec),
+            scrubber,
+            deadline,
+            &mut seen,
+        )
+        .await
+    }
+
+    /// Starts one process and streams it to its end, stopping it at `deadline` (SIGTERM, then
+    /// SIGKILL), when the run is asked to stop, or when this replica stops.
+    async fn stream_process(
+        &self,
+        run: &Run,
+        envd: &EnvdClient,
+        (phase, spec): (Phase, &ProcessSpec),
+        mut scrubber: Scrubber,
+        deadline: tokio::time::Instant,
+        seen: &mut Seen,
+    ) -> Result<Ended, Stop> {
+        let mut stream = envd.start(spec).await.map_err(|e| {
             Stop::Failed(format!("the command did not start: {}", envd_sentence(&e)))
         })?;
-        let started = Utc::now();
-        self.step(&run.id, RunStatus::Running, |r| {
-            r.started_at = Some(started)
-        })
-        .await?;
-        // Inputs have reached the sandbox: file contents and env values leave Redis now.
-        self.store.delete_run_files(&run.id).await?;
+        if !seen.started {
+            seen.started = true;
+            let started = Utc::now();
+            self.step(&run.id, RunStatus::Running, |r| {
+                r.started_at = Some(started)
+            })
+            .await?;
+        }
+        // Inputs have reached the sandbox: file contents and env values leave Redis now (the
+        // setup's credential too, once the command itself has started).
+        if phase == Phase::Command {
+            self.store.delete_run_files(&run.id).await?;
+        }
 
         let limits = self.policy.limits;
         let cap = limits.output_cap_bytes as u64;
-        let timeout = Duration::from_secs(run.timeout_secs);
-        let deadline = tokio::time::Instant::now() + timeout;
         let mut pid: Option<u32> = None;
         let mut term_at: Option<tokio::time::Instant> = None;
         let mut kill_at: Option<tokio::time::Instant> = None;
-        let mut tail: VecDeque<u8> = VecDeque::with_capacity(TAIL_BYTES);
-        let mut produced: u64 = 0;
         let mut stop_check = tokio::time::interval(STOP_CHECK_EVERY);
         stop_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -532,11 +618,9 @@ impl RunEngine {
                     Ok(Some(ProcessEvent::Stdout(bytes) | ProcessEvent::Stderr(bytes) | ProcessEvent::Pty(bytes))) => {
                         // Secret values never reach the store, the tail or the report.
                         let bytes = scrubber.push(&bytes);
-                        produced += bytes.len() as u64;
-                        keep_tail(&mut tail, &bytes);
-                        if let Err(e) = self.store.append_run_output(&run.id, &bytes, cap).await {
+                        if let Err(e) = self.keep(&run.id, seen, &bytes, cap).await {
                             self.stop_process(envd, pid, Signal::Kill).await;
-                            return Err(e.into());
+                            return Err(e);
                         }
                     }
                     Ok(Some(ProcessEvent::End(end))) => {
@@ -546,19 +630,13 @@ impl RunEngine {
                         if !timed_out && (end.exit_code != 0 || !end.exited) {
                             self.check_sandbox_still_there(envd.sandbox_id()).await?;
                         }
-                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
-                        return Ok(Ended {
-                            exit_code: (!timed_out).then_some(end.exit_code),
-                            timed_out,
-                            error: None,
-                            whole_tail: produced <= TAIL_BYTES as u64,
-                            tail: tail.into(),
-                        });
+                        self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
+                        return Ok(seen.ended((!timed_out).then_some(end.exit_code), timed_out, None));
                     }
                     Ok(Some(ProcessEvent::Keepalive)) => {}
                     Ok(None) if term_at.is_some() => {
-                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
-                        return Ok(Ended { exit_code: None, timed_out: true, error: None, whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
+                        self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
+                        return Ok(seen.ended(None, true, None));
                     }
                     Ok(None) => {
                         return Err(Stop::Failed("envd ended the command's stream without saying how it ended".into()));
@@ -573,30 +651,19 @@ impl RunEngine {
                     if let Ok(Some(reason)) = self.store.run_stop_requested(&run.id).await {
                         tracing::info!(run = %run.id, %reason, "run asked to stop; stopping its command");
                         self.stop_process(envd, pid, Signal::Kill).await;
-                        self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
-                        return Ok(Ended {
-                            exit_code: None,
-                            timed_out: false,
-                            error: Some(reason),
-                            whole_tail: produced <= TAIL_BYTES as u64,
-                            tail: tail.into(),
-                        });
+                        self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
+                        return Ok(seen.ended(None, false, Some(reason)));
                     }
                 }
                 () = self.stopping.cancelled(), if term_at.is_none() => {
                     tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
                     self.stop_process(envd, pid, Signal::Kill).await;
-                    self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
-                    return Ok(Ended {
-                        exit_code: None,
-                        timed_out: false,
-                        error: Some(format!(
-                            "replica {} was shut down while the command ran, so Steward stopped the command; its output up to then is kept",
-                            self.worker
-                        )),
-                        whole_tail: produced <= TAIL_BYTES as u64,
-                        tail: tail.into(),
-                    });
+                    self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
+                    let why = format!(
+                        "replica {} was shut down while the command ran, so Steward stopped the command; its output up to then is kept",
+                        self.worker
+                    );
+                    return Ok(seen.ended(None, false, Some(why)));
                 }
                 () = tokio::time::sleep_until(alarm) => {
                     match (term_at, kill_at) {
@@ -616,8 +683,8 @@ impl RunEngine {
                         }
                         (Some(_), Some(_)) => {
                             // The process never reported its end; the sandbox's own timeout ends it.
-                            self.flush_scrubbed(&run.id, &mut scrubber, &mut tail, &mut produced, cap).await?;
-                            return Ok(Ended { exit_code: None, timed_out: true, error: Some("the command did not end after SIGKILL".into()), whole_tail: produced <= TAIL_BYTES as u64, tail: tail.into() });
+                            self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
+                            return Ok(seen.ended(None, true, Some("the command did not end after SIGKILL".into())));
                         }
                     }
                 }
@@ -625,22 +692,15 @@ impl RunEngine {
         }
     }
 
-    /// Stores what the scrubber still holds back (the end of the output) once the command ended.
-    async fn flush_scrubbed(
-        &self,
-        run: &RunId,
-        scrubber: &mut Scrubber,
-        tail: &mut VecDeque<u8>,
-        produced: &mut u64,
-        cap: u64,
-    ) -> Result<(), Stop> {
-        let rest = scrubber.finish();
-        if rest.is_empty() {
+    /// Stores scrubbed output (the head up to the cap, the end in the store's tail) and keeps
+    /// the end of it in memory for the report.
+    async fn keep(&self, run: &RunId, seen: &mut Seen, bytes: &[u8], cap: u64) -> Result<(), Stop> {
+        if bytes.is_empty() {
             return Ok(());
         }
-        *produced += rest.len() as u64;
-        keep_tail(tail, &rest);
-        self.store.append_run_output(run, &rest, cap).await?;
+        seen.produced += bytes.len() as u64;
+        keep_tail(&mut seen.tail, bytes);
+        self.store.append_run_output(run, bytes, cap).await?;
         Ok(())
     }
 

@@ -17,6 +17,6 @@ pub mod service;
 pub use engine::{HandOver, HandOverError, HandOverRequest, RunEngine};
 pub use model::{
     FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPolicy, RunRequest, RunStatus, SCRUBBED,
-    Scrubber, ValidRun,
+    Scrubber, SetupStep, ValidRun,
 };
 pub use service::{OutputChunk, RunError, Runner};

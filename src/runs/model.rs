@@ -39,6 +39,36 @@ pub struct RunRequest {
     /// [`SCRUBBED`] wherever it appears in the run's output.
     #[serde(default)]
     pub secret_env: Vec<String>,
+    /// A step Steward itself puts before the command (a push test's clone). Never taken from an
+    /// agent: the API refuses the field, so only Steward's own code sets it.
+    #[serde(skip)]
+    pub setup: Option<SetupStep>,
+}
+
+/// A step run before the command, as a process of its own that has ended before the command's
+/// process is started: it alone sees `env` (a push test's Git credential), so no ancestor,
+/// sibling or file of the command ever holds those values. Its output goes into the run's output
+/// with the values of `secret_env` scrubbed (from the command's output too); a non-zero exit
+/// ends the run with that exit code and the command never starts.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupStep {
+    /// A shell command line (`/bin/bash -l -c`), run in the run's working directory.
+    pub command: String,
+    /// The step's environment: only these variables (plus what the template sets).
+    pub env: BTreeMap<String, String>,
+    /// Names of `env` entries whose values are secrets.
+    pub secret_env: Vec<String>,
+}
+
+/// The values stay out of `Debug`, so a logged request never carries a credential.
+impl std::fmt::Debug for SetupStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetupStep")
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("secret_env", &self.secret_env)
+            .finish()
+    }
 }
 
 /// What a secret value in a run's output is replaced with.
@@ -529,6 +559,7 @@ mod tests {
             cwd: None,
             timeout: None,
             secret_env: Vec::new(),
+            setup: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::model::{FileSpec, Run};
+use super::model::{FileSpec, Run, SetupStep};
 use crate::ids::RunId;
 use crate::store::{Store, StoreError, StoredRun};
 
@@ -21,6 +21,9 @@ pub(crate) struct RunInputs {
     /// Names of `env` entries whose values are scrubbed from the output.
     #[serde(default)]
     pub secret_env: Vec<String>,
+    /// Steward's own step before the command (a push test's clone), with its credential.
+    #[serde(default)]
+    pub setup: Option<SetupStep>,
 }
 
 /// The stored run with its output counters filled in from the store.

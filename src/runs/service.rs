@@ -132,6 +132,7 @@ impl Runner {
             files: request.files,
             env: request.env,
             secret_env: request.secret_env,
+            setup: request.setup,
         };
         record::create(&self.store, &run, &inputs).await?;
         if let Err(e) = self.store.enqueue(&Job::Run { run_id: id.clone() }).await {

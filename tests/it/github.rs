@@ -572,6 +572,7 @@ async fn secret_env_values_are_scrubbed_from_a_runs_output() {
                 cwd: None,
                 timeout: None,
                 secret_env: vec!["KEY".into()],
+                setup: None,
             },
         )
         .await

@@ -17,6 +17,7 @@ fn request(command: &str) -> RunRequest {
         cwd: None,
         timeout: None,
         secret_env: Vec::new(),
+        setup: None,
     }
 }
 
