@@ -44,6 +44,9 @@ pub struct TestFailureParams {
     pub cut: bool,
     /// The size of the whole output (empty when there is none).
     pub output_size: Option<String>,
+    /// What the file in the thread keeps of a longer output ("its first 1.0 MiB and its last
+    /// 1.0 MiB"); `None` when it holds all of it.
+    pub output_kept: Option<String>,
     pub sandbox_id: Option<String>,
 }
 
@@ -102,7 +105,7 @@ fn inline_code(text: &str, max: usize) -> String {
 
 /// The params of a test-failure alert.
 pub fn test_failure_params(failure: &TestFailure) -> TestFailureParams {
-    let output = String::from_utf8_lossy(&failure.output);
+    let output = failure.output.text();
     let picked = failures::failing_lines(&output, Bounds::default());
     let text = format::defuse_code_fence(&picked.text());
     let failing = format::cut(&text, FAILING_MAX_CHARS);
@@ -128,7 +131,8 @@ pub fn test_failure_params(failure: &TestFailure) -> TestFailureParams {
         failing,
         cut,
         output_size: (!failure.output.is_empty())
-            .then(|| format::human_bytes(failure.output.len() as u64)),
+            .then(|| format::human_bytes(failure.output.total())),
+        output_kept: super::output_kept(&failure.output),
         sandbox_id: failure.sandbox_id.as_ref().map(|id| id.to_string()),
     }
 }
@@ -184,6 +188,7 @@ pub(crate) fn sample_failure(full: bool) -> TestFailureParams {
         failing: s(),
         cut: full,
         output_size: some(s()),
+        output_kept: some(s()),
         sandbox_id: some(s()),
     }
 }
@@ -211,7 +216,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::alerts::Step;
+    use crate::alerts::{Step, TestOutput};
     use crate::ids::{SandboxId, SlackUserId};
 
     const OUTPUT: &str = "\
@@ -265,7 +270,7 @@ error: test failed, to rerun pass `--lib`
             command: "cargo test --workspace".into(),
             exit_code: 101,
             duration: Some(Duration::from_secs(250)),
-            output: OUTPUT.as_bytes().to_vec(),
+            output: TestOutput::whole(OUTPUT.as_bytes().to_vec()),
             sandbox_id: Some(SandboxId::parse("i7k2m9q4r1t8w3x6").unwrap()),
         }
     }
@@ -284,7 +289,7 @@ error: test failed, to rerun pass `--lib`
             pusher: None,
             author: None,
             duration: None,
-            output: Vec::new(),
+            output: TestOutput::default(),
             sandbox_id: None,
             ..failure()
         };
@@ -301,7 +306,7 @@ error: test failed, to rerun pass `--lib`
             ));
         }
         let failure = TestFailure {
-            output: output.into_bytes(),
+            output: TestOutput::whole(output.into_bytes()),
             ..failure()
         };
         let params = test_failure_params(&failure);

@@ -37,6 +37,67 @@ pub struct Person {
     pub slack_user: Option<SlackUserId>,
 }
 
+/// A test run's output as kept: all of it (`left_out` 0, `tail` empty), or its first and last
+/// parts and how much was counted between them but not kept (a run keeps the first and the last
+/// `[runs] output_cap_bytes` of its output).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TestOutput {
+    pub head: Vec<u8>,
+    /// Bytes between `head` and `tail` that were not kept.
+    pub left_out: u64,
+    pub tail: Vec<u8>,
+}
+
+impl TestOutput {
+    /// All of an output.
+    pub fn whole(bytes: Vec<u8>) -> Self {
+        Self {
+            head: bytes,
+            left_out: 0,
+            tail: Vec::new(),
+        }
+    }
+
+    /// How long the whole output was.
+    pub fn total(&self) -> u64 {
+        self.head.len() as u64 + self.left_out + self.tail.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// The line that stands for what was left out between head and tail.
+    fn gap_line(left_out: u64) -> String {
+        format!(
+            "\n\n… {} left out here by Steward …\n\n",
+            format::human_bytes(left_out)
+        )
+    }
+
+    /// The kept text, the gap marked by a line of its own: what failing lines are picked from,
+    /// so the real end of a long output is read, not the end of its head.
+    pub fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if self.left_out > 0 {
+            text.push_str(&Self::gap_line(self.left_out));
+        }
+        text.push_str(&String::from_utf8_lossy(&self.tail));
+        text
+    }
+}
+
+/// The output stays out of `Debug`, so a logged value never carries it.
+impl std::fmt::Debug for TestOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestOutput")
+            .field("head_bytes", &self.head.len())
+            .field("left_out", &self.left_out)
+            .field("tail_bytes", &self.tail.len())
+            .finish()
+    }
+}
+
 /// A test run that finished with a non-zero exit code.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TestFailure {
@@ -54,8 +115,8 @@ pub struct TestFailure {
     pub command: String,
     pub exit_code: i32,
     pub duration: Option<Duration>,
-    /// Everything the command printed (stdout and stderr, as the runner interleaved them).
-    pub output: Vec<u8>,
+    /// What the command printed (stdout and stderr, as the runner interleaved them), as kept.
+    pub output: TestOutput,
     pub sandbox_id: Option<SandboxId>,
 }
 
@@ -68,7 +129,7 @@ impl std::fmt::Debug for TestFailure {
             .field("commit_sha", &self.commit_sha)
             .field("command", &self.command)
             .field("exit_code", &self.exit_code)
-            .field("output_bytes", &self.output.len())
+            .field("output", &self.output)
             .field("sandbox_id", &self.sandbox_id)
             .finish_non_exhaustive()
     }
@@ -222,35 +283,104 @@ pub async fn post_error(
     })
 }
 
+/// What the uploaded file holds of an output it cannot hold whole: the first and last bytes,
+/// and why the middle is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// The whole output's size.
+    pub total: u64,
+    /// The bytes kept from its start and from its end.
+    pub first: u64,
+    pub last: u64,
+    /// Over Slack's upload cap ([`MAX_UPLOAD_BYTES`]), not only over what the run kept.
+    pub over_upload_cap: bool,
+}
+
+impl Cut {
+    /// "its first 1.0 MiB and its last 1.0 MiB".
+    pub fn kept(&self) -> String {
+        format!(
+            "its first {} and its last {}",
+            format::human_bytes(self.first),
+            format::human_bytes(self.last)
+        )
+    }
+
+    /// The sentence posted with the file.
+    fn note(&self, max: usize) -> String {
+        let why = if self.over_upload_cap {
+            format!(
+                "over the {} Slack upload cap",
+                format::human_bytes(max as u64)
+            )
+        } else {
+            "more than Steward keeps of a run's output".to_owned()
+        };
+        format!(
+            "The output was {}, {why}; this file keeps {}.",
+            format::human_bytes(self.total),
+            self.kept()
+        )
+    }
+}
+
+/// What the file for `output` leaves out, if anything (at most `max` bytes are uploaded).
+fn cut_of(output: &TestOutput, max: usize) -> Option<Cut> {
+    let total = output.total();
+    if output.left_out == 0 && total <= max as u64 {
+        return None;
+    }
+    let half = (max / 2) as u64;
+    let (first, last) = if output.left_out == 0 {
+        (half, half)
+    } else {
+        (
+            (output.head.len() as u64).min(half),
+            (output.tail.len() as u64).min(half),
+        )
+    };
+    Some(Cut {
+        total,
+        first,
+        last,
+        over_upload_cap: total > max as u64 && output.left_out == 0,
+    })
+}
+
+/// What the uploaded file keeps of `output` when not all of it, in words ("its first … and its
+/// last …"); `None` when the file holds the whole output.
+pub fn output_kept(output: &TestOutput) -> Option<String> {
+    cut_of(output, MAX_UPLOAD_BYTES).map(|cut| cut.kept())
+}
+
 /// The output as uploaded: whole when it fits, else its first and last halves of
-/// [`MAX_UPLOAD_BYTES`] around a line saying what was left out, with a note for the thread.
-pub fn capped_output(output: &[u8]) -> (Vec<u8>, Option<String>) {
+/// [`MAX_UPLOAD_BYTES`] around a line saying what was left out, with a note for the thread. An
+/// output the run kept only the ends of is uploaded as those ends, also saying so.
+pub fn capped_output(output: &TestOutput) -> (Vec<u8>, Option<String>) {
     capped_to(output, MAX_UPLOAD_BYTES)
 }
 
-fn capped_to(output: &[u8], max: usize) -> (Vec<u8>, Option<String>) {
-    if output.len() <= max {
-        return (output.to_vec(), None);
-    }
-    let half = max / 2;
-    let left_out = output.len() - 2 * half;
-    let mut bytes = Vec::with_capacity(2 * half + 100);
-    bytes.extend_from_slice(&output[..half]);
-    bytes.extend_from_slice(
-        format!(
-            "\n\n… {} left out here by Steward …\n\n",
-            format::human_bytes(left_out as u64)
-        )
-        .as_bytes(),
-    );
-    bytes.extend_from_slice(&output[output.len() - half..]);
-    let note = format!(
-        "The output was {}, over the {} Slack upload cap; this file keeps its first and last {}.",
-        format::human_bytes(output.len() as u64),
-        format::human_bytes(max as u64),
-        format::human_bytes(half as u64),
-    );
-    (bytes, Some(note))
+fn capped_to(output: &TestOutput, max: usize) -> (Vec<u8>, Option<String>) {
+    let Some(cut) = cut_of(output, max) else {
+        let mut bytes = output.head.clone();
+        bytes.extend_from_slice(&output.tail);
+        return (bytes, None);
+    };
+    // Head and tail are one output when nothing was left out between them.
+    let joined;
+    let (start, end): (&[u8], &[u8]) = if output.left_out == 0 {
+        joined = [output.head.as_slice(), output.tail.as_slice()].concat();
+        (&joined, &joined)
+    } else {
+        (&output.head, &output.tail)
+    };
+    let first = &start[..cut.first as usize];
+    let last = &end[end.len() - cut.last as usize..];
+    let mut bytes = Vec::with_capacity(first.len() + last.len() + 100);
+    bytes.extend_from_slice(first);
+    bytes.extend_from_slice(TestOutput::gap_line(cut.total - cut.first - cut.last).as_bytes());
+    bytes.extend_from_slice(last);
+    (bytes, Some(cut.note(max)))
 }
 
 /// Keeps a file name to letters, digits, `-` and `_`.
@@ -283,13 +413,41 @@ mod tests {
     #[test]
     fn an_output_over_the_cap_keeps_its_ends_and_says_so() {
         let output: Vec<u8> = (0..100u8).collect();
-        let (bytes, note) = capped_to(&output, 40);
+        let (bytes, note) = capped_to(&TestOutput::whole(output.clone()), 40);
         assert!(bytes.starts_with(&output[..20]));
         assert!(bytes.ends_with(&output[80..]));
         assert!(String::from_utf8_lossy(&bytes).contains("60 B left out"));
-        assert!(note.unwrap().contains("first and last 20 B"));
-        let (whole, none) = capped_to(&output, 100);
+        assert!(note.unwrap().contains(
+            "over the 40 B Slack upload cap; this file keeps its first 20 B and its last 20 B"
+        ));
+        let (whole, none) = capped_to(&TestOutput::whole(output.clone()), 100);
         assert_eq!((whole, none), (output, None));
+    }
+
+    #[test]
+    fn an_output_the_run_kept_only_the_ends_of_is_uploaded_as_those_ends_and_says_so() {
+        let output = TestOutput {
+            head: b"collecting 150 tests\n".to_vec(),
+            left_out: 40 * 1024 * 1024,
+            tail: b"FAILED test_parse - AssertionError\n".to_vec(),
+        };
+        let (bytes, note) = capped_to(&output, 1024);
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.starts_with("collecting 150 tests\n"), "{text}");
+        assert!(
+            text.contains("… 40 MiB left out here by Steward …"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("FAILED test_parse - AssertionError\n"),
+            "{text}"
+        );
+        let note = note.unwrap();
+        assert!(
+            note.contains("more than Steward keeps of a run's output"),
+            "{note}"
+        );
+        assert!(output.text().ends_with("AssertionError\n"));
     }
 
     #[test]
@@ -305,7 +463,7 @@ mod tests {
             command: "make test".into(),
             exit_code: 2,
             duration: None,
-            output: b"SECRET_TOKEN=hunter2".to_vec(),
+            output: TestOutput::whole(b"SECRET_TOKEN=hunter2".to_vec()),
             sandbox_id: None,
         };
         let shown = format!("{failure:?}");

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::card::{self, CaseCardParams};
 use crate::alerts::message::{TestFailureParams, sample_failure, test_failure_params};
-use crate::alerts::{Person, TestFailure};
+use crate::alerts::{Person, TestFailure, TestOutput};
 use crate::cases::{
     Case, CaseState, DecisionOption, PushPerson, PushReport, RunOutcome, RunReport, StepOutcome,
     Subject,
@@ -66,7 +66,7 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
         exit_code: shown_exit_code(run),
         duration: Some(std::time::Duration::from_millis(run.duration_ms)),
         // The failing lines were picked when the run ended; the card does not keep the output.
-        output: Vec::new(),
+        output: TestOutput::default(),
         sandbox_id: match &case.subject {
             Subject::Sandbox(id) => Some(id.clone()),
             Subject::Template(_) => None,
@@ -76,6 +76,7 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
     alert.failing = push.failing.clone();
     alert.cut = push.failing_cut;
     alert.output_size = (run.output_bytes > 0).then(|| format::human_bytes(run.output_bytes));
+    alert.output_kept = push.output_kept.clone();
     let mut params = card::card_params(case);
     // The run's own fields (command, exit code, output) are the alert's here: not twice.
     params.run = None;
@@ -161,6 +162,7 @@ mod tests {
             }),
             failing: "FAILED tests/test_parser.py::test_nested - AssertionError".into(),
             failing_cut: false,
+            output_kept: None,
         };
         let mut case = CaseDraft {
             subject: Subject::Sandbox(SandboxId::parse("ipush1abc").unwrap()),

@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use super::run_case::{PolicyChoice, RunCaseOpening, open_for_run};
 use super::{ApprovalError, CardTarget, Services};
 use crate::alerts::message::{short_sha, test_failure_params};
-use crate::alerts::{self, PostedAlert, Step, TestFailure, TestRunError};
+use crate::alerts::{self, PostedAlert, Step, TestFailure, TestOutput, TestRunError};
 use crate::cases::{
     CaseDraft, DecisionOption, Evidence, Opener, PushPerson, PushReport, Recommendation,
     RunOutcome, RunReport, Subject,
@@ -33,7 +33,8 @@ use crate::ids::{CaseId, SandboxId, SlackChannelId};
 use crate::slack::render::{MentionDoneParams, Mrkdwn};
 use crate::store::FailingPush;
 
-/// The most output read back for the alert's thread (the run engine keeps at most 1 MiB).
+/// The most output read back from a run's head for the alert's thread (the run engine keeps
+/// `[runs] output_cap_bytes` of each end, 1 MiB by default).
 const OUTPUT_READ_MAX: u64 = 16 * 1024 * 1024;
 
 /// What push-test alerts are opened with (the caller reads `[channels]` and `[runs]`).
@@ -242,6 +243,31 @@ async fn kill_by_rule(
     }
 }
 
+/// The run's output as the store keeps it: all of it, or its head and its tail (the real end,
+/// where a failing suite's summary is) with the size of what was counted between them.
+async fn kept_output(svc: &Services, report: &RunReport) -> Result<TestOutput, ApprovalError> {
+    let (head, _) = svc
+        .store
+        .run_output(&report.run_id, 0, OUTPUT_READ_MAX)
+        .await?;
+    if !report.output_truncated {
+        return Ok(TestOutput::whole(head));
+    }
+    // The tail is kept to the head's length (both are `[runs] output_cap_bytes`).
+    let tail = svc
+        .store
+        .run_output_tail(&report.run_id, head.len() as u64)
+        .await?;
+    let left_out = report
+        .output_bytes
+        .saturating_sub(head.len() as u64 + tail.len() as u64);
+    Ok(TestOutput {
+        head,
+        left_out,
+        tail,
+    })
+}
+
 /// Opens the failure alert: a case on the run's sandbox whose card is the alert, then the whole
 /// output in its thread, and remembers it as the branch's failing alert.
 async fn open_failure(
@@ -257,10 +283,7 @@ async fn open_failure(
         thread_ts: None,
     };
     let run_id = report.run_id.clone();
-    let output = match svc.store.run_output(&run_id, 0, OUTPUT_READ_MAX).await {
-        Ok((bytes, _)) => bytes,
-        Err(e) => return Err(e.into()),
-    };
+    let output = kept_output(svc, &report).await?;
     let (author, pusher) = people(test);
     let failure = TestFailure {
         repository: test.repository.clone(),
@@ -288,6 +311,7 @@ async fn open_failure(
         pusher,
         failing: picked.failing,
         failing_cut: picked.cut,
+        output_kept: picked.output_kept,
     };
     let timed_out = report.outcome == RunOutcome::TimedOut;
     let within = chrono::Duration::from_std(settings.decide_within)

@@ -238,6 +238,10 @@ pub struct PushReport {
     pub failing: String,
     /// Whether failing lines were left out.
     pub failing_cut: bool,
+    /// What the output's file in the alert's thread keeps when not all of it ("its first 1.0
+    /// MiB and its last 1.0 MiB").
+    #[serde(default)]
+    pub output_kept: Option<String>,
 }
 
 /// Someone behind a push: a name to show and the Slack user to mention, when mapped.

@@ -888,8 +888,15 @@ impl RunEngine {
         self.finish(&run.id, sandbox, ended, deliveries).await
     }
 
-    /// The end of the kept output, for a run whose stream this replica did not see.
+    /// The end of the kept output, for a run whose stream this replica did not see: the
+    /// store's tail when the output outgrew its head, else the head's end.
     async fn output_tail(&self, run: &Run) -> Vec<u8> {
+        if run.output_truncated
+            && let Ok(tail) = self.store.run_output_tail(&run.id, TAIL_BYTES as u64).await
+            && !tail.is_empty()
+        {
+            return tail;
+        }
         let kept = match self.store.run_output(&run.id, 0, 0).await {
             Ok((_, kept)) => kept,
             Err(_) => return Vec::new(),

@@ -199,6 +199,12 @@ impl Keys {
         format!("{}:run-out:{{{}}}", self.prefix, id)
     }
 
+    /// The end of one run's output past the kept head (a string, at most twice the cap between
+    /// trims), in the run's slot.
+    pub fn run_output_tail(&self, id: &RunId) -> String {
+        format!("{}:run-tail:{{{}}}", self.prefix, id)
+    }
+
     /// One run's files until they are uploaded, in the run's slot.
     pub fn run_files(&self, id: &RunId) -> String {
         format!("{}:run-files:{{{}}}", self.prefix, id)
@@ -293,7 +299,12 @@ mod tests {
     fn a_runs_record_output_and_files_share_one_hash_tag() {
         let keys = Keys::new("steward").unwrap();
         let id = RunId::parse("run_abc").unwrap();
-        for key in [keys.run(&id), keys.run_output(&id), keys.run_files(&id)] {
+        for key in [
+            keys.run(&id),
+            keys.run_output(&id),
+            keys.run_output_tail(&id),
+            keys.run_files(&id),
+        ] {
             assert_eq!(hash_tag(&key), Some("run_abc"), "{key}");
         }
     }

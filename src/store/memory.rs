@@ -66,6 +66,9 @@ struct MemoryRun {
     version: u64,
     total: u64,
     output: Vec<u8>,
+    /// The end of the output past a full head (the last `cap` bytes at least, less than twice
+    /// that).
+    tail: Vec<u8>,
     files: Option<String>,
 }
 
@@ -766,11 +769,18 @@ impl MemoryStore {
             return Ok(OutputCount { kept: 0, total: 0 });
         };
         run.total += chunk.len() as u64;
-        let room = usize::try_from(cap)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(run.output.len());
-        run.output
-            .extend_from_slice(&chunk[..room.min(chunk.len())]);
+        let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        let room = cap.saturating_sub(run.output.len()).min(chunk.len());
+        run.output.extend_from_slice(&chunk[..room]);
+        let rest = &chunk[room..];
+        if !rest.is_empty() && cap > 0 {
+            // As the Redis script does: cut back to the last `cap` bytes at twice that.
+            run.tail.extend_from_slice(rest);
+            if run.tail.len() >= cap.saturating_mul(2) {
+                let over = run.tail.len() - cap;
+                run.tail.drain(..over);
+            }
+        }
         Ok(OutputCount {
             kept: run.output.len() as u64,
             total: run.total,
@@ -793,6 +803,19 @@ impl MemoryStore {
             .saturating_add(usize::try_from(max).unwrap_or(usize::MAX))
             .min(len);
         Ok((run.output[start..end].to_vec(), len as u64))
+    }
+
+    pub(crate) async fn run_output_tail(
+        &self,
+        id: &RunId,
+        max: u64,
+    ) -> Result<Vec<u8>, StoreError> {
+        let s = self.lock();
+        let Some(run) = s.runs.get(id) else {
+            return Ok(Vec::new());
+        };
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        Ok(run.tail[run.tail.len().saturating_sub(max)..].to_vec())
     }
 
     pub(crate) async fn run_files(&self, id: &RunId) -> Result<Option<String>, StoreError> {

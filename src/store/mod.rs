@@ -786,8 +786,9 @@ impl Store {
         delegate!(self.swap_run(id, expected, json))
     }
 
-    /// Adds `chunk` to the run's output: all of it counts, but only up to `cap` bytes in all
-    /// are kept.
+    /// Adds `chunk` to the run's output: all of it counts; its first `cap` bytes are kept as
+    /// the head (read with [`Store::run_output`]) and its last `cap` bytes past the head as the
+    /// tail ([`Store::run_output_tail`]), so a long output keeps both ends.
     pub async fn append_run_output(
         &self,
         id: &RunId,
@@ -806,6 +807,14 @@ impl Store {
         max: u64,
     ) -> Result<(Vec<u8>, u64), StoreError> {
         delegate!(self.run_output(id, from, max))
+    }
+
+    /// The last (up to) `max` bytes of the run's output past its kept head: empty while the
+    /// whole output fits the head. At least the last `cap` bytes are kept (between trims, up
+    /// to twice that), so a caller asking for at most `cap` bytes always gets the same answer;
+    /// bytes between the head and the tail were counted, not kept.
+    pub async fn run_output_tail(&self, id: &RunId, max: u64) -> Result<Vec<u8>, StoreError> {
+        delegate!(self.run_output_tail(id, max))
     }
 
     /// The files of a run not uploaded yet (the JSON given to [`Store::create_run`]).

@@ -3,7 +3,7 @@
 //! alert's thread (read back through the Slack simulator); refusals post nothing. Also the
 //! simulator's own upload flow.
 use reqwest::StatusCode;
-use sandbox_steward::alerts::{self, Person, Step, TestFailure, TestRunError};
+use sandbox_steward::alerts::{self, Person, Step, TestFailure, TestOutput, TestRunError};
 use sandbox_steward::ids::SlackChannelId;
 use sandbox_steward::sim::slack::Fault;
 use serde_json::{Value, json};
@@ -395,7 +395,7 @@ fn failure(output: Vec<u8>) -> TestFailure {
         command: "cargo test".into(),
         exit_code: 101,
         duration: None,
-        output,
+        output: TestOutput::whole(output),
         sandbox_id: None,
     }
 }
@@ -467,11 +467,20 @@ async fn an_output_over_the_upload_cap_keeps_both_ends_and_the_thread_says_so() 
         .find(|m| m.method == "files.completeUploadExternal")
         .unwrap();
     let comment = share.text.unwrap_or_default();
-    assert!(comment.contains("first and last 5 MiB"), "{comment}");
+    assert!(
+        comment.contains(
+            "over the 10 MiB Slack upload cap; this file keeps its first 5 MiB and its last 5 MiB"
+        ),
+        "{comment}"
+    );
     // The alert names the pusher by login (no Slack user mapped) and keeps the summary line.
     let text = alert_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
     assert!(text.contains("*Pushed by* dana"), "{text}");
     assert!(text.contains("test result: FAILED"), "{text}");
+    assert!(
+        text.contains("the file in the thread keeps its first 5 MiB and its last 5 MiB"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,9 @@ use sandbox_steward::slack::payload::case_option_action_id;
 use serde_json::Value;
 
 use crate::common::{TestApp, eventually, free_port, visible_text, wait_until};
-use crate::github::{TOKEN, commit, make_repo, push, push_body, redis_dump, runner, spawn};
+use crate::github::{
+    TOKEN, commit, make_repo, push, push_body, redis_dump, runner, spawn, spawn_with,
+};
 
 const ENG: &str = "C0ENG";
 
@@ -326,6 +328,87 @@ async fn a_commit_that_cannot_be_cloned_gets_the_error_alert_naming_the_step() {
         !sandbox_exists(&app, &sandbox).await
     })
     .await;
+}
+
+/// A suite that prints far more than a run keeps and fails at the very end.
+const LONG_FAILING_SH: &str = r#"echo "tests ran at $(git rev-parse HEAD)"
+i=0
+while [ $i -lt 4000 ]; do
+  echo "collecting tests/test_$i.py ok ......................................................"
+  i=$((i+1))
+done
+echo "FAILED tests/test_end.py::test_the_very_end - AssertionError: the real failure"
+exit 1
+"#;
+
+#[tokio::test]
+async fn a_failure_at_the_end_of_a_long_output_is_read_from_the_real_end_and_the_file_keeps_both_ends()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    std::fs::write(
+        std::path::Path::new(&origin).join("check.sh"),
+        LONG_FAILING_SH,
+    )
+    .unwrap();
+    let added = std::process::Command::new("git")
+        .args(["add", "check.sh"])
+        .current_dir(&origin)
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let sha = commit(&origin, "long");
+    // 64 KiB of each end are kept; the suite prints about 330 KiB.
+    let app = spawn_with(&origin, "[runs]\noutput_cap_bytes = 65536\n").await;
+    let id = start(&app, "d-long", &sha, &["long"]).await;
+    let run = handed_over(&app, &id).await;
+    assert_eq!(run.exit_code, Some(1), "{run:?}");
+    assert!(
+        run.output_truncated && run.output_bytes > 300_000,
+        "{run:?}"
+    );
+
+    let alert = wait_until("the alert", || async { alerts(&app).into_iter().next() }).await;
+    let text = shown(&alert);
+    assert!(
+        text.contains("FAILED tests/test_end.py::test_the_very_end"),
+        "the failing line at the real end is on the alert: {text}"
+    );
+    assert!(
+        text.contains("the file in the thread keeps its first 64 KiB and its last 64 KiB"),
+        "the alert says what the file holds: {text}"
+    );
+    assert!(!text.contains("Full output"), "{text}");
+
+    let shared = wait_until("the output file", || async {
+        app.slack
+            .messages()
+            .into_iter()
+            .find(|m| m.method == "files.completeUploadExternal")
+    })
+    .await;
+    let file_id = shared.body["files"][0]["id"].as_str().unwrap().to_owned();
+    let file = String::from_utf8(app.slack.file(&file_id).unwrap().bytes.unwrap()).unwrap();
+    let head = &file[..file.len().min(300)];
+    assert!(
+        file.starts_with("token: unset") && head.contains(&format!("tests ran at {sha}")),
+        "the file starts where the output started: {head}"
+    );
+    assert!(
+        file.contains("left out here by Steward"),
+        "the gap is marked"
+    );
+    assert!(
+        file.trim_end().ends_with(
+            "FAILED tests/test_end.py::test_the_very_end - AssertionError: the real failure"
+        ),
+        "the file ends where the output ended"
+    );
+    let note = shared.text.clone().unwrap_or_default();
+    assert!(
+        note.contains("more than Steward keeps of a run's output"),
+        "{note}"
+    );
 }
 
 #[tokio::test]

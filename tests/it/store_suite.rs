@@ -182,6 +182,25 @@ async fn a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_
         store.run_output(&id, 50, 100).await.unwrap(),
         (Vec::new(), 8)
     );
+    // Past the head, the end is kept too: at most the cap's worth of the very end.
+    assert_eq!(store.run_output_tail(&id, 100).await.unwrap(), b"rld");
+    for chunk in [&b"0123456789"[..], b"abcdefghij", b"klm"] {
+        store.append_run_output(&id, chunk, 8).await.unwrap();
+    }
+    assert_eq!(store.run_output_tail(&id, 8).await.unwrap(), b"fghijklm");
+    assert_eq!(store.run_output_tail(&id, 3).await.unwrap(), b"klm");
+    let held = store.run_output_tail(&id, 100).await.unwrap();
+    assert!(
+        held.len() < 16 && b"rld0123456789abcdefghijklm".ends_with(&held),
+        "at most twice the cap, all of it the real end: {held:?}"
+    );
+    let run = store.load_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.output_kept, run.output_total), (8, 34));
+    assert_eq!(
+        store.run_output(&id, 0, 100).await.unwrap(),
+        (b"hello wo".to_vec(), 8),
+        "the head stays as it was"
+    );
 
     assert_eq!(
         store.run_files(&id).await.unwrap().as_deref(),

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiFailure, ApiJson, Caller};
-use crate::alerts::{self, AlertError, Person, TestFailure};
+use crate::alerts::{self, AlertError, Person, TestFailure, TestOutput};
 use crate::config::ApiAction;
 use crate::http::AppState;
 use crate::ids::{SandboxId, SlackChannelId, SlackUserId};
@@ -182,7 +182,7 @@ pub fn test_failure(report: TestFailureReport) -> Result<TestFailure, ApiFailure
         command,
         exit_code: report.exit_code,
         duration: report.duration_secs.map(Duration::from_secs),
-        output: report.output.into_bytes(),
+        output: TestOutput::whole(report.output.into_bytes()),
         sandbox_id,
     })
 }

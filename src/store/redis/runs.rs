@@ -26,8 +26,8 @@ return 1
     )
 });
 
-/// Compare-and-swap of a run's JSON. KEYS: run hash, output. ARGV: expected version, json,
-/// ttl ms. Returns 1 written, 0 stale or missing.
+/// Compare-and-swap of a run's JSON. KEYS: run hash, output, output tail. ARGV: expected
+/// version, json, ttl ms. Returns 1 written, 0 stale or missing.
 static SWAP_RUN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -37,15 +37,19 @@ if not v or v ~= ARGV[1] then
 end
 redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, 'json', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+for i = 2, 3 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('PEXPIRE', KEYS[i], ARGV[3])
+  end
 end
 return 1
 "#,
     )
 });
 
-/// Counts a chunk of output and keeps what fits under the cap. KEYS: run hash, output.
+/// Counts a chunk of output and keeps what fits under the cap as the head; what comes after a
+/// full head goes to the tail, which is cut back to its last `cap` bytes whenever it holds
+/// twice that (so each byte is copied at most once more). KEYS: run hash, output, output tail.
 /// ARGV: chunk, cap, ttl ms. Returns {kept, total}. A run that is gone counts nothing.
 static APPEND_OUTPUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -53,12 +57,22 @@ static APPEND_OUTPUT: LazyLock<Script> = LazyLock::new(|| {
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, 0}
 end
+local cap = tonumber(ARGV[2])
 local total = redis.call('HINCRBY', KEYS[1], 'total', string.len(ARGV[1]))
 local kept = redis.call('STRLEN', KEYS[2])
-local room = tonumber(ARGV[2]) - kept
+local room = cap - kept
+local rest = ARGV[1]
 if room > 0 then
   kept = redis.call('APPEND', KEYS[2], string.sub(ARGV[1], 1, room))
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  rest = string.sub(ARGV[1], room + 1)
+end
+if string.len(rest) > 0 and cap > 0 then
+  local held = redis.call('APPEND', KEYS[3], rest)
+  if held >= 2 * cap then
+    redis.call('SET', KEYS[3], redis.call('GETRANGE', KEYS[3], -cap, -1))
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
 return {kept, total}
 "#,
@@ -128,6 +142,7 @@ impl RedisStore {
                 SWAP_RUN
                     .key(self.keys().run(id))
                     .key(self.keys().run_output(id))
+                    .key(self.keys().run_output_tail(id))
                     .arg(expected)
                     .arg(json)
                     .arg(ms(RUN_RETENTION)),
@@ -147,6 +162,7 @@ impl RedisStore {
                 APPEND_OUTPUT
                     .key(self.keys().run(id))
                     .key(self.keys().run_output(id))
+                    .key(self.keys().run_output_tail(id))
                     .arg(chunk)
                     .arg(cap)
                     .arg(ms(RUN_RETENTION)),
@@ -180,6 +196,24 @@ impl RedisStore {
         // GETRANGE past the end answers "", and from a start beyond the end Redis clamps.
         let bytes = if from >= kept { Vec::new() } else { bytes };
         Ok((bytes, kept))
+    }
+
+    pub(crate) async fn run_output_tail(
+        &self,
+        id: &RunId,
+        max: u64,
+    ) -> Result<Vec<u8>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.query(
+            redis::cmd("GETRANGE")
+                .arg(self.keys().run_output_tail(id))
+                .arg(-max)
+                .arg(-1),
+        )
+        .await
     }
 
     pub(crate) async fn run_files(&self, id: &RunId) -> Result<Option<String>, StoreError> {
