@@ -53,6 +53,9 @@ pub struct Commit {
     pub message: Option<String>,
     #[serde(default)]
     pub url: Option<String>,
+    /// When the commit was made (ISO 8601 with an offset, as GitHub sends it).
+    #[serde(default)]
+    pub timestamp: Option<String>,
     #[serde(default)]
     pub author: Option<Person>,
     #[serde(default)]
@@ -82,6 +85,14 @@ impl PushEvent {
     /// The branch pushed to, or `None` for tags and other refs.
     pub fn branch(&self) -> Option<&str> {
         self.git_ref.strip_prefix("refs/heads/")
+    }
+
+    /// When the head commit was made, if the payload says so in a form we can read.
+    pub fn committed_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let text = self.head_commit.as_ref()?.timestamp.as_deref()?;
+        chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&chrono::Utc))
     }
 
     /// Every path the push's commits added, modified or removed.

@@ -7,7 +7,7 @@ use chrono::Utc;
 
 use super::event::PushEvent;
 use super::plan::{self, Decision};
-use super::queue::{self, Admission, AdmissionLock, Running, Waiting};
+use super::queue::{self, Admission, AdmissionLock, PushPoint, Running, Waiting};
 use super::rules::GithubSettings;
 use crate::ids::RunId;
 use crate::runs::{RunError, Runner};
@@ -23,6 +23,9 @@ pub enum Outcome {
     Ignored(String),
     /// This delivery was handled before.
     AlreadyHandled,
+    /// A replay or a push older than the branch's newest one: nothing runs, nothing is
+    /// superseded; the sentence says why (also the audit outcome).
+    Refused(String),
     /// A run was queued; `supersedes` is the branch's previous run, if any.
     Started {
         run: RunId,
@@ -93,7 +96,9 @@ pub async fn handle_push(
     }
     let result = start(store, runner, settings, delivery, event).await;
     match &result {
-        Ok(Outcome::Ignored(why)) => audit(store, &repository, why.clone()).await,
+        Ok(Outcome::Ignored(why) | Outcome::Refused(why)) => {
+            audit(store, &repository, format!("{why} (delivery {delivery})")).await;
+        }
         Ok(Outcome::Started { run, supersedes }) => {
             let mut outcome = format!(
                 "started run {run} for {} at {}",
@@ -124,6 +129,12 @@ pub async fn handle_push(
         Err(e) => {
             if let Err(forget) = store.forget_delivery(delivery).await {
                 tracing::warn!(error = %forget, "could not forget a failed delivery; its redelivery will be ignored");
+            }
+            if let Err(forget) = store
+                .forget_push_of_commit(&repository, &event.git_ref, &event.after)
+                .await
+            {
+                tracing::warn!(error = %forget, "could not forget a failed push's commit mark; its redelivery will be refused");
             }
             audit(store, &repository, format!("not run: {e}")).await;
         }
@@ -165,6 +176,16 @@ async fn enqueue(
     let repository = event.repository.full_name.clone();
     let mut state = queue::load(store).await?;
     prune(runner, &mut state).await;
+    // A replay of an old push, or a push older than the branch's newest, must not replace a
+    // newer commit's run (nor drop its place in the queue).
+    let seen = !store
+        .first_push_of_commit(&repository, &event.git_ref, &event.after)
+        .await?;
+    let known = newest_known(store, &state, &repository, &branch).await?;
+    if let Some(why) = queue::refuse_older(&PushPoint::of(event), known.as_ref(), seen) {
+        tracing::warn!(%repository, %branch, %why, "push refused");
+        return Ok(Outcome::Refused(why));
+    }
     // An older push of this branch still waiting would test an outdated commit.
     let (older, rest): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut state.waiting)
         .into_iter()
@@ -221,6 +242,32 @@ async fn enqueue(
             Ok(Outcome::Waiting { position })
         }
     }
+}
+
+/// The branch's newest push Steward knows of: the one waiting for a slot, else the one its
+/// latest run tested.
+async fn newest_known(
+    store: &Store,
+    state: &Admission,
+    repository: &str,
+    branch: &str,
+) -> Result<Option<PushPoint>, StoreError> {
+    if let Some(waiting) = state
+        .waiting
+        .iter()
+        .rev()
+        .find(|w| w.repository.eq_ignore_ascii_case(repository) && w.branch == branch)
+    {
+        return Ok(Some(PushPoint::of(&waiting.event)));
+    }
+    let Some(run) = store.latest_push_run(repository, branch).await? else {
+        return Ok(None);
+    };
+    Ok(store.push_test_for_run(&run).await?.map(|test| PushPoint {
+        before: test.before,
+        after: test.after,
+        committed_at: test.committed_at,
+    }))
 }
 
 /// Drops the runs that ended from the running list (their hand-over may not have said so).

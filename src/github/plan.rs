@@ -244,6 +244,7 @@ pub fn push_test(
         channel: rule.channel.as_ref().map(|c| c.to_string()),
         command: rule.command.clone(),
         delivery: delivery.to_owned(),
+        committed_at: event.committed_at(),
     }
 }
 

@@ -62,6 +62,72 @@ impl Default for Caps {
     }
 }
 
+/// Where a push left its branch: what it moved the branch from and to, and when its head commit
+/// was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushPoint {
+    pub before: String,
+    pub after: String,
+    pub committed_at: Option<DateTime<Utc>>,
+}
+
+impl PushPoint {
+    pub fn of(event: &PushEvent) -> Self {
+        Self {
+            before: event.before.clone(),
+            after: event.after.clone(),
+            committed_at: event.committed_at(),
+        }
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Whether `incoming` may replace `known`, the branch's newest push Steward knows of (waiting,
+/// running or tested), and if not, why: a push moves the branch on only when it starts where
+/// `known` ended (`before` = its `after`, a force push included), or, when the two do not chain,
+/// when its head commit is not older. A push of a commit already seen for the ref (`seen`: the
+/// same body sent again under a new delivery id) and a push `known` was made on top of are
+/// replays of the past. Pure.
+pub fn refuse_older(incoming: &PushPoint, known: Option<&PushPoint>, seen: bool) -> Option<String> {
+    let chained = known.is_some_and(|k| incoming.before.eq_ignore_ascii_case(&k.after));
+    if chained {
+        return None;
+    }
+    if seen {
+        return Some(format!(
+            "refused: a push of {} to this branch was already handled (a replay under a new delivery id)",
+            short(&incoming.after)
+        ));
+    }
+    let known = known?;
+    if incoming.after.eq_ignore_ascii_case(&known.after) {
+        return Some(format!(
+            "refused: {} is already the branch's newest push",
+            short(&incoming.after)
+        ));
+    }
+    if known.before.eq_ignore_ascii_case(&incoming.after) {
+        return Some(format!(
+            "refused: {} is older than {}, which was pushed on top of it",
+            short(&incoming.after),
+            short(&known.after)
+        ));
+    }
+    match (incoming.committed_at, known.committed_at) {
+        (Some(ours), Some(theirs)) if ours < theirs => Some(format!(
+            "refused: {} (committed {}) is older than the branch's newest push {} (committed {})",
+            short(&incoming.after),
+            ours.format("%Y-%m-%d %H:%M:%S UTC"),
+            short(&known.after),
+            theirs.format("%Y-%m-%d %H:%M:%S UTC")
+        )),
+        _ => None,
+    }
+}
+
 /// Which waiting pushes (indexes into `waiting`, in order) may start now. A repository at its
 /// cap does not hold up pushes of other repositories behind it. Pure.
 pub fn plan(state: &Admission, caps: Caps) -> Vec<usize> {
@@ -159,6 +225,54 @@ mod tests {
             run: RunId::parse(format!("run_{repo}{n}").replace('/', "_")).unwrap(),
             repository: repo.into(),
         }
+    }
+
+    fn point(before: char, after: char, at: Option<i64>) -> PushPoint {
+        PushPoint {
+            before: before.to_string().repeat(40),
+            after: after.to_string().repeat(40),
+            committed_at: at.map(|s| DateTime::from_timestamp(s, 0).unwrap()),
+        }
+    }
+
+    #[test]
+    fn only_a_push_that_moves_the_branch_on_replaces_the_newest_one() {
+        let known = point('a', 'b', Some(2_000));
+        // b -> c chains on b: newer, a force push to an older commit included.
+        assert_eq!(
+            refuse_older(&point('b', 'c', Some(1)), Some(&known), false),
+            None
+        );
+        assert_eq!(
+            refuse_older(&point('b', 'a', Some(1)), Some(&known), true),
+            None
+        );
+        // The same commit again, or the one `known` was pushed on top of: the past.
+        let again = refuse_older(&point('a', 'b', Some(2_000)), Some(&known), false).unwrap();
+        assert!(
+            again.contains("already the branch's newest push"),
+            "{again}"
+        );
+        let older = refuse_older(&point('0', 'a', Some(1_000)), Some(&known), false).unwrap();
+        assert!(older.contains("pushed on top of it"), "{older}");
+        // Unchained: the head commit's time decides; without times, GitHub's order stands.
+        let stale = refuse_older(&point('x', 'y', Some(1_000)), Some(&known), false).unwrap();
+        assert!(
+            stale.contains("older than the branch's newest push"),
+            "{stale}"
+        );
+        assert_eq!(
+            refuse_older(&point('x', 'y', Some(3_000)), Some(&known), false),
+            None
+        );
+        assert_eq!(
+            refuse_older(&point('x', 'y', None), Some(&known), false),
+            None
+        );
+        // A commit already pushed to the ref, sent again, is a replay even with nothing known.
+        let replay = refuse_older(&point('x', 'y', None), None, true).unwrap();
+        assert!(replay.contains("replay"), "{replay}");
+        assert_eq!(refuse_older(&point('x', 'y', None), None, false), None);
     }
 
     #[test]

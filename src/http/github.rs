@@ -113,6 +113,11 @@ async fn push(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Response {
             tracing::info!(repository = %event.repository.full_name, %why, "push ignored");
             StatusCode::NO_CONTENT.into_response()
         }
+        Ok(Outcome::Refused(why)) => (
+            StatusCode::OK,
+            Json(json!({"ok": false, "refused": why})),
+        )
+            .into_response(),
         Ok(Outcome::AlreadyHandled) => (
             StatusCode::OK,
             Json(json!({"ok": true, "message": "already handled"})),

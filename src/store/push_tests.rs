@@ -47,6 +47,10 @@ pub struct PushTest {
     pub command: String,
     /// GitHub's `X-GitHub-Delivery` of the push.
     pub delivery: String,
+    /// When the tested commit was made (the payload's `head_commit.timestamp`), to tell an older
+    /// push from a newer one when their `before`/`after` do not chain.
+    #[serde(default)]
+    pub committed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Where the alert of a branch's latest failed push test is, so a later passing push can say
@@ -64,10 +68,42 @@ fn delivery_key(delivery: &str) -> String {
     format!("github-delivery:{delivery}")
 }
 
+fn commit_key(repository: &str, git_ref: &str, after: &str) -> String {
+    format!(
+        "github-commit:{}:{git_ref}:{}",
+        repository.to_lowercase(),
+        after.to_lowercase()
+    )
+}
+
 impl Store {
     /// True the first time this webhook delivery id is seen within [`DELIVERY_RETENTION`].
     pub async fn first_delivery(&self, delivery: &str) -> Result<bool, StoreError> {
         self.first_time(&delivery_key(delivery), DELIVERY_RETENTION)
+            .await
+    }
+
+    /// True the first time a push of commit `after` to `git_ref` of `repository` is seen within
+    /// [`DELIVERY_RETENTION`], whatever its delivery id: the same signed body sent again under a
+    /// new `X-GitHub-Delivery` is a replay.
+    pub async fn first_push_of_commit(
+        &self,
+        repository: &str,
+        git_ref: &str,
+        after: &str,
+    ) -> Result<bool, StoreError> {
+        self.first_time(&commit_key(repository, git_ref, after), DELIVERY_RETENTION)
+            .await
+    }
+
+    /// Forgets a commit's push mark (acting on the push failed, so a redelivery must be able to).
+    pub async fn forget_push_of_commit(
+        &self,
+        repository: &str,
+        git_ref: &str,
+        after: &str,
+    ) -> Result<(), StoreError> {
+        self.forget_first_time(&commit_key(repository, git_ref, after))
             .await
     }
 

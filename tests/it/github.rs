@@ -524,6 +524,121 @@ async fn a_newer_push_to_the_same_branch_supersedes_and_stops_the_older_run() {
     );
 }
 
+/// A push body moving `main` from `before` to `after`, its head commit made at `at`.
+fn moving(before: &str, after: &str, at: &str) -> Value {
+    let mut body = push_body("refs/heads/main", after, &["a"]);
+    body["before"] = Value::from(before);
+    body["head_commit"]["timestamp"] = Value::from(at);
+    body
+}
+
+#[tokio::test]
+async fn a_replayed_or_older_push_is_refused_and_never_supersedes_a_newer_commits_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, first) = make_repo(dir.path());
+    // `aside` is made beside main, an hour earlier than the others; `slow` hangs until stopped.
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&origin)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["checkout", "-q", "-b", "aside", &first]);
+    let aside = commit(&origin, "b");
+    git(&["checkout", "-q", "main"]);
+    let slow = commit(&origin, "slow");
+    let app = spawn(&origin).await;
+    let zero = "0".repeat(40);
+
+    let one_body = moving(&zero, &first, "2026-12-01T10:00:00+01:00");
+    let one: Value = push(&app, "d-1", &one_body).await.json().await.unwrap();
+    let one_run = RunId::parse(one["run"].as_str().unwrap()).unwrap();
+    runner(&app)
+        .wait(&one_run, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let two: Value = push(
+        &app,
+        "d-2",
+        &moving(&first, &slow, "2026-12-01T11:00:00+01:00"),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let newest = RunId::parse(two["run"].as_str().unwrap()).unwrap();
+    crate::common::eventually("the newest suite is running", || async {
+        output_of(&app, &newest).await.contains("started-slow")
+    })
+    .await;
+
+    // The first push's signed body again, under a new delivery id: a replay.
+    let replay = push(&app, "d-3", &one_body).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(replay["ok"], false, "{replay}");
+    assert!(
+        replay["refused"].as_str().unwrap().contains("replay"),
+        "{replay}"
+    );
+    // A push that does not follow the newest and whose commit is older.
+    let stale: Value = push(
+        &app,
+        "d-4",
+        &moving(&"1".repeat(40), &aside, "2026-12-01T09:00:00Z"),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert!(
+        stale["refused"]
+            .as_str()
+            .unwrap()
+            .contains("older than the branch's newest push"),
+        "{stale}"
+    );
+    // Neither stopped the newest run nor started anything.
+    let store = &app.state.store;
+    assert_eq!(store.run_stop_requested(&newest).await.unwrap(), None);
+    assert_eq!(
+        store.latest_push_run(REPO, "main").await.unwrap(),
+        Some(newest.clone())
+    );
+    assert_eq!(creates(&app).await, 2);
+    let audit = audit_outcomes(&app).await;
+    assert!(
+        audit
+            .iter()
+            .any(|o| o.starts_with("refused:") && o.contains("delivery d-3")),
+        "{audit:?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|o| o.starts_with("refused:") && o.contains("delivery d-4")),
+        "{audit:?}"
+    );
+
+    // A force push back to the first commit follows the newest: it is new, and it supersedes.
+    let back: Value = push(
+        &app,
+        "d-5",
+        &moving(&slow, &first, "2026-12-01T10:00:00+01:00"),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(back["supersedes"], two["run"], "{back}");
+    assert_eq!(
+        store.run_stop_requested(&newest).await.unwrap(),
+        Some(format!("superseded by {first}"))
+    );
+}
+
 #[tokio::test]
 async fn a_commit_that_cannot_be_fetched_ends_with_the_clone_failure_code() {
     let dir = tempfile::tempdir().unwrap();

@@ -460,6 +460,18 @@ async fn over_the_cap_pushes_wait_in_order_and_a_newer_push_drops_its_branchs_wa
     let dir = tempfile::tempdir().unwrap();
     let (origin, quick) = make_repo(dir.path());
     let slow = commit(&origin, "slow");
+    // A second quick commit, beside `slow` (not on top of it, so it does not hang).
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&origin)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["checkout", "-q", "-b", "release", &quick]);
+    let quick_too = commit(&origin, "b");
+    git(&["checkout", "-q", "main"]);
     let app = crate::github::spawn_with(&origin, "[github]\nmax_runs_per_repository = 1\n").await;
     let hanging = start(&app, "d-hang", &slow, &["slow"]).await;
     eventually("the hanging suite runs", || async {
@@ -487,7 +499,7 @@ async fn over_the_cap_pushes_wait_in_order_and_a_newer_push_drops_its_branchs_wa
     };
     assert_eq!(queued("d-rel-1", quick.clone()).await, 1);
     assert_eq!(
-        queued("d-rel-2", quick.clone()).await,
+        queued("d-rel-2", quick_too.clone()).await,
         1,
         "the older one was dropped"
     );
