@@ -252,6 +252,54 @@ pub struct GithubConfig {
     pub max_runs_per_repository: Option<usize>,
 }
 
+/// `GITHUB_APP_ID` with `GITHUB_APP_PRIVATE_KEY` (the PEM itself) or
+/// `GITHUB_APP_PRIVATE_KEY_FILE` (a path to it), and `GITHUB_API_URL` (GitHub Enterprise
+/// Server; default `https://api.github.com`). One without the other is a mistake, said.
+fn github_app(env: &dyn Env) -> Result<Option<crate::github::GithubApp>, ConfigError> {
+    let var = |name: &str| {
+        env.var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let id = var("GITHUB_APP_ID");
+    let key = match (
+        var("GITHUB_APP_PRIVATE_KEY"),
+        var("GITHUB_APP_PRIVATE_KEY_FILE"),
+    ) {
+        (Some(pem), _) => Some(SecretString::from(pem)),
+        (None, Some(path)) => Some(SecretString::from(std::fs::read_to_string(&path).map_err(
+            |e| ConfigError::Invalid {
+                name: "GITHUB_APP_PRIVATE_KEY_FILE".into(),
+                reason: format!("{path} could not be read: {e}"),
+            },
+        )?)),
+        (None, None) => None,
+    };
+    let (id, key) = match (id, key) {
+        (None, None) => return Ok(None),
+        (Some(id), Some(key)) => (id, key),
+        (Some(_), None) => {
+            return Err(ConfigError::Invalid {
+                name: "GITHUB_APP_ID".into(),
+                reason: "it is set, but neither GITHUB_APP_PRIVATE_KEY nor GITHUB_APP_PRIVATE_KEY_FILE is".into(),
+            });
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::Invalid {
+                name: "GITHUB_APP_PRIVATE_KEY".into(),
+                reason: "a private key is set, but GITHUB_APP_ID is not".into(),
+            });
+        }
+    };
+    let api = var("GITHUB_API_URL").unwrap_or_else(|| crate::github::app::DEFAULT_API_URL.into());
+    crate::github::GithubApp::new(&id, &key, &api)
+        .map(Some)
+        .map_err(|reason| ConfigError::Invalid {
+            name: "GITHUB_APP_ID".into(),
+            reason,
+        })
+}
+
 /// `GITHUB_WEBHOOK_SECRET` (a comma-separated list, so one can be rotated), `[github] secrets`,
 /// `GITHUB_TOKEN`, and the checked `[[push_tests]]` (errors name the entry and the key).
 pub fn github_settings(
@@ -282,6 +330,7 @@ pub fn github_settings(
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
         .map(SecretString::from);
+    let app = github_app(env)?;
     let max_timeout = policy
         .runs()
         .map(|p| p.limits.max_timeout)
@@ -316,6 +365,7 @@ pub fn github_settings(
     Ok(crate::github::GithubSettings {
         webhook_secrets,
         token,
+        app,
         push_tests,
         caps,
     })

@@ -51,6 +51,9 @@ pub enum IntakeError {
     NoLongerConfigured(String),
     #[error("Steward's database (Redis) failed, so the push was not acted on: {0}")]
     Store(#[from] StoreError),
+    /// The GitHub App's installation token for the clone could not be had.
+    #[error("{0}")]
+    Credential(#[from] super::AppError),
     /// The run was submitted, but what links it to its push (the push-test record, the branch's
     /// latest run) could not be written. The delivery stays handled: a redelivery must not start
     /// a second run.
@@ -328,7 +331,8 @@ async fn launch(
             return Err(IntakeError::NoLongerConfigured(why));
         }
     };
-    let request = plan::run_request(rule, event, settings.token.as_ref());
+    let token = clone_credential(settings, rule).await?;
+    let request = plan::run_request(rule, event, token.as_ref());
     let requester = format!("github:{}", rule.repository);
     let run = runner.submit(&requester, request).await?;
     let unrecorded = |error| IntakeError::Unrecorded {
@@ -349,6 +353,21 @@ async fn launch(
         .map_err(unrecorded)?;
     tracing::info!(run = %run.id, repository = %rule.repository, branch = %waiting.branch, "push test started");
     Ok((run.id, supersedes))
+}
+
+/// The credential the clone of `rule`'s repository gets: none for a local clone URL, else a
+/// fresh installation token when a GitHub App is configured, else `GITHUB_TOKEN`.
+async fn clone_credential(
+    settings: &GithubSettings,
+    rule: &super::PushTestRule,
+) -> Result<Option<secrecy::SecretString>, IntakeError> {
+    if plan::credential_host(&plan::clone_url(rule)).is_none() {
+        return Ok(None);
+    }
+    match &settings.app {
+        Some(app) => Ok(Some(app.installation_token(&rule.repository).await?)),
+        None => Ok(settings.token.clone()),
+    }
 }
 
 /// The audit line of a push that started (or failed to) after waiting in the queue.

@@ -11,6 +11,7 @@
 //! what happens when a push-test run ends (alerts) is decided above it. The clone credential
 //! (`GITHUB_TOKEN`) reaches the sandbox only as an environment value scrubbed from the run's
 //! output; it is never in a command line, a record, the audit or a log.
+pub mod app;
 pub mod event;
 pub mod intake;
 pub mod plan;
@@ -19,6 +20,7 @@ pub mod rules;
 pub mod signature;
 
 pub use crate::store::PushTest;
+pub use app::{AppError, GithubApp};
 pub use event::{PushEvent, parse_push};
 pub use intake::{IntakeError, Outcome, run_ended};
 pub use plan::{CLONE_FAILED_EXIT_CODE, Decision, decide};

@@ -61,6 +61,9 @@ pub struct GithubSettings {
     pub webhook_secrets: Vec<SecretString>,
     /// `GITHUB_TOKEN`: the clone credential for private repositories.
     pub token: Option<SecretString>,
+    /// `GITHUB_APP_ID` and its private key: when set, each clone gets an installation token of
+    /// its own (one repository, read-only, an hour) instead of `token`.
+    pub app: Option<super::GithubApp>,
     pub push_tests: Vec<PushTestRule>,
     /// `[github] max_runs` and `max_runs_per_repository`: push tests running at once.
     pub caps: super::queue::Caps,

@@ -206,3 +206,244 @@ clone_url = "{}/acme/api.git"
         }
     }
 }
+
+/// GitHub's API as a GitHub App sees it: the installation of one repository, and installation
+/// tokens for it, handed out only to a JWT signed by the app's key (checked with its public key).
+mod fake_github {
+    use std::sync::{Arc, Mutex};
+
+    use axum::Json;
+    use axum::extract::{Path, State};
+    use axum::http::{HeaderMap, StatusCode};
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use ring::signature::{RSA_PKCS1_2048_8192_SHA256, UnparsedPublicKey};
+    use serde_json::{Value, json};
+
+    #[derive(Clone)]
+    pub struct Api {
+        public_key: Arc<Vec<u8>>,
+        app_id: String,
+        /// The token handed out, and every access-token request's body.
+        pub token: String,
+        pub asked: Arc<Mutex<Vec<Value>>>,
+    }
+
+    impl Api {
+        /// Whether `headers` carry a JWT of the app, signed by its key, valid now for at most
+        /// ten minutes (as GitHub requires).
+        fn signed_by_app(&self, headers: &HeaderMap) -> bool {
+            let Some(jwt) = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+            else {
+                return false;
+            };
+            let mut parts = jwt.split('.');
+            let (Some(header), Some(claims), Some(signature), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return false;
+            };
+            let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).ok();
+            let (Some(h), Some(c), Some(sig)) = (decode(header), decode(claims), decode(signature))
+            else {
+                return false;
+            };
+            let key =
+                UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, self.public_key.as_slice());
+            if key
+                .verify(format!("{header}.{claims}").as_bytes(), &sig)
+                .is_err()
+            {
+                return false;
+            }
+            let h: Value = serde_json::from_slice(&h).unwrap_or_default();
+            let c: Value = serde_json::from_slice(&c).unwrap_or_default();
+            let now = chrono::Utc::now().timestamp();
+            let (iat, exp) = (
+                c["iat"].as_i64().unwrap_or(0),
+                c["exp"].as_i64().unwrap_or(0),
+            );
+            h["alg"] == "RS256"
+                && c["iss"].as_str() == Some(self.app_id.as_str())
+                && iat <= now
+                && now < exp
+                && exp - iat <= 600
+        }
+    }
+
+    async fn installation(
+        State(api): State<Api>,
+        Path((owner, repo)): Path<(String, String)>,
+        headers: HeaderMap,
+    ) -> (StatusCode, Json<Value>) {
+        if !api.signed_by_app(&headers) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"message": "A JSON web token could not be decoded"})),
+            );
+        }
+        if (owner.as_str(), repo.as_str()) != ("acme", "api") {
+            return (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"})));
+        }
+        (StatusCode::OK, Json(json!({"id": 4242, "app_id": 12345})))
+    }
+
+    async fn access_token(
+        State(api): State<Api>,
+        Path(id): Path<u64>,
+        headers: HeaderMap,
+        Json(body): Json<Value>,
+    ) -> (StatusCode, Json<Value>) {
+        if !api.signed_by_app(&headers) || id != 4242 {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"message": "Bad credentials"})),
+            );
+        }
+        api.asked.lock().unwrap().push(body);
+        (
+            StatusCode::CREATED,
+            Json(json!({"token": api.token, "expires_at": "2099-01-01T00:00:00Z"})),
+        )
+    }
+
+    /// Starts the API; returns its base URL and its state.
+    pub async fn start(public_key: Vec<u8>, app_id: &str, token: &str) -> (String, Api) {
+        let api = Api {
+            public_key: Arc::new(public_key),
+            app_id: app_id.to_owned(),
+            token: token.to_owned(),
+            asked: Arc::default(),
+        };
+        let app = axum::Router::new()
+            .route(
+                "/repos/{owner}/{repo}/installation",
+                axum::routing::get(installation),
+            )
+            .route(
+                "/app/installations/{id}/access_tokens",
+                axum::routing::post(access_token),
+            )
+            .with_state(api.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (base, api)
+    }
+}
+
+/// A fresh 2048-bit RSA key: its PKCS#1 PEM (as GitHub hands an app's key out) and its public
+/// key as PKCS#1 DER.
+fn rsa_key(dir: &Path) -> (String, Vec<u8>) {
+    let pem = dir.join("app.pem");
+    let der = dir.join("app.pub.der");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "genrsa",
+        "-traditional",
+        "-out",
+        pem.to_str().unwrap(),
+        "2048",
+    ]);
+    openssl(&[
+        "rsa",
+        "-in",
+        pem.to_str().unwrap(),
+        "-RSAPublicKey_out",
+        "-outform",
+        "DER",
+        "-out",
+        der.to_str().unwrap(),
+    ]);
+    (
+        std::fs::read_to_string(pem).unwrap(),
+        std::fs::read(der).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn with_a_github_app_each_clone_gets_an_installation_token_for_its_repository_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let sha = bare_repo(dir.path());
+    let (pem, public) = rsa_key(dir.path());
+    let minted = format!("ghs_{}", uuid::Uuid::new_v4().simple());
+    let (api, github) = fake_github::start(public, "12345", &minted).await;
+    let origin = GitHttp::start(
+        dir.path().to_owned(),
+        Some(format!("x-access-token:{minted}")),
+    )
+    .await;
+    let policy = format!(
+        r#"
+[[push_tests]]
+repository = "{REPO}"
+branches = ["main"]
+template = "base"
+command = "git log -1 --format=%H"
+timeout = "2m"
+channel = "C0ENG"
+clone_url = "{}/acme/api.git"
+"#,
+        origin.base
+    );
+    let app = spawn_app_with(TestAppOptions {
+        exec_local: true,
+        policy: Some(policy),
+        env: vec![
+            ("GITHUB_WEBHOOK_SECRET".into(), OLD_SECRET.into()),
+            ("GITHUB_APP_ID".into(), "12345".into()),
+            ("GITHUB_APP_PRIVATE_KEY".into(), pem),
+            ("GITHUB_API_URL".into(), api),
+        ],
+        ..TestAppOptions::default()
+    })
+    .await;
+    let resp = push(
+        &app,
+        "d-app",
+        &push_body("refs/heads/main", &sha, &["run-tests.sh"]),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let started: Value = resp.json().await.unwrap();
+    let id = RunId::parse(started["run"].as_str().unwrap()).unwrap();
+    let run = runner(&app)
+        .wait(&id, Duration::from_secs(90))
+        .await
+        .unwrap();
+    let output =
+        String::from_utf8_lossy(&runner(&app).output(&id, 0).await.unwrap().bytes).into_owned();
+    assert_eq!(run.exit_code, Some(0), "{run:?}\n{output}");
+    assert!(output.contains(&sha), "the commit was cloned: {output}");
+
+    // The token asked for is one repository's, read-only; the clone used it.
+    let asked = github.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![serde_json::json!({"repositories": ["api"], "permissions": {"contents": "read"}})]
+    );
+    assert!(
+        origin
+            .seen()
+            .iter()
+            .any(|s| s.credential.as_deref() == Some(format!("x-access-token:{minted}").as_str())),
+        "{:?}",
+        origin.seen()
+    );
+    for (place, text) in [
+        ("the run's output", output),
+        ("Redis", redis_dump(&app)),
+        ("Slack", format!("{:?}", app.slack.messages())),
+    ] {
+        assert!(!text.contains(&minted), "the token is in {place}");
+    }
+}
