@@ -1319,6 +1319,35 @@ mod tests {
     }
 
     #[test]
+    fn only_a_persons_or_an_agents_own_words_are_quoted() {
+        let mut case = sandbox_case();
+        case.reason = NO_REASON.into();
+        assert_eq!(card_params(&case).reason.as_str(), "no reason given");
+        case.reason = "*done*".into();
+        assert_eq!(card_params(&case).reason.as_str(), "`*done*`");
+        case.opener = Opener::Sweep;
+        case.reason = "is this idle sandbox still needed?".into();
+        assert_eq!(
+            card_params(&case).reason.as_str(),
+            "is this idle sandbox still needed?"
+        );
+        let person = Decider::Person(user("U2"));
+        let policy = Decider::Policy {
+            policy: "[runs] on_finish".into(),
+        };
+        assert_eq!(
+            decision_reason(&person, Some("a\nb")).unwrap().as_str(),
+            "`a⏎b`"
+        );
+        assert_eq!(
+            decision_reason(&policy, Some("kept by policy"))
+                .unwrap()
+                .as_str(),
+            "kept by policy"
+        );
+    }
+
+    #[test]
     fn an_agents_case_card_names_the_agent_and_says_what_it_asks() {
         let mut case = sandbox_case();
         case.opener = Opener::Agent {
