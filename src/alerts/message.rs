@@ -1,9 +1,11 @@
 //! The two alert messages: a test failure (`test_failure.json.j2`) and a test run that could
 //! not happen (`test_failure_error.json.j2`), built from plain data.
 //!
-//! Every piece of text that came from a push or a CI system is escaped (the templates escape
-//! plain strings; people are [`Mrkdwn`] mentions or escaped names) and cut to fit Slack before
-//! rendering, so no commit message or output can break the message or ping a channel.
+//! Every piece of text that came from a push or a CI system (repository, branch, commit message,
+//! names, command) is quoted data ([`Mrkdwn::quoted`]: one line in a code span, escaped, cut),
+//! the failing lines sit in a code block they cannot close, and people Slack knows are mentions,
+//! so no commit message or output can break the message, pass for Steward's words or ping a
+//! channel.
 use serde::Serialize;
 
 use super::failures::{self, Bounds};
@@ -26,16 +28,17 @@ const WHY_MAX_CHARS: usize = 1500;
 /// `test_failure.json.j2`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TestFailureParams {
-    pub repository: String,
-    pub branch: String,
+    pub repository: Mrkdwn,
+    pub branch: Mrkdwn,
+    /// Letters and digits only: a commit id, shown in a code span or as a link's label.
     pub short_sha: String,
     /// Checked by [`super::commit_url`]: `http(s)` without characters that would end the link.
     pub commit_url: Option<String>,
-    /// The first line of the head commit's message, cut.
-    pub commit_message: Option<String>,
+    /// The first line of the head commit's message, quoted.
+    pub commit_message: Option<Mrkdwn>,
     pub author: Option<Mrkdwn>,
     pub pusher: Option<Mrkdwn>,
-    pub command: String,
+    pub command: Mrkdwn,
     pub exit_code: i32,
     pub duration: Option<String>,
     /// The failing lines, ready for a code block.
@@ -57,8 +60,8 @@ impl MessageParams for TestFailureParams {
 /// `test_failure_error.json.j2`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TestRunErrorParams {
-    pub repository: String,
-    pub branch: String,
+    pub repository: Mrkdwn,
+    pub branch: Mrkdwn,
     pub short_sha: String,
     pub commit_url: Option<String>,
     /// The step that failed, as a phrase: `Cloning the commit`.
@@ -71,13 +74,17 @@ impl MessageParams for TestRunErrorParams {
     const TEMPLATE: &'static str = "test_failure_error.json.j2";
 }
 
-/// The first 7 characters of a commit id, as GitHub shows it.
+/// The first 7 characters of a commit id, as GitHub shows it. A commit id is hexadecimal; one
+/// reported by another CI system may be anything, so only letters and digits are kept.
 pub fn short_sha(sha: &str) -> String {
-    sha.trim().chars().take(7).collect()
+    sha.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(7)
+        .collect()
 }
 
 /// A person as the alert names them: a mention when Slack knows them, else their name (or
-/// login, or e-mail) as escaped text.
+/// login, or e-mail) as quoted data: the push chose it, not Steward.
 pub fn person(person: &Person) -> Option<Mrkdwn> {
     if let Some(user) = &person.slack_user {
         return Some(Mrkdwn::user(user));
@@ -87,20 +94,7 @@ pub fn person(person: &Person) -> Option<Mrkdwn> {
         .flatten()
         .map(|s| s.trim())
         .find(|s| !s.is_empty())
-        .map(|s| Mrkdwn::text(&format::cut(s, NAME_MAX_CHARS)))
-}
-
-/// Text for inline code: one line, no backticks (which would end the code span).
-fn inline_code(text: &str, max: usize) -> String {
-    let one_line: String = text
-        .chars()
-        .map(|c| match c {
-            '`' => '\'',
-            '\n' | '\r' | '\t' => ' ',
-            c => c,
-        })
-        .collect();
-    format::cut(one_line.trim(), max)
+        .map(|s| Mrkdwn::quoted(s, NAME_MAX_CHARS))
 }
 
 /// The params of a test-failure alert.
@@ -111,8 +105,8 @@ pub fn test_failure_params(failure: &TestFailure) -> TestFailureParams {
     let failing = format::cut(&text, FAILING_MAX_CHARS);
     let cut = picked.cut || failing != text;
     TestFailureParams {
-        repository: inline_code(&failure.repository, NAME_MAX_CHARS),
-        branch: inline_code(&failure.branch, NAME_MAX_CHARS),
+        repository: Mrkdwn::quoted(&failure.repository, NAME_MAX_CHARS),
+        branch: Mrkdwn::quoted(&failure.branch, NAME_MAX_CHARS),
         short_sha: short_sha(&failure.commit_sha),
         commit_url: failure
             .commit_url
@@ -122,10 +116,10 @@ pub fn test_failure_params(failure: &TestFailure) -> TestFailureParams {
             .commit_message
             .as_deref()
             .and_then(|m| m.lines().map(str::trim).find(|l| !l.is_empty()))
-            .map(|line| format::cut(line, COMMIT_MESSAGE_MAX_CHARS)),
+            .map(|line| Mrkdwn::quoted(line, COMMIT_MESSAGE_MAX_CHARS)),
         author: failure.author.as_ref().and_then(person),
         pusher: failure.pusher.as_ref().and_then(person),
-        command: inline_code(&failure.command, COMMAND_MAX_CHARS),
+        command: Mrkdwn::quoted(&failure.command, COMMAND_MAX_CHARS),
         exit_code: failure.exit_code,
         duration: failure.duration.map(format::human_duration),
         failing,
@@ -140,8 +134,8 @@ pub fn test_failure_params(failure: &TestFailure) -> TestFailureParams {
 /// The params of an error alert.
 pub fn test_run_error_params(error: &TestRunError) -> TestRunErrorParams {
     TestRunErrorParams {
-        repository: inline_code(&error.repository, NAME_MAX_CHARS),
-        branch: inline_code(&error.branch, NAME_MAX_CHARS),
+        repository: Mrkdwn::quoted(&error.repository, NAME_MAX_CHARS),
+        branch: Mrkdwn::quoted(&error.branch, NAME_MAX_CHARS),
         short_sha: short_sha(&error.commit_sha),
         commit_url: error
             .commit_url
@@ -174,15 +168,16 @@ pub(crate) fn sample_failure(full: bool) -> TestFailureParams {
     let s = || SAMPLE_TEXT.to_owned();
     let some = |text: String| full.then_some(text);
     let person = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
+    let quoted = || Mrkdwn::quoted(SAMPLE_TEXT, NAME_MAX_CHARS);
     TestFailureParams {
-        repository: s(),
-        branch: s(),
+        repository: quoted(),
+        branch: quoted(),
         short_sha: s(),
         commit_url: some(s()),
-        commit_message: some(s()),
+        commit_message: full.then(quoted),
         author: person(),
         pusher: person(),
-        command: s(),
+        command: quoted(),
         exit_code: 1,
         duration: some(s()),
         failing: s(),
@@ -199,8 +194,8 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
     for full in [true, false] {
         templates.render(&sample_failure(full))?;
         templates.render(&TestRunErrorParams {
-            repository: s(),
-            branch: s(),
+            repository: Mrkdwn::quoted(SAMPLE_TEXT, NAME_MAX_CHARS),
+            branch: Mrkdwn::quoted(SAMPLE_TEXT, NAME_MAX_CHARS),
             short_sha: s(),
             commit_url: full.then(s),
             step: s(),

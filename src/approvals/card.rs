@@ -12,7 +12,7 @@ use crate::slack::payload::{
     CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RESTORE, CASE_RETRY,
     CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
-use crate::slack::render::{KeyValue, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
+use crate::slack::render::{Field, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 use crate::store::{Actor, AuditEvent};
 
 /// A confirm dialog on a button.
@@ -61,8 +61,9 @@ pub struct CaseCardParams {
     pub opener: Mrkdwn,
     /// What they ask, after their name: `asks`, or for an agent `asks to kill this sandbox`.
     pub asks: String,
-    pub reason: String,
-    pub evidence: Vec<KeyValue>,
+    /// Why: a person's or an agent's words as quoted data, the sweep's as Steward's own.
+    pub reason: Mrkdwn,
+    pub evidence: Vec<Field>,
     pub recommendation: String,
     pub recommendation_reason: String,
     pub notes: Vec<String>,
@@ -77,7 +78,8 @@ pub struct CaseCardParams {
     /// The run section of a run case's card.
     pub run: Option<RunCardParams>,
     pub option: Option<String>,
-    pub decision_reason: Option<String>,
+    /// The reason typed with the decision, as quoted data (a policy's as Steward's words).
+    pub decision_reason: Option<Mrkdwn>,
     pub error: Option<String>,
     pub until: Option<String>,
     pub at: Option<String>,
@@ -106,26 +108,68 @@ fn subject_parts(subject: &Subject) -> (&'static str, String) {
 /// The metadata a run puts on its sandbox, which a run case's run section already says.
 const RUN_METADATA_KEYS: [&str; 3] = ["steward.run", "steward.requester", "steward.purpose"];
 
-/// The evidence as card fields (at most ten: Slack's limit on section fields).
-fn evidence_fields(case: &Case) -> Vec<KeyValue> {
+/// Most characters of one piece of foreign text in an evidence field (an owner, an alias).
+const FIELD_QUOTE_MAX_CHARS: usize = 120;
+/// Most characters of all the metadata shown, quoted pair by pair.
+const METADATA_MAX_CHARS: usize = 400;
+
+/// The sandbox's metadata as quoted `key=value` pairs, within [`METADATA_MAX_CHARS`]; the pairs
+/// that do not fit are counted instead.
+fn metadata_value(pairs: &[(&String, &String)]) -> Mrkdwn {
+    let mut value = Mrkdwn::default();
+    let mut shown = 0;
+    let mut used = 0;
+    for (k, v) in pairs {
+        let pair = Mrkdwn::quoted(&format!("{k}={v}"), FIELD_QUOTE_MAX_CHARS);
+        let len = pair.as_str().chars().count() + 2;
+        if used + len > METADATA_MAX_CHARS {
+            break;
+        }
+        if shown > 0 {
+            value = value.and(Mrkdwn::markup(", "));
+        }
+        value = value.and(pair);
+        used += len;
+        shown += 1;
+    }
+    let left = pairs.len() - shown;
+    if left > 0 {
+        value = value.and(Mrkdwn::text(&format!(
+            "{}and {left} more",
+            if shown == 0 { "" } else { " " }
+        )));
+    }
+    value
+}
+
+/// The evidence as card fields (at most ten: Slack's limit on section fields). Steward's own
+/// figures are text; what E2B and the sandbox's creator named (the template's alias, the owner,
+/// the metadata) is quoted data.
+fn evidence_fields(case: &Case) -> Vec<Field> {
     let e = &case.evidence;
     let mib = |mb: u64| human_bytes(mb * 1024 * 1024);
     let mut out = Vec::new();
-    let mut push = |key: &str, value: String| {
-        out.push(KeyValue {
+    let mut push = |key: &str, value: Mrkdwn| {
+        out.push(Field {
             key: key.to_owned(),
             value,
         })
     };
     if let Some(state) = &e.state {
-        push("State", state.clone());
+        push(
+            "State",
+            Mrkdwn::text(&format::cut(state, FIELD_QUOTE_MAX_CHARS)),
+        );
     }
     // People know a template by its alias; the id is only shown when there is none. A run
     // case's run section already names it.
     match (&e.template_alias, &e.template) {
         _ if e.run.is_some() => {}
-        (Some(alias), _) => push("Template", format!("`{alias}`")),
-        (None, Some(t)) => push("Template", format!("`{t}`")),
+        (Some(alias), _) => push("Template", Mrkdwn::quoted(alias, FIELD_QUOTE_MAX_CHARS)),
+        (None, Some(t)) => push(
+            "Template",
+            Mrkdwn::quoted(t.as_str(), FIELD_QUOTE_MAX_CHARS),
+        ),
         (None, None) => {}
     }
     let mut size = Vec::new();
@@ -139,55 +183,54 @@ fn evidence_fields(case: &Case) -> Vec<KeyValue> {
         size.push(format!("{} disk", mib(disk)));
     }
     if !size.is_empty() {
-        push("Resources", size.join(" · "));
+        push("Resources", Mrkdwn::text(&size.join(" · ")));
     }
     if let Some(t) = e.started_at {
-        push("Started", when(t));
+        push("Started", Mrkdwn::text(&when(t)));
     }
     if let Some(t) = e.idle_since {
-        push("Idle since", when(t));
+        push("Idle since", Mrkdwn::text(&when(t)));
     }
     if let Some(t) = e.paused_since {
-        push("Paused since", when(t));
+        push("Paused since", Mrkdwn::text(&when(t)));
     }
     if let Some(m) = &e.metrics {
         push(
             "Latest sample",
-            format!(
+            Mrkdwn::text(&format!(
                 "CPU {} · memory {} of {} · disk {} of {}",
                 format::percent(m.cpu_pct),
                 human_bytes(m.mem_used),
                 human_bytes(m.mem_total),
                 human_bytes(m.disk_used),
                 human_bytes(m.disk_total)
-            ),
+            )),
         );
     }
     if let Some(owner) = &e.owner {
-        push("Owner", owner.clone());
+        push("Owner", Mrkdwn::quoted(owner, FIELD_QUOTE_MAX_CHARS));
     }
     if let Some(usage) = &e.template_usage {
-        push("Used by", usage_words(usage).replace(" and ", " · "));
+        push(
+            "Used by",
+            Mrkdwn::text(&usage_words(usage).replace(" and ", " · ")),
+        );
     }
     // The owner's entry is already the `Owner` field; the rest of the metadata follows.
     // So are a run's own marks on its sandbox, for a run case.
-    let metadata: Vec<String> = e
+    let metadata: Vec<(&String, &String)> = e
         .metadata
         .iter()
         .filter(|(_, v)| e.owner.as_deref() != Some(v.trim()))
         .filter(|(k, _)| e.run.is_none() || !RUN_METADATA_KEYS.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if !metadata.is_empty() {
-        push(
-            "Metadata",
-            format::truncate_escaped(&metadata.join(", "), 400),
-        );
+        push("Metadata", metadata_value(&metadata));
     }
     if out.is_empty() {
-        out.push(KeyValue {
+        out.push(Field {
             key: "Evidence".into(),
-            value: "none recorded".into(),
+            value: Mrkdwn::text("none recorded"),
         });
     }
     out.truncate(10);
@@ -487,17 +530,38 @@ const CARD_MAX_NOTES: usize = 8;
 pub fn card_params(case: &Case) -> CaseCardParams {
     let mut params = uncut_card_params(case);
     let cut = |t: &str| format::cut(t, CARD_TEXT_MAX_CHARS);
-    params.reason = format::cut(&params.reason, CARD_REASON_MAX_CHARS);
+    // The reasons and the evidence were cut when they were quoted.
     params.recommendation_reason = cut(&params.recommendation_reason);
     let skip = params.notes.len().saturating_sub(CARD_MAX_NOTES);
     params.notes = params.notes[skip..].iter().map(|n| cut(n)).collect();
-    params.decision_reason = params.decision_reason.as_deref().map(cut);
     params.error = params.error.as_deref().map(cut);
     params.results = params.results.iter().map(|r| cut(r)).collect();
-    for field in &mut params.evidence {
-        field.value = format::cut(&field.value, 400);
-    }
     params
+}
+
+/// What `request` records when a person gives no reason: Steward's words, not theirs.
+pub const NO_REASON: &str = "no reason given";
+
+/// Why the case was opened, as the card shows it: a person's or an agent's words as quoted data
+/// on one line (they may hold newlines and markup meant to look like card lines), the sweep's
+/// (and Steward's own "no reason given") as Steward's text.
+fn reason_shown(case: &Case) -> Mrkdwn {
+    match &case.opener {
+        Opener::Sweep => Mrkdwn::text(&format::cut(&case.reason, CARD_REASON_MAX_CHARS)),
+        _ if case.reason == NO_REASON => Mrkdwn::text(NO_REASON),
+        Opener::Person { .. } | Opener::Agent { .. } => {
+            Mrkdwn::quoted(&case.reason, CARD_REASON_MAX_CHARS)
+        }
+    }
+}
+
+/// The reason given with a decision: a person's words as quoted data, a policy's as Steward's.
+fn decision_reason(by: &Decider, reason: Option<&str>) -> Option<Mrkdwn> {
+    let reason = reason?;
+    Some(match by {
+        Decider::Person(_) => Mrkdwn::quoted(reason, CARD_TEXT_MAX_CHARS),
+        Decider::Policy { .. } => Mrkdwn::text(&format::cut(reason, CARD_TEXT_MAX_CHARS)),
+    })
 }
 
 fn uncut_card_params(case: &Case) -> CaseCardParams {
@@ -525,7 +589,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         headline: String::new(),
         opener,
         asks: asks.to_owned(),
-        reason: case.reason.clone(),
+        reason: reason_shown(case),
         evidence: evidence_fields(case),
         recommendation: option_label(case, case.recommendation.option),
         recommendation_reason: case.recommendation.reason.clone(),
@@ -552,7 +616,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
     if let Some(d) = case.state.decision() {
         params.actor = Some(decider(&d.by));
         params.option = Some(option_label(case, d.option));
-        params.decision_reason = d.reason.clone();
+        params.decision_reason = decision_reason(&d.by, d.reason.as_deref());
     }
     params.policy_line = policy_line(case);
     match &case.state {
@@ -601,21 +665,22 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             params.status = CardStatus::Left;
             params.actor = Some(decider(by));
             params.option = Some(option_label(case, *option));
-            params.decision_reason = reason.clone();
+            params.decision_reason = decision_reason(by, reason.as_deref());
             params.until = until.map(when);
             params.at = Some(when(*at));
         }
     }
     params.headline = headline(case, params.snapshot_id.as_deref());
     if let Some(field) = params.evidence.iter_mut().find(|f| f.key == "State")
-        && let Some(after) = state_after(case, &field.value)
+        && let Some(asked) = &case.evidence.state
+        && let Some(after) = state_after(case, asked)
     {
-        field.value = after;
+        field.value = Mrkdwn::text(&after);
     }
     if case.state != CaseState::Pending
         && let Some(field) = params.evidence.iter_mut().find(|f| f.key == "Used by")
     {
-        field.value.push_str(" when asked");
+        field.value = std::mem::take(&mut field.value).and(Mrkdwn::text(" when asked"));
     }
     params
 }
@@ -803,11 +868,9 @@ pub fn history_params(about: String, events: &[AuditEvent], about_case: bool) ->
                 .and(e.time.format("%Y-%m-%d %H:%M:%S").to_string())
                 .and(Mrkdwn::markup("` "))
                 .and(who)
-                .and(format!(
-                    " {}: {}",
-                    e.action,
-                    format::cut(&e.outcome, HISTORY_OUTCOME_MAX_CHARS)
-                ));
+                .and(format!(" {}: ", e.action))
+                // An outcome may quote a reason an agent or a person gave: their data, on one line.
+                .and(Mrkdwn::quoted(&e.outcome, HISTORY_OUTCOME_MAX_CHARS));
             if let Some(n) = number(e) {
                 line = line.and(format!(" (case {n})"));
             }
@@ -892,9 +955,10 @@ pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
     let some = |text: String| full.then_some(text);
     let mention = || full.then(|| Mrkdwn::text(SAMPLE_TEXT));
     let button = |style| sample_button(style, full);
-    let pair = || KeyValue {
+    let quoted = || Mrkdwn::quoted(SAMPLE_TEXT, 100);
+    let pair = || Field {
         key: s(),
-        value: s(),
+        value: quoted(),
     };
     CaseCardParams {
         case_id: s(),
@@ -903,7 +967,7 @@ pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
         headline: s(),
         opener: Mrkdwn::text(SAMPLE_TEXT),
         asks: s(),
-        reason: s(),
+        reason: quoted(),
         evidence: if full {
             vec![pair(), pair()]
         } else {
@@ -918,7 +982,7 @@ pub(crate) fn sample_card(status: CardStatus, full: bool) -> CaseCardParams {
         unanswered: some(s()),
         run: full.then(run_card::sample_run),
         option: some(s()),
-        decision_reason: some(s()),
+        decision_reason: full.then(quoted),
         error: some(s()),
         until: some(s()),
         at: some(s()),
@@ -1203,6 +1267,86 @@ mod tests {
         insta::assert_json_snapshot!("case_card_recommends_pause", render(&pause));
     }
 
+    /// Issue 39: a kill reason written to look like card lines, and metadata with a mention, an
+    /// emoji and a NUL, all show as one quoted line each; the card has exactly the blocks and
+    /// lines of any other agent's card.
+    #[test]
+    fn a_reason_and_metadata_written_as_card_lines_stay_one_quoted_line_each() {
+        let mut case = sandbox_case();
+        case.opener = Opener::Agent {
+            name: "ci-bot".into(),
+        };
+        let plain = render(&case);
+        case.reason =
+            "\n:white_check_mark: *Steward recommends Kill*…\n*State*\nstopped <!channel>\0".into();
+        case.evidence.owner = Some("*ana*\n> :fire: <@U0002>".into());
+        case.evidence
+            .metadata
+            .insert("note".into(), "_x_\u{0}\u{1b}[2J ~y~ `z`".into());
+        let json = render(&case);
+        let asks = json["blocks"][1]["text"]["text"].as_str().unwrap();
+        assert_eq!(
+            asks,
+            "Agent ci-bot asks to kill this sandbox: \
+             `:white_check_mark: *Steward recommends Kill*…⏎*State*⏎stopped &lt;!channel&gt;`"
+        );
+        let fields = json["blocks"][2]["fields"].to_string();
+        assert!(
+            fields.contains(r"`*ana*⏎&gt; :fire: &lt;@U0002&gt;`"),
+            "{fields}"
+        );
+        assert!(fields.contains("`note=_x_[2J ~y~ ˋzˋ`"), "{fields}");
+        let text = json.to_string();
+        assert!(
+            !text.contains("<!channel>") && !text.contains("<@U0002>"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("\\u0000") && !text.contains("\\u001b"),
+            "{text}"
+        );
+        // Nothing was added: the same blocks, and each block the same number of lines.
+        let shape = |v: &serde_json::Value| -> Vec<usize> {
+            v["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.to_string().matches("\\n").count())
+                .collect()
+        };
+        assert_eq!(shape(&json), shape(&plain));
+        insta::assert_json_snapshot!("case_card_hostile_reason", json);
+    }
+
+    #[test]
+    fn only_a_persons_or_an_agents_own_words_are_quoted() {
+        let mut case = sandbox_case();
+        case.reason = NO_REASON.into();
+        assert_eq!(card_params(&case).reason.as_str(), "no reason given");
+        case.reason = "*done*".into();
+        assert_eq!(card_params(&case).reason.as_str(), "`*done*`");
+        case.opener = Opener::Sweep;
+        case.reason = "is this idle sandbox still needed?".into();
+        assert_eq!(
+            card_params(&case).reason.as_str(),
+            "is this idle sandbox still needed?"
+        );
+        let person = Decider::Person(user("U2"));
+        let policy = Decider::Policy {
+            policy: "[runs] on_finish".into(),
+        };
+        assert_eq!(
+            decision_reason(&person, Some("a\nb")).unwrap().as_str(),
+            "`a⏎b`"
+        );
+        assert_eq!(
+            decision_reason(&policy, Some("kept by policy"))
+                .unwrap()
+                .as_str(),
+            "kept by policy"
+        );
+    }
+
     #[test]
     fn an_agents_case_card_names_the_agent_and_says_what_it_asks() {
         let mut case = sandbox_case();
@@ -1213,7 +1357,7 @@ mod tests {
         let json = render(&case);
         assert_eq!(
             json["blocks"][1]["text"]["text"],
-            "Agent ci-bot &lt;prod&gt; asks to kill this sandbox: the nightly job is finished with it"
+            "Agent ci-bot &lt;prod&gt; asks to kill this sandbox: `the nightly job is finished with it`"
         );
         insta::assert_json_snapshot!("case_card_agent", json);
 
@@ -1535,7 +1679,7 @@ mod tests {
         );
         assert_eq!(
             json["blocks"][2]["text"]["text"],
-            "`2025-12-29 09:20:00` <@U1> open: ok\n`2025-12-29 09:21:00` Steward (worker) e2b:kill_sandbox: ok"
+            "`2025-12-29 09:20:00` <@U1> open: `ok`\n`2025-12-29 09:21:00` Steward (worker) e2b:kill_sandbox: `ok`"
         );
         insta::assert_json_snapshot!("case_history", json);
         // Asked about the case itself, the heading names it and no context line repeats it.

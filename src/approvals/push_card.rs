@@ -73,7 +73,9 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
         },
     };
     let mut alert = test_failure_params(&failure);
-    alert.failing = push.failing.clone();
+    // Picked and cut when the run ended; defused again here (it changes nothing twice) so the
+    // block holds whatever a stored record says.
+    alert.failing = format::defuse_code_fence(&push.failing);
     alert.cut = push.failing_cut;
     alert.output_size = (run.output_bytes > 0).then(|| format::human_bytes(run.output_bytes));
     alert.output_kept = push.output_kept.clone();

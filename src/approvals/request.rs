@@ -117,7 +117,7 @@ async fn ask(
         evidence,
         options: None,
         opener,
-        reason: reason.unwrap_or_else(|| "no reason given".into()),
+        reason: reason.unwrap_or_else(|| super::card::NO_REASON.into()),
         decide_by: svc.policy.decide_by(now),
     };
     match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {

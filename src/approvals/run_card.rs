@@ -2,14 +2,15 @@
 //! lines of its output, as the operator who decides the sandbox's fate reads them.
 //!
 //! Pure: turns a [`RunReport`] into template params. Everything in it is cut to fit Slack's
-//! limits here, and it carries no links (a run's output is the agent's text, shown as code).
+//! limits here, and it carries no links. The command and the template are the agent's text,
+//! shown as quoted data; the output is the sandbox's, shown in a code block it cannot close.
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::cases::{Case, Opener, RunOutcome, RunReport};
 use crate::slack::format::{self, human_bytes, human_duration};
-use crate::slack::render::{KeyValue, Mrkdwn, SAMPLE_TEXT};
+use crate::slack::render::{Field, Mrkdwn, SAMPLE_TEXT};
 
 /// How often E2B samples a sandbox's metrics.
 const SAMPLE_INTERVAL_MS: u64 = 5_000;
@@ -22,7 +23,7 @@ pub struct RunCardParams {
     /// `:white_check_mark: Succeeded (exit code 0) after 2 min 5 s.`
     pub outcome: String,
     /// Run id, exit code, duration, output size, CPU, peak memory, disk growth.
-    pub fields: Vec<KeyValue>,
+    pub fields: Vec<Field>,
     /// `Last 12 lines of output (4 KiB in all)`.
     pub output_heading: String,
     /// The last lines, for a code block; `None` when the run printed nothing.
@@ -31,6 +32,8 @@ pub struct RunCardParams {
 
 /// Most characters of the command shown (in a code span, on one line).
 const COMMAND_MAX_CHARS: usize = 300;
+/// Most characters of the template's name shown.
+const TEMPLATE_MAX_CHARS: usize = 100;
 /// Most characters of one output line shown.
 const OUTPUT_LINE_MAX_CHARS: usize = 200;
 /// Most characters (escaped) of the output block, well inside a section's 3,000.
@@ -77,16 +80,6 @@ fn outcome_line(run: &RunReport) -> String {
     }
 }
 
-/// A command as one line of a code span: no backticks (they would end it), no line breaks.
-fn command_span(command: &str) -> String {
-    let one_line = command
-        .trim()
-        .replace("\r\n", " ⏎ ")
-        .replace(['\n', '\r'], " ⏎ ")
-        .replace('`', "ˋ");
-    format::cut(&one_line, COMMAND_MAX_CHARS)
-}
-
 /// Who ran it: the agent's name (its API token's name), or `steward run` at a terminal.
 fn who(case: &Case, run: &RunReport) -> Mrkdwn {
     let name = match &case.opener {
@@ -105,8 +98,10 @@ fn output_tail(lines: &[String]) -> (Vec<String>, usize) {
     let mut kept = Vec::new();
     let mut used = 0;
     for line in lines.iter().rev() {
+        // One line of the block: a carriage return inside it (a progress bar) is shown, not
+        // turned into a line the tail did not count.
         let line = format::cut(
-            &format::defuse_code_fence(line.trim_end()),
+            &format::defuse_code_fence(line.trim_end()).replace('\n', "⏎"),
             OUTPUT_LINE_MAX_CHARS,
         );
         let len = format::escaped_len(&line) + 1;
@@ -131,18 +126,17 @@ fn signed_bytes(growth: i64) -> String {
 
 /// The run section for `case`, whose evidence carries `run`.
 pub fn run_params(case: &Case, run: &RunReport) -> RunCardParams {
-    let template = format::cut(&run.template, 100);
     let summary = who(case, run)
-        .and(Mrkdwn::markup(" ran `"))
-        .and(command_span(&run.command).as_str())
-        .and(Mrkdwn::markup("` on template `"))
-        .and(template.as_str())
-        .and(Mrkdwn::markup("`."));
+        .and(Mrkdwn::markup(" ran "))
+        .and(Mrkdwn::quoted(&run.command, COMMAND_MAX_CHARS))
+        .and(Mrkdwn::markup(" on template "))
+        .and(Mrkdwn::quoted(&run.template, TEMPLATE_MAX_CHARS))
+        .and(Mrkdwn::markup("."));
     let mut fields = Vec::new();
     let mut push = |key: &str, value: String| {
-        fields.push(KeyValue {
+        fields.push(Field {
             key: key.to_owned(),
-            value,
+            value: Mrkdwn::text(&value),
         })
     };
     push("Run", format!("`{}`", run.run_id));
@@ -220,9 +214,9 @@ pub(crate) fn sample_run() -> RunCardParams {
     RunCardParams {
         summary: Mrkdwn::text(SAMPLE_TEXT),
         outcome: s(),
-        fields: vec![KeyValue {
+        fields: vec![Field {
             key: s(),
-            value: s(),
+            value: Mrkdwn::text(SAMPLE_TEXT),
         }],
         output_heading: s(),
         output: Some(s()),

@@ -14,6 +14,7 @@ mod mcp;
 pub mod run;
 pub mod sweep;
 mod table;
+mod visible;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -100,9 +101,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `text` as a sentence for the terminal: it ends with a period (or `?`/`!`) exactly once.
+/// `text` as a sentence for the terminal: it ends with a period (or `?`/`!`) exactly once. An
+/// error may quote E2B or a Steward server, so its control characters are made visible.
 pub fn sentence(text: &str) -> String {
-    let text = text.trim_end();
+    let text = visible::visible(text.trim_end(), visible::Layout::Keep);
+    let text = text.as_str();
     if text.ends_with(['.', '?', '!']) {
         text.to_owned()
     } else {

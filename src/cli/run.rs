@@ -6,7 +6,12 @@
 //! at its timeout (like `timeout(1)`); 1 when the run failed (sandbox or Steward trouble) or
 //! could not be started (missing settings included). Like every API client, it decides nothing: the server checks the
 //! token and the limits.
-use std::io::Write;
+//!
+//! The output is the sandbox's, so it is foreign text: on a terminal its control characters are
+//! made visible as `cat -v` shows them (an escape sequence could otherwise write the clipboard,
+//! retitle the window or clear the screen), unless `--raw`; to a pipe or a file it is copied byte
+//! for byte, for the scripts that read it. The lines on stderr are always made visible.
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,6 +22,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::visible::{self, Layout};
 use crate::mcp::client::ApiClient;
 
 /// Exit status when Steward stopped the command at its timeout.
@@ -44,6 +50,11 @@ pub struct RunArgs {
     /// How long the command may run, e.g. `90s` or `10m` (the server's policy caps it).
     #[arg(long)]
     pub timeout: Option<String>,
+    /// Copy the output to the terminal byte for byte, escape sequences included. By default a
+    /// terminal sees its control characters made visible (`^[` for ESC, as `cat -v` shows them);
+    /// output to a pipe or file is always byte for byte.
+    #[arg(long)]
+    pub raw: bool,
     /// The command line to run, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -75,10 +86,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let id = run["id"].as_str().unwrap_or_default().to_owned();
-    eprintln!("Run {id} queued (template {}).", args.template);
-    stream_output(&client, &id).await?;
+    eprintln!(
+        "{}",
+        visible::cell(&format!("Run {id} queued (template {}).", args.template))
+    );
+    let shown = if args.raw || !std::io::stdout().is_terminal() {
+        Shown::Raw
+    } else {
+        Shown::Visible
+    };
+    stream_output(&client, &id, shown).await?;
     let run = final_run(&client, &id).await?;
-    eprintln!("{}", outcome_line(&client, &run).await);
+    eprintln!("{}", visible::cell(&outcome_line(&client, &run).await));
     Ok(ExitCode::from(exit_status(&run)))
 }
 
@@ -150,21 +169,38 @@ fn shell_join(words: &[String]) -> String {
         .join(" ")
 }
 
+/// How the output reaches stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Byte for byte: a pipe, a file, or `--raw`.
+    Raw,
+    /// Control characters visible, lines and tabs kept: a terminal.
+    Visible,
+}
+
 /// Copies the run's output to stdout as it arrives, until the run ended and all was read.
-async fn stream_output(client: &ApiClient, id: &str) -> anyhow::Result<()> {
+async fn stream_output(client: &ApiClient, id: &str, shown: Shown) -> anyhow::Result<()> {
     let mut from = 0u64;
+    let mut visible = visible::Stream::new(Layout::Keep);
     loop {
         let chunk = client
             .output(id, from, Some(OUTPUT_WAIT))
             .await
             .map_err(|f| anyhow::anyhow!(super::sentence(&f.to_string())))?;
         let mut stdout = std::io::stdout().lock();
-        stdout.write_all(&chunk.bytes)?;
-        stdout.flush()?;
+        match shown {
+            Shown::Raw => stdout.write_all(&chunk.bytes)?,
+            Shown::Visible => stdout.write_all(visible.push(&chunk.bytes).as_bytes())?,
+        }
         from = chunk.next;
         if chunk.finished {
+            if shown == Shown::Visible {
+                stdout.write_all(visible.finish().as_bytes())?;
+            }
+            stdout.flush()?;
             return Ok(());
         }
+        stdout.flush()?;
     }
 }
 

@@ -2,6 +2,11 @@
 //!
 //! Columns are padded to their widest cell (counted in characters) and two spaces apart; the last
 //! column is not padded, so no line ends in spaces. This module only formats; it knows no model type.
+//!
+//! A cell is never printed raw: its text may come from E2B or a sandbox (metadata, names, log
+//! messages), so control characters are made visible ([`super::visible::cell`]) whether or not
+//! stdout is a terminal, and a cell stays one line. A table is for reading; scripts use `--json`.
+use super::visible;
 
 /// Prints a table; see [`render_table`].
 pub fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
@@ -10,8 +15,37 @@ pub fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
 
 /// A header line, then one line per row, or `(none)` when there are no rows.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    render_table_with(headers, rows, LastColumn::Visible)
+}
+
+/// How the last column of a table is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastColumn {
+    /// One line, control characters visible, like every other cell.
+    Visible,
+    /// As it is, byte for byte: only for a stream of log messages printed raw (`steward e2b logs`
+    /// to a pipe, or with `--raw`), which scripts read exactly as E2B gave it. The last column is
+    /// never padded, so this changes nothing but that column's text.
+    Raw,
+}
+
+/// Like [`render_table`], with the last column printed as `last` says.
+pub fn render_table_with(headers: &[&str], rows: &[Vec<String>], last: LastColumn) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            let end = row.len().saturating_sub(1);
+            row.iter()
+                .enumerate()
+                .map(|(i, cell)| match last {
+                    LastColumn::Raw if i == end => cell.clone(),
+                    _ => visible::cell(cell),
+                })
+                .collect()
+        })
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
                 *w = (*w).max(cell.chars().count());
@@ -33,7 +67,7 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.trim_end().to_owned() + "\n"
     };
     let mut out = line(headers.to_vec());
-    for row in rows {
+    for row in &rows {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
     if rows.is_empty() {
@@ -42,12 +76,19 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Prints `key  value` lines with the values aligned.
+/// Prints `key  value` lines with the values aligned; see [`render_pairs`].
 pub fn print_pairs(pairs: &[(&str, String)]) {
+    print!("{}", render_pairs(pairs));
+}
+
+/// `key  value` lines with the values aligned, each value one line with its control characters
+/// visible, like a table cell.
+pub fn render_pairs(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    for (k, v) in pairs {
-        println!("{k:<width$}  {v}");
-    }
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:<width$}  {}\n", visible::cell(v)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -68,6 +109,20 @@ mod tests {
             "ID    STATE    NOTE\na     running  x\nbbbb  paused   long note\n"
         );
         assert_eq!(render_table(&["ID"], &[]), "ID\n(none)\n");
+    }
+
+    #[test]
+    fn cells_and_values_are_one_line_with_control_characters_visible() {
+        let hostile = "x\x1b]52;c;ZXZpbA==\x07\nfake row\u{9b}2J".to_owned();
+        let out = render_table(&["KEY", "VALUE"], &[vec!["owner".into(), hostile.clone()]]);
+        assert_eq!(
+            out,
+            "KEY    VALUE\nowner  x^[]52;c;ZXZpbA==^G^Jfake rowM-^[2J\n"
+        );
+        assert_eq!(
+            render_pairs(&[("metadata", hostile), ("cpus", "2".into())]),
+            "metadata  x^[]52;c;ZXZpbA==^G^Jfake rowM-^[2J\ncpus      2\n"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::policy::{RunState, bytes};
 use super::report::{Capacity, IdleSandbox, Posted, SweepReport};
 use crate::slack::format::when;
 use crate::slack::render::{
-    CapacityParams, MessageParams, RenderError, SAMPLE_TEXT, Templates, sample_capacity,
+    CapacityParams, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates, sample_capacity,
 };
 
 /// Idle sandboxes listed by name in a digest.
@@ -90,8 +90,9 @@ pub struct GuardParams {
 #[derive(Debug, Clone, Serialize)]
 pub struct TopParams {
     pub id: String,
-    pub template: String,
-    pub owner: String,
+    /// The template's alias from E2B and the owner from the sandbox's metadata: quoted data.
+    pub template: Mrkdwn,
+    pub owner: Mrkdwn,
     pub recommendation: &'static str,
     /// `$1.60 a day`, or `holds 4.0 GiB of disk` for a paused sandbox.
     pub worth: String,
@@ -139,7 +140,8 @@ impl MessageParams for DigestParams {
 /// `sweep_owner.json.j2`.
 #[derive(Debug, Clone, Serialize)]
 pub struct OwnerParams {
-    pub owner: String,
+    /// See [`owner_heading`].
+    pub owner: Mrkdwn,
     pub slack_user: Option<String>,
     pub count: usize,
     /// What the group costs: `about $3.20 a day`, `4.0 GiB of paused disk`, or both.
@@ -148,6 +150,19 @@ pub struct OwnerParams {
 
 impl MessageParams for OwnerParams {
     const TEMPLATE: &'static str = "sweep_owner.json.j2";
+}
+
+/// Most characters of an owner's name or a template's alias shown (they come from metadata and
+/// from E2B, so they are quoted data).
+const NAME_MAX_CHARS: usize = 80;
+
+/// Who a group of cases belongs to, as its heading names them: `Owner `alice`` (the metadata's
+/// words, quoted), or `*No owner in metadata*` for `None`.
+pub fn owner_heading(owner: Option<&str>) -> Mrkdwn {
+    match owner {
+        Some(owner) => Mrkdwn::text("Owner ").and(Mrkdwn::quoted(owner, NAME_MAX_CHARS)),
+        None => Mrkdwn::markup("*No owner in metadata*"),
+    }
 }
 
 /// The digest of `report`. `posted` is the live outcome so far (`None` for a dry run).
@@ -192,8 +207,11 @@ pub fn digest_params(
             .take(DIGEST_TOP)
             .map(|s| TopParams {
                 id: s.id.to_string(),
-                template: s.template.clone(),
-                owner: s.owner.clone().unwrap_or_else(|| "no owner".into()),
+                template: Mrkdwn::quoted(&s.template, NAME_MAX_CHARS),
+                owner: match &s.owner {
+                    Some(owner) => Mrkdwn::quoted(owner, NAME_MAX_CHARS),
+                    None => Mrkdwn::text("no owner"),
+                },
                 recommendation: s.recommendation.label(),
                 worth: worth(s),
             })
@@ -384,8 +402,8 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             top: if full {
                 vec![TopParams {
                     id: s(),
-                    template: s(),
-                    owner: s(),
+                    template: Mrkdwn::quoted(SAMPLE_TEXT, NAME_MAX_CHARS),
+                    owner: Mrkdwn::quoted(SAMPLE_TEXT, NAME_MAX_CHARS),
                     recommendation: "Pause",
                     worth: s(),
                 }]
@@ -396,7 +414,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             outcome: s(),
         })?;
         templates.render(&OwnerParams {
-            owner: s(),
+            owner: owner_heading(full.then_some(SAMPLE_TEXT)),
             slack_user: some(s()),
             count: if full { 1 } else { 2 },
             worth: s(),
@@ -565,7 +583,7 @@ pub(crate) mod tests {
         let r = report(SweepMode::Live, false);
         let message = Templates::embedded()
             .render(&OwnerParams {
-                owner: "alice".into(),
+                owner: owner_heading(Some("alice")),
                 slack_user: Some("U0ALICE01".into()),
                 count: 2,
                 worth: group_worth(&r.idle),

@@ -194,13 +194,13 @@ pub(super) async fn post(
         groups.entry(key).or_default().push(s);
     }
     let mut store_down = false;
-    for ((_, owner), sandboxes) in groups {
+    for ((nobody, owner), sandboxes) in groups {
         if store_down {
             posted.failed += sandboxes.len();
             continue;
         }
         let heading = OwnerParams {
-            owner,
+            owner: super::digest::owner_heading((!nobody).then_some(owner.as_str())),
             slack_user: sandboxes[0].owner_slack.as_ref().map(|u| u.to_string()),
             count: sandboxes.len(),
             worth: group_worth(sandboxes.iter().copied()),

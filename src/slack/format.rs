@@ -1,5 +1,12 @@
-//! Small pure text helpers for Slack messages: mrkdwn escaping, sparklines, human durations,
-//! counts, percentages and sizes (one unit per table), monospace tables cut to Slack's limits.
+//! Small pure text helpers for Slack messages: mrkdwn escaping, quoting of foreign text,
+//! sparklines, human durations, counts, percentages and sizes (one unit per table), monospace
+//! tables cut to Slack's limits.
+//!
+//! Text Steward did not write (an agent's or a person's reason, sandbox metadata, template names
+//! from E2B, commit messages, branch and author names, commands, a run's output) reaches Slack
+//! only through this file: [`quoted_data`] for a piece of it inside a sentence, [`one_line`] for
+//! a plain_text field, [`defuse_code_fence`] for lines inside a code block. That is the one place
+//! that decides what foreign text may look like on a card.
 //!
 //! Nothing here knows about templates or E2B types; it turns numbers and strings into text.
 use std::time::Duration;
@@ -36,9 +43,124 @@ pub fn escaped_len(text: &str) -> usize {
         .sum()
 }
 
-/// Keeps text inside a ``` code block from closing it early.
+/// Shown instead of a backtick in foreign text: Slack has no way to escape one, and inside a
+/// code block or code span a backtick (or three) would end it. U+02CB looks the same.
+pub const BACKTICK_STAND_IN: char = 'ˋ';
+/// Shown instead of each line break when foreign text is put on one line.
+pub const LINE_BREAK_MARK: char = '⏎';
+
+/// Characters that are dropped from foreign text: they are invisible or act on the text around
+/// them. The C0 and C1 controls (NUL included) and DEL, and the bidirectional controls that can
+/// make a line read in another order than it is written (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069). Line breaks and tabs are handled by the callers.
+fn is_dropped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+fn is_line_break(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\u{0b}' | '\u{0c}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// Keeps foreign text inside a ``` code block: every backtick becomes [`BACKTICK_STAND_IN`] (so
+/// no run of them can close the block, even next to the template's own fence), and control
+/// characters are dropped (an escape sequence, a NUL) except line breaks and tabs. `\r\n` and a
+/// lone `\r` become `\n`. Inside a code block Slack renders no formatting, emoji or mention.
 pub fn defuse_code_fence(text: &str) -> String {
-    text.replace("```", "'''")
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' => out.push(BACKTICK_STAND_IN),
+            '\n' | '\t' => out.push(c),
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\r' | '\u{2028}' | '\u{2029}' => out.push('\n'),
+            c if is_dropped(c) => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Foreign text as one line of plain text, for a plain_text field or as the start of
+/// [`quoted_data`]: trimmed, each line break (`\r\n` counts once) shown as [`LINE_BREAK_MARK`],
+/// tabs as spaces, control and bidirectional characters dropped, and at most `max_chars`
+/// characters, ending in `…` when cut. Not escaped: mrkdwn needs [`quoted_data`].
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' if chars.peek() == Some(&'\n') => {}
+            c if is_line_break(c) => out.push(LINE_BREAK_MARK),
+            '\t' => out.push(' '),
+            c if is_dropped(c) => {}
+            c => out.push(c),
+        }
+    }
+    if out.chars().count() > max_chars {
+        let mut cut: String = out.chars().take(max_chars.saturating_sub(1)).collect();
+        cut.push('…');
+        return cut;
+    }
+    out
+}
+
+/// Broadcast words that Slack may turn into a notification of everyone when it parses a message
+/// (`@channel`, `@here`, `@everyone`), whatever the case.
+const BROADCASTS: [&str; 3] = ["channel", "here", "everyone"];
+
+/// Foreign text as quoted data inside a mrkdwn sentence: one line (see [`one_line`]) in an inline
+/// code span, ready to print as mrkdwn (already escaped), at most `max_chars` characters as
+/// Slack counts them (escaped) plus the two backticks. Empty text is `“”`.
+///
+/// Slack's mrkdwn has no escape character, so there are two ways to stop `*bold*`, `_italic_`,
+/// `~strike~`, a `>` quote at the start of a line and `:emoji:` shortcodes from rendering:
+/// breaking each marker with an invisible character, or a code span. Invisible characters are a
+/// guess at Slack's parser (a zero-width space next to `*` is the very trick people use to *force*
+/// bold inside a word) and they change what a reader copies. A code span is documented: Slack
+/// renders no formatting and no emoji inside one, and it also shows the reader at a glance that
+/// this is someone's data, not Steward's words. What a code span cannot hold is handled here: a
+/// backtick (which would end it) becomes [`BACKTICK_STAND_IN`], line breaks become
+/// [`LINE_BREAK_MARK`], and `&`, `<`, `>` become the entities Slack requires, so no `<!channel>`,
+/// `<@U…>` or `<url|label>` can form. A bare `@channel`, `@here` or `@everyone` gets a word joiner
+/// (U+2060) after the `@`, so no parsing of plain text turns it into a broadcast either.
+pub fn quoted_data(text: &str, max_chars: usize) -> String {
+    let line: String = one_line(text, usize::MAX)
+        .chars()
+        .map(|c| if c == '`' { BACKTICK_STAND_IN } else { c })
+        .collect();
+    if line.is_empty() {
+        return "“”".to_owned();
+    }
+    let line = truncate_escaped(&line, max_chars);
+    let mut out = String::with_capacity(line.len() + 8);
+    out.push('`');
+    let mut rest = line.as_str();
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '@' => {
+                out.push('@');
+                let next: String = rest.chars().take(8).collect::<String>().to_lowercase();
+                if BROADCASTS.iter().any(|w| next.starts_with(w)) {
+                    out.push('\u{2060}');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('`');
+    out
 }
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -204,7 +326,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>], max_cell: usize) -> Vec<Stri
     let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.iter().map(|c| cut(&defuse_code_fence(c))).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| cut(&defuse_code_fence(&one_line(c, usize::MAX))))
+                .collect()
+        })
         .collect();
     let columns = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -320,6 +446,69 @@ mod tests {
         assert!(got.ends_with(CUT_MARK));
         assert!(escaped_len(&got) <= 3000, "{}", escaped_len(&got));
         assert!(escaped_len(&got) > 2980);
+    }
+
+    /// The kill reason of issue 39: card lines a person would believe.
+    const FAKE_CARD_LINES: &str =
+        "\n:white_check_mark: *Steward recommends Kill*…\n*State*\nstopped";
+
+    #[test]
+    fn quoted_data_is_one_escaped_line_in_a_code_span() {
+        assert_eq!(
+            quoted_data(FAKE_CARD_LINES, 200),
+            "`:white_check_mark: *Steward recommends Kill*…⏎*State*⏎stopped`"
+        );
+        assert_eq!(
+            quoted_data("<!channel> & <@U0002> <https://evil.example|here>", 200),
+            "`&lt;!channel&gt; &amp; &lt;@U0002&gt; &lt;https://evil.example|here&gt;`"
+        );
+        // NUL, escape sequences, bidirectional overrides and carriage returns are dropped or
+        // become one line; a backtick cannot end the span.
+        assert_eq!(
+            quoted_data("a\0b\x1b[2J\u{202e}c\r\nd\re\tf ``` g`", 200),
+            "`ab[2Jc⏎d⏎e f ˋˋˋ gˋ`"
+        );
+        assert_eq!(quoted_data(" \n\t\0 ", 200), "“”");
+        // A bare broadcast word cannot be parsed into one; other @s stay as they are.
+        assert_eq!(
+            quoted_data("@channel @Here @everyone bob@example.com", 200),
+            "`@\u{2060}channel @\u{2060}Here @\u{2060}everyone bob@example.com`"
+        );
+    }
+
+    #[test]
+    fn quoted_data_is_cut_to_its_escaped_length() {
+        let long = "<&>".repeat(1000);
+        let quoted = quoted_data(&long, 300);
+        assert!(quoted.starts_with("`&lt;&amp;&gt;"), "{quoted}");
+        assert!(quoted.ends_with("…`"), "{quoted}");
+        assert!(quoted.chars().count() <= 302, "{}", quoted.chars().count());
+        assert!(quoted.chars().count() > 290, "{}", quoted.chars().count());
+        assert_eq!(quoted_data("short", 300), "`short`");
+    }
+
+    #[test]
+    fn one_line_drops_controls_marks_breaks_and_cuts() {
+        assert_eq!(
+            one_line(FAKE_CARD_LINES, 100),
+            ":white_check_mark: *Steward recommends Kill*…⏎*State*⏎stopped"
+        );
+        assert_eq!(one_line("a\u{2028}b\u{85}c\x07", 100), "a⏎b⏎c");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+        assert_eq!(one_line("abcd", 4), "abcd");
+    }
+
+    #[test]
+    fn code_block_text_keeps_its_lines_and_cannot_close_the_block() {
+        assert_eq!(
+            defuse_code_fence("ok ```\r\nrm `x`\x1b[31m red\0\nlast``"),
+            "ok ˋˋˋ\nrm ˋxˋ[31m red\nlastˋˋ"
+        );
+        // Whatever it ends with, the template's closing fence is the first ``` after it.
+        for text in ["`", "``", "```", "a````"] {
+            let block = format!("```{}```", defuse_code_fence(text));
+            assert_eq!(block.matches("```").count(), 2, "{block}");
+        }
     }
 
     #[test]

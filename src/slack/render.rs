@@ -46,6 +46,13 @@ impl Mrkdwn {
         Self(format::escape_mrkdwn(text))
     }
 
+    /// Text Steward did not write (a reason, metadata, a name from E2B or a commit), as quoted
+    /// data: one line in a code span, at most `max_chars`, nothing in it rendered as markup
+    /// (see [`format::quoted_data`]).
+    pub fn quoted(text: &str, max_chars: usize) -> Self {
+        Self(format::quoted_data(text, max_chars))
+    }
+
     /// A mention of a Slack user: `<@U…>`.
     pub fn user(user: &SlackUserId) -> Self {
         Self(format!("<@{user}>"))
@@ -381,6 +388,11 @@ impl Templates {
             out.write_str(&json_string_body(&text)).map_err(|e| {
                 minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
             })
+        });
+        // `{{ value|quoted }}` (or `|quoted(80)`): foreign text a template prints from a plain
+        // string, as quoted data. The same function as [`Mrkdwn::quoted`].
+        env.add_filter("quoted", |value: String, max: Option<usize>| {
+            Value::from_safe_string(format::quoted_data(&value, max.unwrap_or(QUOTED_MAX_CHARS)))
         });
         for &(name, embedded) in EMBEDDED {
             let source = match dir.map(|d| d.join(name)) {
@@ -762,6 +774,17 @@ pub struct KeyValue {
     pub key: String,
     pub value: String,
 }
+
+/// One field of a card (`*key*` over the value): the value is mrkdwn, so Steward's own words
+/// ([`Mrkdwn::text`]) and someone else's ([`Mrkdwn::quoted`]) can sit side by side.
+#[derive(Debug, Clone, Serialize)]
+pub struct Field {
+    pub key: String,
+    pub value: Mrkdwn,
+}
+
+/// How much of one piece of foreign text a template's `quoted` filter shows by default.
+pub const QUOTED_MAX_CHARS: usize = 300;
 
 /// `/sandbox get`.
 #[derive(Debug, Serialize)]

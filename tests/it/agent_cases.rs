@@ -92,7 +92,7 @@ async fn an_agents_kill_request_posts_a_card_naming_it_and_a_persons_kill_ends_t
     let text = card_text(&app, &case).await;
     assert!(
         text.contains(
-            "Agent ci-bot asks to kill this sandbox: the nightly job is finished with it"
+            "Agent ci-bot asks to kill this sandbox: `the nightly job is finished with it`"
         ),
         "{text}"
     );

@@ -138,7 +138,7 @@ async fn a_reported_failure_posts_the_failing_lines_and_the_whole_output_in_its_
     assert_eq!(bar(&alert).as_deref(), Some("danger"), "a red bar");
     let text = alert_text(&alert);
     assert!(
-        text.contains("*Tests failed* in *acme/billing* on `main`"),
+        text.contains("*Tests failed* in `acme/billing` on `main`"),
         "{text}"
     );
     assert!(
@@ -152,7 +152,7 @@ async fn a_reported_failure_posts_the_failing_lines_and_the_whole_output_in_its_
     );
     assert!(text.contains("*Author* <@U0SAM0001>"), "{text}");
     assert!(
-        text.contains("*Pushed by* Dana &lt;!here&gt; Ops"),
+        text.contains("*Pushed by* `Dana &lt;!here&gt; Ops`"),
         "{text}"
     );
     assert!(
@@ -475,7 +475,7 @@ async fn an_output_over_the_upload_cap_keeps_both_ends_and_the_thread_says_so() 
     );
     // The alert names the pusher by login (no Slack user mapped) and keeps the summary line.
     let text = alert_text(&app.slack.message(ENGINEERING, &posted.ts).unwrap());
-    assert!(text.contains("*Pushed by* dana"), "{text}");
+    assert!(text.contains("*Pushed by* `dana`"), "{text}");
     assert!(text.contains("test result: FAILED"), "{text}");
     assert!(
         text.contains("the file in the thread keeps its first 5 MiB and its last 5 MiB"),

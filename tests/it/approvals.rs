@@ -202,7 +202,7 @@ async fn a_kill_command_opens_a_card_and_an_approved_kill_kills_the_sandbox() {
     assert_eq!(calls(&app, "snapshot").await, 0);
     let text = card_text(&app, &case).await;
     assert!(
-        text.contains("<@U0002> chose *Kill* (it is broken beyond repair)"),
+        text.contains("<@U0002> chose *Kill* (`it is broken beyond repair`)"),
         "{text}"
     );
     assert!(
@@ -890,13 +890,13 @@ async fn history_and_audit_export_show_the_timeline() {
         let (_, reply) = command(&app, &format!("history {target}")).await;
         let text = visible_text(&reply);
         let open = text.find(" open: ").unwrap_or_else(|| panic!("{text}"));
-        let decide = text.find("decide:snapshot_then_kill: ok").unwrap();
-        let kill = text.find("e2b:kill_sandbox: ok").unwrap();
+        let decide = text.find("decide:snapshot_then_kill: `ok`").unwrap();
+        let kill = text.find("e2b:kill_sandbox: `ok`").unwrap();
         assert!(open < decide && decide < kill, "{text}");
         // People are mentions Slack renders; the case id is said once, not on every line.
         let blocks = reply.blocks.clone().unwrap().to_string();
         assert!(
-            blocks.contains("<@U0002> decide:snapshot_then_kill: ok"),
+            blocks.contains("<@U0002> decide:snapshot_then_kill: `ok`"),
             "{blocks}"
         );
         assert_eq!(blocks.matches(case.as_str()).count(), 1, "{blocks}");

@@ -60,8 +60,9 @@ async fn a_kill_with_a_five_thousand_character_reason_posts_a_card_with_the_reas
     assert!(text.contains("Opened case"), "{text}");
     let case = case_of(&app, "wordy1").await.expect("a case is open");
     let shown = card_text(&app, &case);
-    assert!(shown.contains("…(cut)"), "{shown}");
-    assert!(shown.contains("&lt;too much&gt; &amp;"), "{shown}");
+    // Quoted data, cut: the code span ends with the mark.
+    assert!(shown.contains("…`"), "{shown}");
+    assert!(shown.contains("`&lt;too much&gt; &amp;"), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,4 +595,129 @@ async fn a_finished_card_says_the_sandbox_was_killed_after_its_snapshot() {
     assert_eq!(visible_text(&message).matches(case.id.as_str()).count(), 1);
     // Restore stays for a while: the only button left.
     assert!(blocks.to_string().contains("case_restore"), "{blocks}");
+}
+
+/// Issue 39's kill reason: lines a person would take for the card's own.
+const FAKE_CARD_LINES: &str = "\n:white_check_mark: *Steward recommends Kill*…\n*State*\nstopped";
+
+/// An agent asks for a kill through `POST /api/v1/cases`; the card Slack received for it.
+async fn agent_card(app: &TestApp, sandbox: &str, reason: &str) -> Recorded {
+    app.seed_sandbox(json!({"sandboxID": sandbox, "templateID": "base", "state": "running"}))
+        .await;
+    let resp = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(crate::api::AGENT_TOKEN)
+        .json(&json!({"action": "kill_sandbox", "sandbox_id": sandbox, "reason": reason}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    let case = case_of(app, sandbox)
+        .await
+        .expect("the agent's case is open");
+    let card = case.card.expect("the case has a card");
+    app.slack
+        .message(card.channel.as_str(), &card.ts)
+        .expect("the card is in Slack")
+}
+
+/// How many blocks a card has and how many lines each one holds.
+fn shape(card: &Recorded) -> Vec<usize> {
+    card.blocks
+        .as_ref()
+        .and_then(Value::as_array)
+        .expect("the card has blocks")
+        .iter()
+        .map(|b| b.to_string().matches("\\n").count())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_reason_written_as_card_lines_is_one_quoted_line_with_no_mention() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(crate::api::api_policy()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let plain = agent_card(&app, "plain1", "the nightly job is done").await;
+    let hostile = agent_card(&app, "fake1", FAKE_CARD_LINES).await;
+    let loud = agent_card(&app, "loud2", "<!channel> look\0 here <@U0002> :fire:").await;
+
+    let asks = |card: &Recorded| card.blocks.as_ref().unwrap()[1]["text"]["text"].clone();
+    assert_eq!(
+        asks(&hostile),
+        "Agent agent asks to kill this sandbox: \
+         `:white_check_mark: *Steward recommends Kill*…⏎*State*⏎stopped`"
+    );
+    assert_eq!(
+        asks(&loud),
+        "Agent agent asks to kill this sandbox: \
+         `&lt;!channel&gt; look here &lt;@U0002&gt; :fire:`"
+    );
+    // No block or line was added by the reason: the cards have the benign one's shape.
+    assert_eq!(shape(&hostile), shape(&plain));
+    assert_eq!(shape(&loud), shape(&plain));
+    for card in [&hostile, &loud] {
+        let all = serde_json::to_string(card).unwrap();
+        assert!(!all.contains("<!channel>"), "{all}");
+        assert!(!all.contains("<@U0002>"), "{all}");
+        assert!(!all.contains("\\u0000"), "{all}");
+        // The notification text names the case, not the reason.
+        assert!(
+            !card
+                .text
+                .clone()
+                .unwrap_or_default()
+                .contains("Steward recommends Kill")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_tests_commit_message_and_author_are_quoted_on_one_line_in_its_alert() {
+    use crate::github::{commit, make_repo, push, push_body, spawn};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (origin, _) = make_repo(dir.path());
+    let failing = commit(&origin, "fail");
+    let app = spawn(&origin).await;
+    let mut body = push_body("refs/heads/main", &failing, &["fail"]);
+    body["head_commit"]["message"] =
+        json!("Fix *bold* _it_ :fire: <!channel>\n*State*\nstopped\n> quoted");
+    body["head_commit"]["author"] = json!({"name": "Mallory\n*Steward*", "email": "m@example.com"});
+    assert_eq!(push(&app, "d-hostile", &body).await.status(), 202);
+
+    let alert = crate::common::wait_until("the alert", || async {
+        app.slack
+            .messages()
+            .into_iter()
+            .find(|m| m.channel.as_deref() == Some("C0ENG") && m.attachments.is_some())
+    })
+    .await;
+    let details = alert.attachments.as_ref().unwrap()[0]["blocks"][0]["text"]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let lines: Vec<&str> = details.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "*Commit* <https://github.com/acme/api/commit/{failing}|{}> \
+             `Fix *bold* _it_ :fire: &lt;!channel&gt;`",
+            &failing[..7]
+        )
+    );
+    assert!(
+        lines[1].starts_with("*Author* `Mallory⏎*Steward*` · *Pushed by* <@U0BOB>"),
+        "{details}"
+    );
+    assert!(lines[2].starts_with("*Command* `"), "{details}");
+    assert_eq!(lines.len(), 3, "{details}");
+    let all = serde_json::to_string(&alert).unwrap();
+    assert!(
+        !all.contains("<!channel>") && !all.contains("stopped"),
+        "{all}"
+    );
 }

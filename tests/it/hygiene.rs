@@ -509,7 +509,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
             .position(|t| t.contains(needle))
             .unwrap_or_else(|| panic!("{needle} not in the thread: {texts:#?}"))
     };
-    let alice_heading = position("*alice*");
+    let alice_heading = position("Owner `alice`");
     assert!(
         texts[alice_heading].contains(&format!("<@{ALICE}>")),
         "{}",
@@ -519,7 +519,7 @@ async fn a_live_sweep_posts_one_digest_then_each_owners_cases_in_its_thread() {
     assert!(
         alice_heading < position(alice_1.as_str()) && alice_heading < position(alice_2.as_str())
     );
-    let bob_heading = position("*bob*");
+    let bob_heading = position("Owner `bob`");
     assert!(
         !texts[bob_heading].contains("<@"),
         "bob has no Slack user: {}",

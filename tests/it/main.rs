@@ -44,3 +44,4 @@ mod socket_mode;
 mod store_cluster;
 mod store_redis_down;
 mod store_suite;
+mod terminal_output;

@@ -131,7 +131,7 @@ async fn a_short_refresh_stays_free_and_is_audited() {
     app.post_command_to("history fresh1", "history").await;
     let history = visible_text(&app.wait_for_hook("history").await);
     assert!(
-        history.contains("refresh: kept alive for 30 s"),
+        history.contains("refresh: `kept alive for 30 s`"),
         "{history}"
     );
 }

@@ -105,7 +105,7 @@ async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_o
     let text = shown(&alert);
     // Where, who, what ran, and the failing lines; the red bar marks a test failure.
     assert!(
-        text.contains(":x: *Tests failed* in *acme/api* on `main`"),
+        text.contains(":x: *Tests failed* in `acme/api` on `main`"),
         "{text}"
     );
     assert!(text.contains(&failing[..7]), "{text}");

@@ -169,13 +169,13 @@ async fn get_shows_state_template_resources_timestamps_metadata_and_lifecycle() 
     for expected in [
         "Sandbox sbxrun1",
         "running",
-        "(base)",
+        "(`base`)",
         "2 vCPU",
         "1 GiB",
         "Started",
         "Ends",
         "Lifecycle",
-        "`owner` = alice",
+        "`owner` = `alice`",
     ] {
         assert!(shown.contains(expected), "missing {expected} in {shown}");
     }
@@ -523,7 +523,7 @@ async fn templates_and_template_describe_what_exists() {
     let one = visible_text(&app.run_deferred("template base").await);
     for expected in [
         "Template ",
-        "*Aliases*\nbase",
+        "*Aliases*\n`base`",
         "Resources",
         "Build",
         "Created",

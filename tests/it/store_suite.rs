@@ -1619,9 +1619,9 @@ async fn history_shows_the_latest_slice_and_export_writes_every_event() {
     app.post_command_to("history busy1", &hook).await;
     let text = visible_text(&app.wait_for_hook(&hook).await);
     assert!(text.contains("the latest 60 shown"), "{text}");
-    assert!(text.contains("probe1299: ok"), "{text}");
-    assert!(text.contains("probe1240: ok"), "{text}");
-    assert!(!text.contains("probe1239: ok"), "{text}");
+    assert!(text.contains("probe1299: `ok`"), "{text}");
+    assert!(text.contains("probe1240: `ok`"), "{text}");
+    assert!(!text.contains("probe1239: `ok`"), "{text}");
 
     // The export reads everything, so the poison goes first.
     let _: i64 = redis::cmd("XDEL")

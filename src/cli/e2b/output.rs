@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::cli::table::{print_pairs, print_table};
+use crate::cli::table::{LastColumn, print_pairs, render_table_with};
 use crate::e2b::{Listing, Page};
 use crate::ids::{SandboxId, TemplateId};
 
@@ -46,7 +46,21 @@ impl Output {
         headers: &[&str],
         row: impl Fn(&T) -> Vec<String>,
     ) -> anyhow::Result<()> {
-        self.whole_or_rows(&items, items, headers, row).map(drop)
+        self.whole_or_rows(&items, items, headers, row, LastColumn::Visible)
+            .map(drop)
+    }
+
+    /// Like [`table`](Self::table), with the last column printed as `last` says: `steward e2b
+    /// logs` prints its messages raw to a pipe or with `--raw`.
+    pub(super) fn table_with<T: Serialize>(
+        &self,
+        items: &[T],
+        headers: &[&str],
+        row: impl Fn(&T) -> Vec<String>,
+        last: LastColumn,
+    ) -> anyhow::Result<()> {
+        self.whole_or_rows(&items, items, headers, row, last)
+            .map(drop)
     }
 
     /// A paged listing followed to its end: JSON, or a table and how many items and pages it took.
@@ -57,7 +71,7 @@ impl Output {
         row: impl Fn(&T) -> Vec<String>,
     ) -> anyhow::Result<()> {
         warn_stopped(listing);
-        if self.whole_or_rows(listing, &listing.items, headers, row)? {
+        if self.whole_or_rows(listing, &listing.items, headers, row, LastColumn::Visible)? {
             println!(
                 "\n{} in {}.",
                 count(listing.items.len(), "item"),
@@ -74,12 +88,13 @@ impl Output {
         headers: &[&str],
         row: impl Fn(&T) -> Vec<String>,
     ) -> anyhow::Result<()> {
-        if self.whole_or_rows(page, &page.items, headers, row)? {
+        if self.whole_or_rows(page, &page.items, headers, row, LastColumn::Visible)? {
             if let Some(total) = page.total_running {
                 println!("\n{total} running in total.");
             }
             match &page.next_token {
-                Some(token) => println!("More: --page-token {token}"),
+                // E2B's token, one line with nothing a terminal would act on.
+                Some(token) => println!("More: --page-token {}", crate::cli::visible::cell(token)),
                 None => println!("This is the last page."),
             }
         }
@@ -94,12 +109,14 @@ impl Output {
         items: &[T],
         headers: &[&str],
         row: impl Fn(&T) -> Vec<String>,
+        last: LastColumn,
     ) -> anyhow::Result<bool> {
         if self.json {
             print_json(whole)?;
             return Ok(false);
         }
-        print_table(headers, items.iter().map(row).collect());
+        let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+        print!("{}", render_table_with(headers, &rows, last));
         Ok(true)
     }
 
@@ -139,8 +156,26 @@ pub(super) fn warn_stopped<T>(listing: &Listing<T>) {
 }
 
 pub(super) fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    println!("{}", json_text(value)?);
     Ok(())
+}
+
+/// `value` as pretty JSON with no character a terminal acts on. serde_json already writes the
+/// C0 controls (ESC included) as `\u00XX`; DEL and the C1 controls (U+009B is an 8-bit CSI) it
+/// writes as they are, so they are written as `\u00XX` here too. They only occur inside strings,
+/// so the JSON means exactly the same.
+pub(super) fn json_text<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
+    let text = serde_json::to_string_pretty(value)?;
+    if !text.chars().any(|c| matches!(c, '\u{7f}'..='\u{9f}')) {
+        return Ok(text);
+    }
+    Ok(text
+        .chars()
+        .map(|c| match c {
+            '\u{7f}'..='\u{9f}' => format!("\\u{:04x}", c as u32),
+            c => c.to_string(),
+        })
+        .collect())
 }
 
 pub(super) fn time(t: DateTime<Utc>) -> String {
@@ -164,5 +199,23 @@ pub(super) fn count(n: usize, noun: &str) -> String {
         format!("1 {noun}")
     } else {
         format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_writes_every_control_character_escaped_and_means_the_same() {
+        let value = serde_json::json!({"message": "a\x1b]52;c;x\x07\u{7f}\u{9b}2J é"});
+        let text = json_text(&value).unwrap();
+        assert!(text.chars().all(|c| !c.is_control() || c == '\n'), "{text}");
+        assert!(
+            text.contains(r"\u001b]52;c;x\u0007\u007f\u009b2J é"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, value);
     }
 }

@@ -3,13 +3,14 @@
 //!
 //! `kill` is confirmed in `super::execute` before this module is called, so it only sends.
 use std::collections::{BTreeMap, HashSet};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::output::{Output, Subject, format_duration, print_json, time, unix_time, warn_stopped};
 use super::{ago, parse_cursor, parse_dur, parse_pair};
-use crate::cli::table::print_table;
+use crate::cli::table::{LastColumn, print_table};
 use crate::e2b::{
     E2bClient, ListQuery, ListedSandbox, LogLevel, LogsDirection, LogsQuery, NewSandbox,
     SandboxMetric, SandboxState, StateFilter,
@@ -134,6 +135,11 @@ pub enum SandboxAction {
         /// Oldest first, starting at the cursor.
         #[arg(long)]
         forward: bool,
+        /// Print the messages byte for byte, escape sequences included. By default a terminal
+        /// sees their control characters made visible (`^[` for ESC, as `cat -v` shows them);
+        /// output to a pipe or file is always byte for byte.
+        #[arg(long)]
+        raw: bool,
     },
     /// Summarise a sandbox's resource samples (min, average, max); every sample with --all.
     Metrics {
@@ -321,6 +327,7 @@ pub(super) async fn run(
             limit,
             cursor,
             forward,
+            raw,
         } => {
             let q = LogsQuery {
                 level,
@@ -330,13 +337,26 @@ pub(super) async fn run(
                 limit,
             };
             let logs = client.sandbox_logs(&id, &q).await?;
-            out.table(&logs, &["TIME", "LEVEL", "MESSAGE"], |l| {
-                vec![
-                    time(l.timestamp),
-                    l.level.as_str().into(),
-                    l.message.clone(),
-                ]
-            })?;
+            // A sandbox writes its own log messages: at a terminal, an escape sequence in one
+            // could write the clipboard or clear the screen, so it is shown, not obeyed. A pipe
+            // gets them exactly as E2B gave them, for the scripts that read them.
+            let last = if raw || !std::io::stdout().is_terminal() {
+                LastColumn::Raw
+            } else {
+                LastColumn::Visible
+            };
+            out.table_with(
+                &logs,
+                &["TIME", "LEVEL", "MESSAGE"],
+                |l| {
+                    vec![
+                        time(l.timestamp),
+                        l.level.as_str().into(),
+                        l.message.clone(),
+                    ]
+                },
+                last,
+            )?;
         }
         SandboxAction::Metrics { id, since, all } => {
             let start = since.map(ago);
