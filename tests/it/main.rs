@@ -30,6 +30,7 @@ mod push_alerts;
 mod recheck;
 mod run_cases;
 mod runs;
+mod shortening;
 mod sim_e2b;
 mod sim_envd;
 mod sim_slack_socket;
