@@ -796,6 +796,9 @@ pub struct HistoryParams {
     /// The case (or cases) the events belong to, said once instead of on every line; `None`
     /// when the heading already names the case.
     pub cases: Option<Mrkdwn>,
+    /// For a subject kept out of sweeps now: by whom, since and until when (filled by
+    /// `history`, which reads the subject's Leave mark).
+    pub left: Option<Mrkdwn>,
     /// The timeline, lines grouped so each group fits one section.
     pub chunks: Vec<Mrkdwn>,
 }
@@ -866,6 +869,7 @@ pub fn history_params(about: String, events: &[AuditEvent], about_case: bool) ->
         count: events.len(),
         shown: lines.len(),
         cases,
+        left: None,
         chunks: chunk_mrkdwn(lines, format::SECTION_TEXT_MAX_CHARS - 100),
     }
 }
@@ -1005,6 +1009,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             count: if full { 2 } else { 0 },
             shown: if full { 2 } else { 0 },
             cases: full.then(|| Mrkdwn::text(SAMPLE_TEXT)),
+            left: full.then(|| Mrkdwn::text(SAMPLE_TEXT)),
             chunks: if full {
                 vec![Mrkdwn::text(SAMPLE_TEXT), Mrkdwn::text(SAMPLE_TEXT)]
             } else {

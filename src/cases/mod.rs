@@ -48,6 +48,16 @@ impl Subject {
         }
     }
 
+    /// Reads [`Subject::key`] back; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (kind, id) = key.split_once(':')?;
+        match kind {
+            "sandbox" => SandboxId::parse(id).ok().map(Subject::Sandbox),
+            "template" => TemplateId::parse(id).ok().map(Subject::Template),
+            _ => None,
+        }
+    }
+
     /// The options Steward offers for this kind of subject, in card order.
     pub fn default_options(&self) -> Vec<DecisionOption> {
         match self {
@@ -852,6 +862,18 @@ mod tests {
                 .unwrap()
                 .contains("from running to paused")
         );
+    }
+
+    #[test]
+    fn subjects_round_trip_through_their_keys() {
+        for subject in [
+            sandbox(),
+            Subject::Template(TemplateId::parse("team/snap:1").unwrap()),
+        ] {
+            assert_eq!(Subject::from_key(&subject.key()), Some(subject));
+        }
+        assert_eq!(Subject::from_key("run:abc"), None);
+        assert_eq!(Subject::from_key("sandbox"), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod api_cases;
 mod api_runs;
 mod approvals;
 mod cards;
+mod check_exclusions;
 mod claims;
 mod cli_output;
 mod demo;
