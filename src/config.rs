@@ -852,6 +852,7 @@ const DURATION_KEYS: &[&str] = &[
     "keep_running_for",
     "restore_window",
     "timeout",
+    "max_exclude_for",
 ];
 
 /// A value error without repeating the key the sentence already names, and serde's

@@ -254,7 +254,9 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
     // The highlighted button is the one Steward recommends; the destructive ones stay red
     // whatever is recommended, so a kill never looks like the safe choice.
     let style = match option {
-        DecisionOption::Kill | DecisionOption::DeleteTemplate => Some("danger"),
+        DecisionOption::Kill | DecisionOption::DeleteTemplate | DecisionOption::Shorten => {
+            Some("danger")
+        }
         _ if option == case.recommendation.option => Some("primary"),
         _ => None,
     };
@@ -274,6 +276,14 @@ fn option_button(case: &Case, option: DecisionOption) -> ButtonParams {
                 "{kind} `{id}` will be killed and its state is lost for good. Steward will ask for a reason."
             ),
             confirm: "Kill it".into(),
+            deny: "Cancel".into(),
+        }),
+        DecisionOption::Shorten => Some(ConfirmParams {
+            title: "Shorten its life?".into(),
+            text: format!(
+                "E2B will kill {kind} `{id}` when its shortened timeout runs out, and its state is lost unless someone extends it first."
+            ),
+            confirm: "Shorten it".into(),
             deny: "Cancel".into(),
         }),
         DecisionOption::DeleteTemplate => {
@@ -309,9 +319,13 @@ pub fn option_label(case: &Case, option: DecisionOption) -> String {
             _ => {}
         }
     }
-    match (option, case.keep_running_for_secs) {
-        (DecisionOption::KeepRunning, Some(secs)) => format!(
+    match (option, case.keep_running_for_secs, case.shorten_to_secs) {
+        (DecisionOption::KeepRunning, Some(secs), _) => format!(
             "Keep running for {}",
+            format::human_duration(std::time::Duration::from_secs(secs))
+        ),
+        (DecisionOption::Shorten, _, Some(secs)) => format!(
+            "Shorten to {}",
             format::human_duration(std::time::Duration::from_secs(secs))
         ),
         _ => option.to_string(),
@@ -341,6 +355,7 @@ fn question(case: &Case) -> &'static str {
         DecisionOption::DeleteTemplate => "delete it?",
         DecisionOption::SnapshotAndKeep => "snapshot and keep it?",
         DecisionOption::KeepRunning => "keep it running?",
+        DecisionOption::Shorten => "shorten its life?",
         DecisionOption::Leave | DecisionOption::Keep => "what now?",
     }
 }
@@ -359,7 +374,13 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
                 run_card::ended(run),
                 kind.to_lowercase()
             ),
-            None => format!("{subject}: {}", question(case)),
+            None => match (case.recommendation.option, case.shorten_to_secs) {
+                (DecisionOption::Shorten, Some(secs)) => format!(
+                    "{subject}: shorten to {}?",
+                    format::human_duration(std::time::Duration::from_secs(secs))
+                ),
+                _ => format!("{subject}: {}", question(case)),
+            },
         },
         CaseState::Decided { decision, .. } | CaseState::Executing { decision, .. } => {
             format!("{subject}: {} under way", decision.option)
@@ -389,6 +410,7 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
                     }
                     (DecisionOption::SnapshotAndKeep, None) => format!("{subject} paused"),
                     (DecisionOption::KeepRunning, _) => format!("{subject} kept running"),
+                    (DecisionOption::Shorten, _) => format!("{subject}'s life shortened"),
                 }
             }
         }
@@ -432,6 +454,7 @@ fn policy_line(case: &Case) -> Option<String> {
         DecisionOption::Pause | DecisionOption::SnapshotAndKeep => "Paused",
         DecisionOption::DeleteTemplate => "Deleted",
         DecisionOption::KeepRunning => "Kept running",
+        DecisionOption::Shorten => "Shortened",
         DecisionOption::Leave | DecisionOption::Keep => "Left to its E2B timeout",
     };
     Some(match &case.state {
@@ -470,7 +493,7 @@ fn state_after(case: &Case, asked: &str) -> Option<String> {
                 StepOutcome::Paused | StepOutcome::AlreadyPaused => Some("paused"),
                 StepOutcome::TemplateDeleted => Some("deleted"),
                 StepOutcome::AlreadyGone => Some("gone"),
-                StepOutcome::KeptRunning { .. } => Some("running"),
+                StepOutcome::KeptRunning { .. } | StepOutcome::Shortened { .. } => Some("running"),
                 _ => None,
             });
             Some(match end {
@@ -510,6 +533,17 @@ fn result_lines(steps: &[crate::cases::StepRecord]) -> (Vec<String>, Option<Stri
                 extended: false,
             } => format!(
                 "Its E2B timeout already ran until {}, later than asked, so it was left as it was.",
+                when(*until)
+            ),
+            StepOutcome::Shortened {
+                until,
+                shortened: true,
+            } => format!("E2B timeout shortened: E2B ends it at {}.", when(*until)),
+            StepOutcome::Shortened {
+                until,
+                shortened: false,
+            } => format!(
+                "Its E2B timeout already ended at {}, sooner than asked, so it was left as it was.",
                 when(*until)
             ),
         };
@@ -827,6 +861,9 @@ pub struct HistoryParams {
     /// The case (or cases) the events belong to, said once instead of on every line; `None`
     /// when the heading already names the case.
     pub cases: Option<Mrkdwn>,
+    /// For a subject kept out of sweeps now: by whom, since and until when (filled by
+    /// `history`, which reads the subject's Leave mark).
+    pub left: Option<Mrkdwn>,
     /// The timeline, lines grouped so each group fits one section.
     pub chunks: Vec<Mrkdwn>,
 }
@@ -895,6 +932,7 @@ pub fn history_params(about: String, events: &[AuditEvent], about_case: bool) ->
         count: events.len(),
         shown: lines.len(),
         cases,
+        left: None,
         chunks: chunk_mrkdwn(lines, format::SECTION_TEXT_MAX_CHARS - 100),
     }
 }
@@ -1035,6 +1073,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             count: if full { 2 } else { 0 },
             shown: if full { 2 } else { 0 },
             cases: full.then(|| Mrkdwn::text(SAMPLE_TEXT)),
+            left: full.then(|| Mrkdwn::text(SAMPLE_TEXT)),
             chunks: if full {
                 vec![Mrkdwn::text(SAMPLE_TEXT), Mrkdwn::text(SAMPLE_TEXT)]
             } else {

@@ -285,6 +285,32 @@ pub fn until_date(text: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateT
     }
 }
 
+/// A "don't raise again before" date for a Leave (on a case) or an exclusion (from a list),
+/// capped by `[hygiene] max_exclude_for` (`max`): no date lasts `max` from `now`; a date must be
+/// in the future and no later than `now + max`. `Err` is the sentence to show next to the date
+/// picker; nothing is changed then.
+pub fn leave_until(
+    text: Option<&str>,
+    now: DateTime<Utc>,
+    max: Duration,
+) -> Result<DateTime<Utc>, String> {
+    let latest = chrono::Duration::from_std(max)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let Some(until) = until_date(text, now)? else {
+        return Ok(latest);
+    };
+    if until > latest {
+        return Err(format!(
+            "The latest date allowed is {} ([hygiene] max_exclude_for is {}): pick it or an earlier one. Nothing was changed.",
+            latest.format("%Y-%m-%d"),
+            crate::slack::format::human_duration(max)
+        ));
+    }
+    Ok(until)
+}
+
 /// A reason modal as submitted.
 #[derive(Debug, Clone)]
 pub struct Submission<'a> {
@@ -318,7 +344,14 @@ pub async fn reason_submitted(
     let Some(reason) = reason else {
         return error(CASE_REASON_BLOCK, "Please say why.".into());
     };
-    let until = match until_date(until, now) {
+    // Leave and Keep keep the subject out of sweeps until their date, which is capped; the
+    // other options take none (the state machine refuses one).
+    let until = if option.is_leave() {
+        leave_until(until, now, svc.lists.max_exclude_for).map(Some)
+    } else {
+        until_date(until, now)
+    };
+    let until = match until {
         Ok(until) => until,
         Err(message) => return error(CASE_UNTIL_BLOCK, message),
     };
@@ -383,7 +416,16 @@ async fn decide(
         }
         Err(e) => return Err(store_sentence(e).into()),
     };
-    audit(&svc.store, &case, person(user), &action, "ok").await;
+    let outcome = match &case.state {
+        CaseState::Left {
+            until: Some(until), ..
+        } => format!(
+            "ok (not raised again before {})",
+            crate::slack::format::when(*until)
+        ),
+        _ => "ok".to_owned(),
+    };
+    audit(&svc.store, &case, person(user), &action, &outcome).await;
     follow_up(svc, case).await;
     Ok(())
 }

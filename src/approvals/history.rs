@@ -9,9 +9,10 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 
 use super::card::{HISTORY_MAX_LINES, history_params};
-use crate::cases::Subject;
+use crate::cases::{CaseState, DecisionOption, Subject};
 use crate::ids::{CaseId, SandboxId, TemplateId};
-use crate::slack::render::{FailureParams, Message, Templates};
+use crate::slack::format::when;
+use crate::slack::render::{FailureParams, Message, Mrkdwn, Templates};
 use crate::store::{AuditSlice, Store, StoreError};
 
 /// Audit events read per page by the export.
@@ -71,6 +72,9 @@ pub async fn history_message(store: &Store, templates: &Templates, text: &str) -
             let mut params = history_params(about, &events, about_case);
             // Only the latest events were read; the count says how many there are.
             params.count = total.max(events.len());
+            if let HistoryTarget::Subject(subject) = &target {
+                params.left = left_line(store, subject, Utc::now()).await;
+            }
             templates.render_or_plain(&params)
         }
         Err(StoreError::Unavailable(_)) => failure(
@@ -79,6 +83,47 @@ pub async fn history_message(store: &Store, templates: &Templates, text: &str) -
         ),
         Err(e) => failure(format!("Steward could not read the audit log: {e}.")),
     }
+}
+
+/// Who keeps `subject` out of sweeps now, since when and until when, from its Leave mark and the
+/// case that made it: `Left out of sweeps until …: <@U> chose Leave it on … (case …)`. `None`
+/// when no mark holds now. A mark or case that cannot be read leaves the line out: the timeline
+/// below still has every event.
+async fn left_line(store: &Store, subject: &Subject, now: DateTime<Utc>) -> Option<Mrkdwn> {
+    let mark = store
+        .left_marks(std::slice::from_ref(subject))
+        .await
+        .ok()?
+        .into_iter()
+        .next()
+        .flatten()?;
+    if mark.until.is_some_and(|until| until <= now) {
+        return None;
+    }
+    let until = match mark.until {
+        Some(until) => format!("until {}", when(until)),
+        None => "with no end date".to_owned(),
+    };
+    let line = Mrkdwn::text(&format!("Left out of sweeps {until}: "));
+    let by = match store.get_case(&mark.case).await {
+        Ok(case) => match &case.state {
+            CaseState::Left { by, option, .. } => {
+                // A list's item case has no card: its Leave is an exclusion from the list.
+                let chose = if case.list.is_some() && *option == DecisionOption::Leave {
+                    " excluded it from a sweep's list".to_owned()
+                } else {
+                    format!(" chose {option}")
+                };
+                super::card::decider(by).and(chose)
+            }
+            _ => Mrkdwn::text("a decision"),
+        },
+        Err(_) => Mrkdwn::text("a decision"),
+    };
+    Some(
+        line.and(by)
+            .and(format!(" on {} (case `{}`).", when(mark.at), mark.case)),
+    )
 }
 
 /// Writes every audit event at or after `since` to `out`, one JSON object per line, oldest

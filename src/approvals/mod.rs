@@ -197,7 +197,18 @@ pub async fn open_case(
     target: CardTarget,
     now: DateTime<Utc>,
 ) -> Result<Opened, ApprovalError> {
-    let case = draft.into_case(now)?;
+    open_built_case(store, slack, templates, draft.into_case(now)?, target).await
+}
+
+/// [`open_case`] for a case already built from its draft, for a caller that sets what a draft
+/// does not carry (the timeout a shortening asks for).
+pub async fn open_built_case(
+    store: &Store,
+    slack: &SlackClient,
+    templates: &Templates,
+    case: Case,
+    target: CardTarget,
+) -> Result<Opened, ApprovalError> {
     let actor = actor_of(&case.opener);
     let (case, created) = match store.open_case(case).await? {
         Opened::Created(case) => {

@@ -3,11 +3,13 @@
 //!
 //! The database is asked first (an open case for the subject, which also proves Redis
 //! answers), so that when Redis is down nothing at all is sent to E2B. Only then is the
-//! evidence read from E2B and the card posted. This file must not call a destructive endpoint.
+//! evidence read from E2B and the card posted. A `/sandbox timeout` that would shorten a
+//! sandbox's life asks through here too ([`request_shorten`]). This file must not call a
+//! destructive endpoint.
 use chrono::{DateTime, Utc};
 
 use super::card::{CaseOpenedParams, message_link};
-use super::{ApprovalError, CardTarget, Services, evidence, open_case, post_card};
+use super::{ApprovalError, CardTarget, Services, evidence, open_built_case, post_card};
 use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommendation, Subject};
 use crate::e2b::{E2bClient, E2bError};
 use crate::execute::sentence;
@@ -64,14 +66,25 @@ enum AskError {
     Post(ApprovalError),
 }
 
+/// What a request asks the case to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Question {
+    /// The subject's default options: a kill (or a template delete).
+    End,
+    /// A shorter life: the timeout "Shorten" sets, with the kill options beside it.
+    Shorten(std::time::Duration),
+}
+
 /// Opens (or points at) the case for `subject`, reading its evidence from E2B: the one path
-/// behind `/sandbox kill`, `delete-template` and an agent's request, so each opens the same
-/// case with the same evidence, recommendation, options, deadline and card.
+/// behind `/sandbox kill`, `delete-template`, a shortening `/sandbox timeout` and an agent's
+/// request, so each opens the same case with the same evidence, recommendation, options,
+/// deadline and card.
 async fn ask(
     svc: &Services,
     subject: Subject,
     opener: Opener,
     reason: Option<String>,
+    question: Question,
     target: CardTarget,
     now: DateTime<Utc>,
 ) -> Result<Asked, AskError> {
@@ -111,16 +124,33 @@ async fn ask(
         Err(E2bError::NotFound { .. }) => return Err(AskError::NotFound),
         Err(e) => return Err(AskError::E2b(e)),
     };
+    let (recommendation, options) = match question {
+        Question::End => (requested_recommendation(&subject, &opener), None),
+        Question::Shorten(to) => (
+            Recommendation {
+                option: DecisionOption::Shorten,
+                reason: format!(
+                    "it is what was asked: once chosen, E2B ends the sandbox {} later unless someone extends it",
+                    crate::slack::format::human_duration(to)
+                ),
+            },
+            Some(DecisionOption::SHORTEN.to_vec()),
+        ),
+    };
     let draft = CaseDraft {
-        recommendation: requested_recommendation(&subject, &opener),
+        recommendation,
         subject,
         evidence,
-        options: None,
+        options,
         opener,
         reason: reason.unwrap_or_else(|| super::card::NO_REASON.into()),
         decide_by: svc.policy.decide_by(now),
     };
-    match open_case(&svc.store, &svc.slack, &svc.templates, draft, target, now).await {
+    let mut case = draft.into_case(now).map_err(|e| AskError::Post(e.into()))?;
+    if let Question::Shorten(to) = question {
+        case.shorten_to_secs = Some(to.as_secs());
+    }
+    match open_built_case(&svc.store, &svc.slack, &svc.templates, case, target).await {
         Ok(Opened::Created(case)) => Ok(Asked::Case {
             case,
             existing: false,
@@ -138,6 +168,7 @@ async fn request(
     svc: &Services,
     req: CaseRequest,
     subject: Subject,
+    question: Question,
     now: DateTime<Utc>,
 ) -> Message {
     let what = match &subject {
@@ -151,7 +182,7 @@ async fn request(
     let opener = Opener::Person {
         user: req.user.clone(),
     };
-    match ask(svc, subject, opener, req.reason, target, now).await {
+    match ask(svc, subject, opener, req.reason, question, target, now).await {
         Ok(Asked::Case { case, existing }) => opened_message(svc, &case, existing),
         Ok(Asked::BeingPosted(case)) => failure(
             svc,
@@ -205,7 +236,20 @@ pub async fn request_kill(
     id: SandboxId,
     now: DateTime<Utc>,
 ) -> Message {
-    request(svc, req, Subject::Sandbox(id), now).await
+    request(svc, req, Subject::Sandbox(id), Question::End, now).await
+}
+
+/// A `/sandbox timeout` that would end a sandbox sooner, from someone who may not kill: a case
+/// whose recommended option, Shorten, sets the timeout `to` (from when it is carried out) once
+/// someone allowed to kill chooses it. `req.reason` says what was asked.
+pub async fn request_shorten(
+    svc: &Services,
+    req: CaseRequest,
+    id: SandboxId,
+    to: std::time::Duration,
+    now: DateTime<Utc>,
+) -> Message {
+    request(svc, req, Subject::Sandbox(id), Question::Shorten(to), now).await
 }
 
 /// `/sandbox delete-template <id> [reason]`.
@@ -215,7 +259,7 @@ pub async fn request_delete_template(
     id: TemplateId,
     now: DateTime<Utc>,
 ) -> Message {
-    request(svc, req, Subject::Template(id), now).await
+    request(svc, req, Subject::Template(id), Question::End, now).await
 }
 
 /// A gated action an agent asks for (through the API or MCP). A person decides it.
@@ -302,7 +346,7 @@ pub async fn request_by_agent(
         channel,
         thread_ts: None,
     };
-    match ask(svc, subject, opener, reason, target, now).await {
+    match ask(svc, subject, opener, reason, Question::End, target, now).await {
         Ok(Asked::Case { case, existing }) => Ok(AgentRequested { case, existing }),
         Ok(Asked::BeingPosted(case)) => Ok(AgentRequested {
             case,

@@ -48,6 +48,16 @@ impl Subject {
         }
     }
 
+    /// Reads [`Subject::key`] back; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (kind, id) = key.split_once(':')?;
+        match kind {
+            "sandbox" => SandboxId::parse(id).ok().map(Subject::Sandbox),
+            "template" => TemplateId::parse(id).ok().map(Subject::Template),
+            _ => None,
+        }
+    }
+
     /// The options Steward offers for this kind of subject, in card order.
     pub fn default_options(&self) -> Vec<DecisionOption> {
         match self {
@@ -85,10 +95,14 @@ pub enum DecisionOption {
     SnapshotAndKeep,
     /// A run's sandbox: extend its E2B timeout (to the case's [`Case::keep_running_for_secs`]).
     KeepRunning,
+    /// Set the sandbox's E2B timeout to the case's [`Case::shorten_to_secs`] from now, ending
+    /// it sooner than it would have ended: a kill with a delay, so it follows the Kill rule.
+    /// Offered by the case `/sandbox timeout` opens for someone who may not kill.
+    Shorten,
 }
 
 impl DecisionOption {
-    pub const ALL: [DecisionOption; 8] = [
+    pub const ALL: [DecisionOption; 9] = [
         DecisionOption::SnapshotThenKill,
         DecisionOption::Kill,
         DecisionOption::Pause,
@@ -97,6 +111,18 @@ impl DecisionOption {
         DecisionOption::Keep,
         DecisionOption::SnapshotAndKeep,
         DecisionOption::KeepRunning,
+        DecisionOption::Shorten,
+    ];
+
+    /// The options of the case a shortening opens, in card order: what was asked, the
+    /// destructive options a kill case offers (one case per subject, so this one stands for
+    /// a kill case too), a pause and leaving it as it is.
+    pub const SHORTEN: [DecisionOption; 5] = [
+        DecisionOption::Shorten,
+        DecisionOption::SnapshotThenKill,
+        DecisionOption::Kill,
+        DecisionOption::Pause,
+        DecisionOption::Leave,
     ];
 
     /// The options of a run case, in card order: a checkpoint that keeps the sandbox, a
@@ -119,6 +145,7 @@ impl DecisionOption {
             DecisionOption::Keep => "keep",
             DecisionOption::SnapshotAndKeep => "snapshot_and_keep",
             DecisionOption::KeepRunning => "keep_running",
+            DecisionOption::Shorten => "shorten",
         }
     }
 
@@ -127,13 +154,15 @@ impl DecisionOption {
         Self::ALL.into_iter().find(|o| o.as_str() == text.trim())
     }
 
-    /// Options that destroy something that cannot be brought back.
+    /// Options that destroy something that cannot be brought back. A shortening counts: E2B
+    /// kills the sandbox when its shortened timeout runs out.
     pub fn is_irreversible(self) -> bool {
         matches!(
             self,
             DecisionOption::SnapshotThenKill
                 | DecisionOption::Kill
                 | DecisionOption::DeleteTemplate
+                | DecisionOption::Shorten
         )
     }
 
@@ -164,6 +193,7 @@ impl fmt::Display for DecisionOption {
             DecisionOption::Keep => "Keep",
             DecisionOption::SnapshotAndKeep => "Snapshot and keep",
             DecisionOption::KeepRunning => "Keep running",
+            DecisionOption::Shorten => "Shorten",
         })
     }
 }
@@ -571,6 +601,10 @@ pub struct Case {
     /// For a run case: what "Keep running" extends the sandbox's E2B timeout to, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_running_for_secs: Option<u64>,
+    /// For the case of a shortening (`/sandbox timeout` by someone who may not kill): the
+    /// timeout, in seconds from when the decision is carried out, that "Shorten" sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shorten_to_secs: Option<u64>,
     /// The step of the current attempt that is waiting out a transient failure (E2B briefly
     /// unavailable), and how many times it failed so. Cleared when a step finishes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -716,6 +750,7 @@ impl CaseDraft {
             state: CaseState::Pending,
             notes: Vec::new(),
             keep_running_for_secs: None,
+            shorten_to_secs: None,
             retrying: None,
             restore: None,
             list: None,
@@ -831,6 +866,18 @@ mod tests {
                 .unwrap()
                 .contains("from running to paused")
         );
+    }
+
+    #[test]
+    fn subjects_round_trip_through_their_keys() {
+        for subject in [
+            sandbox(),
+            Subject::Template(TemplateId::parse("team/snap:1").unwrap()),
+        ] {
+            assert_eq!(Subject::from_key(&subject.key()), Some(subject));
+        }
+        assert_eq!(Subject::from_key("run:abc"), None);
+        assert_eq!(Subject::from_key("sandbox"), None);
     }
 
     #[test]

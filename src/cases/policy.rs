@@ -29,7 +29,8 @@ pub struct ApprovalPolicy {
     /// Forbids the requester of a case from approving its Kill / Delete Template.
     pub two_person_rule: bool,
     /// A timeout (or resume timeout) that would end a sandbox sooner than this needs a
-    /// decision: `/sandbox timeout` below it opens a kill case instead.
+    /// decision: a `/sandbox timeout` below it that shortens the sandbox's life opens a case
+    /// even for a kill approver, and a resume below it is refused.
     #[serde(deserialize_with = "deserialize_min_timeout")]
     pub min_timeout: Duration,
     /// How long after a Snapshot, then kill its card offers Restore (the sandbox started again
@@ -136,6 +137,8 @@ impl Approvers {
             // Neither destroys anything: a snapshot and a pause, or more time. Whoever may
             // pause may choose them.
             DecisionOption::SnapshotAndKeep | DecisionOption::KeepRunning => &self.pause,
+            // A shorter life is a kill with a delay: whoever may kill may choose it.
+            DecisionOption::Shorten => &self.kill,
         }
     }
 
@@ -464,6 +467,29 @@ delete_template = { users = ["U1"] }
         assert_eq!(
             policy.decide_by(now),
             DateTime::from_timestamp(1_000 + 24 * 3600, 0).unwrap()
+        );
+    }
+
+    #[test]
+    fn shorten_follows_the_kill_rule_and_the_two_person_rule() {
+        check("U1", &[], DecisionOption::Shorten, None, Ok(()));
+        check(
+            "U9",
+            &[],
+            DecisionOption::Shorten,
+            None,
+            Err(Refusal::NotAnApprover {
+                option: DecisionOption::Shorten,
+            }),
+        );
+        check(
+            "U1",
+            &[],
+            DecisionOption::Shorten,
+            Some("U1"),
+            Err(Refusal::OwnRequest {
+                option: DecisionOption::Shorten,
+            }),
         );
     }
 

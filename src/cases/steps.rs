@@ -20,6 +20,8 @@ pub enum Step {
     DeleteTemplate,
     /// Extend the sandbox's E2B timeout ("Keep running"); never shortens it.
     ExtendTimeout,
+    /// Shorten the sandbox's E2B timeout ("Shorten"); never extends it.
+    ShortenTimeout,
 }
 
 impl Step {
@@ -31,6 +33,7 @@ impl Step {
             Step::Pause => "pause",
             Step::DeleteTemplate => "delete_template",
             Step::ExtendTimeout => "extend_timeout",
+            Step::ShortenTimeout => "shorten_timeout",
         }
     }
 }
@@ -55,6 +58,12 @@ pub enum StepOutcome {
         until: DateTime<Utc>,
         extended: bool,
     },
+    /// The sandbox's E2B timeout now ends at `until` (or already ended sooner than asked, and
+    /// was left alone: `shortened` is false).
+    Shortened {
+        until: DateTime<Utc>,
+        shortened: bool,
+    },
     /// The subject no longer exists: the remaining steps have nothing to act on.
     AlreadyGone,
 }
@@ -76,6 +85,7 @@ pub fn plan_for(option: DecisionOption) -> &'static [Step] {
         DecisionOption::DeleteTemplate => &[Step::DeleteTemplate],
         DecisionOption::SnapshotAndKeep => &[Step::Snapshot, Step::VerifySnapshot, Step::Pause],
         DecisionOption::KeepRunning => &[Step::ExtendTimeout],
+        DecisionOption::Shorten => &[Step::ShortenTimeout],
         DecisionOption::Leave | DecisionOption::Keep => &[],
     }
 }
@@ -134,6 +144,7 @@ mod tests {
             plan_for(DecisionOption::KeepRunning),
             &[Step::ExtendTimeout]
         );
+        assert_eq!(plan_for(DecisionOption::Shorten), &[Step::ShortenTimeout]);
     }
 
     #[test]

@@ -1,17 +1,22 @@
 //! `steward check`: says in plain words what is missing, what is risky and what cannot be reached.
 //!
 //! Problems (a missing secret, a service that does not answer, a template override that does not
-//! render) exit 1; warnings (nobody may kill, no approvals channel) are printed but exit 0, since
-//! Steward still runs. It reads settings and
-//! makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox list), and in Socket Mode a
-//! third (`apps.connections.open`, whose URL it never connects to); it changes nothing.
+//! render) exit 1; warnings (nobody may kill, no approvals channel, sandboxes kept out of sweeps
+//! for longer than `[hygiene] max_exclude_for`) are printed but exit 0, since Steward still runs.
+//! It reads settings and makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox
+//! list), and in Socket Mode a third (`apps.connections.open`, whose URL it never connects to); it
+//! reads Redis (every Leave mark, through `Store::all_left_marks`); it changes nothing.
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cases::{ApproverRule, DecisionOption};
+use chrono::{DateTime, Utc};
+
+use crate::cases::{ApproverRule, CaseState, DecisionOption, Subject};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::{E2bClient, ListQuery};
 use crate::slack::client::SlackClient;
+use crate::slack::format::{human_duration, when};
+use crate::store::{LeftMark, Store};
 
 /// Longest wait for each of the two reachability calls, so `check` never hangs on a dead host.
 const REACH_TIMEOUT: Duration = Duration::from_secs(15);
@@ -33,6 +38,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     reach_e2b(&settings, &mut found).await;
     reach_slack(&settings, &mut found).await;
     open_socket(&settings, &mut found).await;
+    long_exclusions(&settings, &mut found).await;
     for line in &found.problems {
         println!("{line}");
     }
@@ -207,6 +213,76 @@ async fn open_socket(settings: &Settings, found: &mut Findings) {
             settings.slack.api_url,
             REACH_TIMEOUT.as_secs()
         )),
+    }
+}
+
+/// Long exclusions `check` names one by one; the rest are counted.
+const LONG_EXCLUSIONS_SHOWN: usize = 20;
+
+/// Every Leave mark in Redis that keeps its subject out of sweeps for longer than
+/// `[hygiene] max_exclude_for` from when it was made (no end date counts: it is one), each a
+/// warning naming the subject, until when, who decided and the case. Such marks were made before
+/// the cap (or by a policy); sweeps honour them until their date. Redis not answering is a
+/// problem: Steward records nothing without it.
+async fn long_exclusions(settings: &Settings, found: &mut Findings) {
+    use secrecy::ExposeSecret;
+    let store = match Store::redis_lazy(
+        settings.redis.url.expose_secret(),
+        &settings.redis.key_prefix,
+    ) {
+        Ok(store) => store,
+        Err(e) => return found.problems.push(format!("{e}.")),
+    };
+    let marks = match tokio::time::timeout(REACH_TIMEOUT, store.all_left_marks()).await {
+        Ok(Ok(marks)) => marks,
+        Ok(Err(e)) => {
+            return found.problems.push(format!(
+                "Redis (REDIS_URL) could not be read, so long exclusions could not be listed: {e}."
+            ));
+        }
+        Err(_) => {
+            return found.problems.push(format!(
+                "Redis (REDIS_URL) did not answer within {} s.",
+                REACH_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    let max = settings.policy.hygiene.max_exclude_for;
+    let cap = chrono::Duration::from_std(max).unwrap_or(chrono::Duration::MAX);
+    let now = Utc::now();
+    let mut long: Vec<(Subject, LeftMark)> = marks
+        .into_iter()
+        .filter(|(_, mark)| match mark.until {
+            None => true,
+            Some(until) => until > now && until - mark.at > cap,
+        })
+        .collect();
+    // The furthest first (no end date before any date), then by subject, so the output is stable.
+    long.sort_by(|(a, x), (b, y)| {
+        let far = |m: &LeftMark| m.until.unwrap_or(DateTime::<Utc>::MAX_UTC);
+        far(y).cmp(&far(x)).then_with(|| a.key().cmp(&b.key()))
+    });
+    for (subject, mark) in long.iter().take(LONG_EXCLUSIONS_SHOWN) {
+        let by = match store.get_case(&mark.case).await.map(|c| c.state) {
+            Ok(CaseState::Left { by, .. }) => format!(" by {by}"),
+            _ => String::new(),
+        };
+        let until = match mark.until {
+            Some(until) => format!("until {}", when(until)),
+            None => "with no end date".to_owned(),
+        };
+        found.warnings.push(format!(
+            "{subject} is kept out of sweeps {until} (left{by} on {}, case {}): longer than [hygiene] max_exclude_for ({}) allows; sweeps raise it again only after that.",
+            when(mark.at),
+            mark.case,
+            human_duration(max)
+        ));
+    }
+    if long.len() > LONG_EXCLUSIONS_SHOWN {
+        found.warnings.push(format!(
+            "{} more subjects are kept out of sweeps for longer than [hygiene] max_exclude_for allows.",
+            long.len() - LONG_EXCLUSIONS_SHOWN
+        ));
     }
 }
 

@@ -16,6 +16,7 @@
 //! when_nothing_new = "one_line"  # or "nothing"
 //! list_from = 25                 # from this many idle sandboxes, one list decision
 //! list_concurrency = 8           # sandboxes an approved list acts on at once
+//! max_exclude_for = "30d"        # the latest "don't raise again" date a person may set
 //!
 //! [hygiene.owners]
 //! alice = "U0ALICE"
@@ -52,6 +53,8 @@ pub const DEFAULT_MAX_CASES_PER_SWEEP: usize = 200;
 pub const DEFAULT_LIST_FROM: usize = 25;
 /// Sandboxes an approved list acts on at once (across replicas).
 pub const DEFAULT_LIST_CONCURRENCY: usize = 8;
+/// How far ahead a person may set a "don't raise again" date (an exclusion, a Leave): 30 days.
+pub const DEFAULT_MAX_EXCLUDE_FOR: Duration = crate::approvals::list::DEFAULT_MAX_EXCLUDE_FOR;
 
 /// Everything under `[hygiene]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +92,11 @@ pub struct HygieneConfig {
     /// `chat.update`).
     #[serde(deserialize_with = "duration")]
     pub list_progress_every: Option<Duration>,
+    /// The longest a person may keep a sandbox out of sweeps: an exclusion from a list, or a
+    /// Leave on a case, may not be dated later than this from now, and one without a date lasts
+    /// this long. `steward check` lists the marks that last longer (made before the cap).
+    #[serde(deserialize_with = "max_exclude_for")]
+    pub max_exclude_for: Duration,
     /// Owner names found in metadata, mapped to the Slack users to mention.
     pub owners: BTreeMap<String, SlackUserId>,
     /// The idle policy: thresholds, per-template overrides, prices.
@@ -109,6 +117,7 @@ impl Default for HygieneConfig {
             list_concurrency: DEFAULT_LIST_CONCURRENCY,
             list_item_lease: None,
             list_progress_every: None,
+            max_exclude_for: DEFAULT_MAX_EXCLUDE_FOR,
             owners: BTreeMap::new(),
             idle: IdlePolicy::default(),
         }
@@ -138,6 +147,7 @@ impl HygieneConfig {
             concurrency: self.list_concurrency.max(1),
             item_lease: self.list_item_lease.unwrap_or(defaults.item_lease),
             progress_every: self.list_progress_every.unwrap_or(defaults.progress_every),
+            max_exclude_for: self.max_exclude_for,
         }
     }
 
@@ -289,6 +299,19 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     Ok(Some(within))
 }
 
+fn max_exclude_for<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    let cap = crate::duration::parse("hygiene.max_exclude_for", &text)
+        .map_err(serde::de::Error::custom)?;
+    // Shorter than a day, no date could be picked at all (dates are whole days).
+    if cap < Duration::from_secs(86_400) {
+        return Err(serde::de::Error::custom(
+            "hygiene.max_exclude_for must be at least a day (\"1d\"), since exclusions are dated by the day",
+        ));
+    }
+    Ok(cap)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +368,22 @@ mod tests {
         );
         assert!(parse("[idle]\ncpu_threshold = 3.0\n").is_err());
         assert!(parse("[owners]\nalice = \"not a user\"\n").is_err());
+    }
+
+    #[test]
+    fn exclusions_are_capped_at_thirty_days_unless_said_otherwise_and_never_below_a_day() {
+        assert_eq!(
+            HygieneConfig::default().list_settings().max_exclude_for,
+            Duration::from_secs(30 * 86_400)
+        );
+        let c = parse("max_exclude_for = \"90d\"\n").unwrap();
+        assert_eq!(
+            c.list_settings().max_exclude_for,
+            Duration::from_secs(90 * 86_400)
+        );
+        let err = parse("max_exclude_for = \"2h\"\n").unwrap_err().to_string();
+        assert!(err.contains("at least a day"), "{err}");
+        assert!(parse("max_exclude_for = \"forever\"\n").is_err());
     }
 
     #[test]

@@ -185,6 +185,34 @@ impl Keys {
         format!("{}:left:{}:{key}", self.prefix, tag(shard_of(&key)))
     }
 
+    /// A `SCAN MATCH` pattern for the Leave marks of one shard (`Some`) or of all (`None`), the
+    /// prefix escaped so none of its characters acts as a wildcard.
+    pub fn left_pattern(&self, shard: Option<u16>) -> String {
+        let escaped: String = self
+            .prefix
+            .chars()
+            .flat_map(|c| {
+                let special = matches!(c, '*' | '?' | '[' | ']' | '\\' | '^');
+                special
+                    .then_some('\\')
+                    .into_iter()
+                    .chain(std::iter::once(c))
+            })
+            .collect();
+        match shard {
+            Some(shard) => format!("{escaped}:left:{}:*", tag(shard)),
+            None => format!("{escaped}:left:*"),
+        }
+    }
+
+    /// The subject of a Leave mark's key, read back from [`Keys::left`]; `None` for a key of
+    /// another layout.
+    pub fn subject_of_left(&self, key: &str) -> Option<Subject> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix(":left:{s")?;
+        let (_, subject_key) = rest.split_once("}:")?;
+        Subject::from_key(subject_key)
+    }
+
     pub fn last_sweep(&self) -> String {
         format!("{}:sweep:last-completed", self.prefix)
     }
@@ -318,6 +346,21 @@ mod tests {
         // Stable across processes and versions: this value is part of the key layout.
         assert_eq!(shard_of("sandbox:sbx1"), shard_of("sandbox:sbx1"));
         assert!(shard_of("") < INDEX_SHARDS);
+    }
+
+    #[test]
+    fn leave_mark_keys_are_found_by_their_pattern_and_read_back() {
+        let keys = Keys::new("st*e[w]").unwrap();
+        let subject = Subject::Sandbox(SandboxId::parse("sbx1").unwrap());
+        let key = keys.left(&subject);
+        assert_eq!(keys.subject_of_left(&key), Some(subject.clone()));
+        assert_eq!(keys.left_pattern(None), "st\\*e\\[w\\]:left:*");
+        let shard = shard_of(&subject.key());
+        assert_eq!(
+            keys.left_pattern(Some(shard)),
+            format!("st\\*e\\[w\\]:left:{{s{shard:02}}}:*")
+        );
+        assert_eq!(keys.subject_of_left(&keys.open_case(&subject)), None);
     }
 
     #[test]

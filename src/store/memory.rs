@@ -237,6 +237,14 @@ impl MemoryStore {
         }
     }
 
+    pub(crate) async fn all_left_marks(&self) -> Result<Vec<(Subject, LeftMark)>, StoreError> {
+        let s = self.lock();
+        Ok(s.left
+            .iter()
+            .filter_map(|(key, mark)| Some((Subject::from_key(key)?, mark.clone())))
+            .collect())
+    }
+
     pub(crate) async fn left_marks(
         &self,
         subjects: &[Subject],

@@ -586,6 +586,13 @@ impl Store {
         delegate!(self.left_marks(subjects))
     }
 
+    /// Every Leave mark the store holds, with its subject, in no particular order. A scan of the
+    /// whole keyspace (shard by shard on a Cluster): for `steward check`, never on a request's
+    /// path. A mark past its `until` may still be listed for up to a day (its key outlives it).
+    pub async fn all_left_marks(&self) -> Result<Vec<(Subject, LeftMark)>, StoreError> {
+        delegate!(self.all_left_marks())
+    }
+
     /// The open case id of each subject (same order as `subjects`), in one round trip. An index
     /// read: a case may have closed since.
     pub async fn open_case_ids(

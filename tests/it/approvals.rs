@@ -533,6 +533,52 @@ async fn a_case_nobody_decides_expires_once_and_says_no_action_was_taken() {
     );
 }
 
+/// A Leave keeps the sandbox out of sweeps until its date, so the date is capped by
+/// `[hygiene] max_exclude_for` (here a week): a later one is refused next to the date picker
+/// and the case stays open; no date at all lasts the cap, not for ever.
+#[tokio::test]
+async fn a_leave_dated_past_the_cap_is_refused_and_one_without_a_date_lasts_the_cap() {
+    let app = spawn_app_with(options("[hygiene]\nmax_exclude_for = \"7d\"")).await;
+    seed(&app, "keeper2", "base").await;
+    let case = open_kill_case(&app, "keeper2").await;
+    let before = app.modals_opened().len();
+    click(&app, &case, "case_leave", "U0005", &hook()).await;
+    let view = app.opened_modal(before).await;
+
+    let refused = app
+        .submit_reason(&view, "U0005", "keep it", Some("9999-12-31"))
+        .await;
+    assert_eq!(refused["response_action"], "errors", "{refused}");
+    let latest = (chrono::Utc::now() + chrono::Duration::days(7))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert!(
+        refused["errors"]["until"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("The latest date allowed is {latest}")),
+        "{refused}"
+    );
+    assert_eq!(state_of(&app, &case).await, CaseState::Pending);
+
+    let answer = app.submit_reason(&view, "U0005", "keep it", None).await;
+    assert_eq!(answer, Value::Null);
+    let CaseState::Left {
+        until: Some(at), ..
+    } = state_of(&app, &case).await
+    else {
+        panic!("not left until a date")
+    };
+    let week = chrono::Utc::now() + chrono::Duration::days(7);
+    assert!(at <= week && at > week - chrono::Duration::hours(1), "{at}");
+    eventually("the card says when Steward may ask again", || async {
+        card_text(&app, &case)
+            .await
+            .contains(&format!("Steward may ask again after {latest}"))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn leave_with_a_reason_closes_the_case_and_remembers_until_when() {
     let app = spawn_app_with(options("")).await;

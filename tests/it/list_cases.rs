@@ -824,3 +824,143 @@ async fn a_button_sent_from_another_message_does_nothing_and_a_later_approval_is
     .await;
     assert_eq!(app.e2b_calls().await.get("paused").copied(), Some(2));
 }
+
+/// `[hygiene] max_exclude_for` (30 days by default) bounds how long Exclude… keeps a sandbox out
+/// of sweeps: a later date is refused next to the date picker and nothing is excluded; a date
+/// within it, or none (which lasts the cap), excludes, and the digest and `/sandbox history`
+/// say who excluded which sandbox until when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusion_past_the_cap_is_refused_and_one_within_it_says_who_and_until_when() {
+    let (slack, e2b) = simulators(0, 0).await;
+    let app = spawn_app_on(
+        slack,
+        e2b,
+        TestAppOptions {
+            policy: Some(policy("")),
+            ..TestAppOptions::default()
+        },
+    )
+    .await;
+    seed(&app, 3, &idle_running("bob")).await;
+    let list = sweep(&app).await;
+    let g = group_of(&list, "bob", DecisionOption::Pause);
+    let before = app.modals_opened().len();
+    click(&app, &list, "sweep_list_exclude", Some(g), PAUSER).await;
+    let modal = app.opened_modal(before).await;
+    assert!(
+        visible_json_text(&modal).contains("at most 30 d ahead"),
+        "{modal}"
+    );
+    let submit = |sandbox: String, until: Option<String>| {
+        let payload = json!({
+            "type": "view_submission",
+            "user": {"id": PAUSER},
+            "view": {"id": format!("V{}", hook()), "callback_id": "sweep_list_exclude",
+                     "private_metadata": modal["private_metadata"].clone(),
+                     "state": {"values": {
+                         "paste": {"paste_ids": {"type": "plain_text_input", "value": sandbox}},
+                         "until": {"until_date": {"type": "datepicker", "selected_date": until}},
+                     }}},
+        });
+        let app = &app;
+        async move {
+            let resp = app.post_interaction(&payload).await;
+            assert_eq!(resp.status(), 200);
+            let body = resp.text().await.unwrap();
+            if body.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str::<Value>(&body).unwrap()
+            }
+        }
+    };
+    let items: Vec<String> = list.groups[g]
+        .items
+        .iter()
+        .map(|i| i.sandbox.to_string())
+        .collect();
+    let item_case = |n: usize| list.groups[g].items[n].case.clone();
+    let latest = (Utc::now() + chrono::Duration::days(30))
+        .format("%Y-%m-%d")
+        .to_string();
+
+    // "Don't raise again" until the end of time: refused, with the latest date allowed.
+    let refused = submit(items[0].clone(), Some("9999-12-31".into())).await;
+    assert_eq!(refused["response_action"], "errors", "{refused}");
+    let said = refused["errors"]["until"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!("The latest date allowed is {latest}")),
+        "{refused}"
+    );
+    assert!(said.contains("[hygiene] max_exclude_for"), "{said}");
+    let stored = app.state.store.get_list(&list.id).await.unwrap();
+    assert!(stored.groups[g].excluded.is_empty(), "nothing was excluded");
+    let case = app.state.store.get_case(&item_case(0)).await.unwrap();
+    assert_eq!(case.state, sandbox_steward::cases::CaseState::Pending);
+    let subject = sandbox_steward::cases::Subject::Sandbox(
+        sandbox_steward::ids::SandboxId::parse(items[0].as_str()).unwrap(),
+    );
+    let marks = app
+        .state
+        .store
+        .left_marks(std::slice::from_ref(&subject))
+        .await
+        .unwrap();
+    assert_eq!(marks, [None], "no Leave mark");
+
+    // Ten days: excluded. No date: excluded for the cap, not for ever.
+    let ten_days = (Utc::now() + chrono::Duration::days(10))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert_eq!(
+        submit(items[0].clone(), Some(ten_days.clone())).await,
+        Value::Null
+    );
+    assert_eq!(submit(items[1].clone(), None).await, Value::Null);
+    let stored = app.state.store.get_list(&list.id).await.unwrap();
+    let excluded = &stored.groups[g].excluded;
+    assert_eq!(excluded.len(), 2, "{excluded:?}");
+    assert_eq!(excluded[0].by.as_str(), PAUSER);
+    assert_eq!(
+        excluded[0].until.map(|u| u.format("%Y-%m-%d").to_string()),
+        Some(ten_days.clone())
+    );
+    let capped = excluded[1].until.expect("no date lasts the cap");
+    assert!(
+        capped <= Utc::now() + chrono::Duration::days(30)
+            && capped > Utc::now() + chrono::Duration::days(29),
+        "{capped}"
+    );
+
+    // The digest says who excluded which until when.
+    let expected = format!("`{}` by <@{PAUSER}> until {ten_days} 00:00 UTC", items[0]);
+    within(20, "the digest names the exclusion", || {
+        let holds = shown(&app, &list, g).contains(&expected);
+        async move { holds }
+    })
+    .await;
+    let digest = shown(&app, &list, g);
+    assert!(digest.contains("Excluded: "), "{digest}");
+    assert!(
+        digest.contains(&format!("`{}` by <@{PAUSER}> until", items[1])),
+        "{digest}"
+    );
+
+    // So does the sandbox's history: the Leave mark on top, the decision in the timeline.
+    let history = hook();
+    app.post_command_to(&format!("history {}", items[0]), &history)
+        .await;
+    let history = crate::common::visible_text(&app.wait_for_hook(&history).await);
+    assert!(
+        history.contains(&format!(
+            "Left out of sweeps until {ten_days} 00:00 UTC: <@{PAUSER}> excluded it from a sweep's list"
+        )),
+        "{history}"
+    );
+    assert!(
+        history.contains(&format!(
+            "decide:leave: ok (excluded from the list until {ten_days} 00:00 UTC)"
+        )),
+        "{history}"
+    );
+}

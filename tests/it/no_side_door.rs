@@ -1,5 +1,5 @@
 //! Nothing irreversible without a decision: a timeout short enough to end a sandbox opens a
-//! kill case instead of ending it, a resume with such a timeout is refused, live sweeps are
+//! case instead of ending it, a resume with such a timeout is refused, live sweeps are
 //! policy, and `steward sweep` at the terminal is a dry run unless `--live`.
 
 use crate::common::{TestAppOptions, redis_url, spawn_app_with, visible_text};
@@ -96,18 +96,20 @@ async fn a_non_approvers_one_second_timeout_leaves_the_sandbox_alive_and_opens_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_at_or_above_the_floor_is_set_and_audited() {
+async fn a_timeout_that_extends_the_sandbox_is_set_and_audited() {
     let app = spawn_app_with(options()).await;
     app.seed_sandbox(running("long1")).await;
 
-    let reply = app.run_deferred("timeout long1 30m").await;
+    // Ten hours left: twenty is an extension, which anyone may ask for. (A shorter one is a
+    // kill with a delay: `shortening.rs` covers it.)
+    let reply = app.run_deferred("timeout long1 20h").await;
 
     let text = visible_text(&reply);
-    assert!(text.contains("will now end in 30 min"), "{text}");
+    assert!(text.contains("will now end in 20 h"), "{text}");
     assert_eq!(calls(&app, "timeout").await, 1);
     let audit = audit_outcomes(&app, "long1").await;
     assert!(
-        audit.iter().any(|a| a.starts_with("timeout set to 30 min")),
+        audit.iter().any(|a| a.starts_with("timeout set to 20 h")),
         "{audit:?}"
     );
 }
@@ -303,7 +305,7 @@ async fn a_timeout_e2b_keeps_rate_limiting_is_answered_with_a_sentence() {
         .await
         .unwrap();
 
-    let reply = app.run_deferred("timeout busy429 30m").await;
+    let reply = app.run_deferred("timeout busy429 20h").await;
 
     let text = visible_text(&reply);
     assert!(text.to_lowercase().contains("rate"), "{text}");

@@ -85,6 +85,7 @@ suite!(
     decided_cases_are_indexed_until_their_work_ends_and_one_caller_postpones_each,
     the_worker_loop_runs_jobs_until_shutdown,
     a_leave_decision_outlives_its_case_for_sweeps,
+    every_leave_mark_is_listed_with_its_subject_whatever_its_shard,
     the_sweep_marker_never_moves_backwards,
     history_reads_a_bounded_recent_slice_and_export_pages_through_everything,
     out_of_date_cards_are_counted_until_cleared,
@@ -317,6 +318,10 @@ fn outcome_of(step: Step) -> StepOutcome {
         Step::ExtendTimeout => StepOutcome::KeptRunning {
             until: chrono::DateTime::from_timestamp(2_000_000_000, 0).unwrap(),
             extended: true,
+        },
+        Step::ShortenTimeout => StepOutcome::Shortened {
+            until: chrono::DateTime::from_timestamp(2_000_000_000, 0).unwrap(),
+            shortened: true,
         },
     }
 }
@@ -1110,6 +1115,50 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
     let steps: Vec<StepRecord> = store.steps_done(&second.id).await.unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].outcome, StepOutcome::Killed);
+}
+
+/// `steward check` reads every Leave mark: one per subject (the latest), in every shard, and
+/// nothing that is not a mark.
+async fn every_leave_mark_is_listed_with_its_subject_whatever_its_shard(store: Store) {
+    let mut expected = std::collections::HashMap::new();
+    let mut shards = std::collections::HashSet::new();
+    for n in 0..40_i64 {
+        let subject = new_sandbox();
+        shards.insert(sandbox_steward::store::keys::shard_of(&subject.key()));
+        let case = open(&store, &subject).await;
+        let until = (n % 3 != 0).then(|| Utc::now() + chrono::Duration::days(n + 1));
+        let left = store
+            .apply_event(
+                &case.id,
+                Event::Decide {
+                    option: DecisionOption::Leave,
+                    by: user("UAPPROVER"),
+                    reason: Some("kept".into()),
+                    until,
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(left, Updated::Applied(_)), "{left:?}");
+        expected.insert(subject, (case.id, until));
+    }
+    // Open cases and closed ones that are not Leave leave no mark.
+    open(&store, &new_sandbox()).await;
+    let paused = open(&store, &new_sandbox()).await;
+    store
+        .apply_event(&paused.id, decide(DecisionOption::Pause, "U1"), Utc::now())
+        .await
+        .unwrap();
+    assert!(shards.len() > 8, "the marks span many shards: {shards:?}");
+
+    let listed = store.all_left_marks().await.unwrap();
+
+    let got: std::collections::HashMap<_, _> = listed
+        .into_iter()
+        .map(|(subject, mark)| (subject, (mark.case, mark.until)))
+        .collect();
+    assert_eq!(got, expected);
 }
 
 async fn a_leave_decision_outlives_its_case_for_sweeps(store: Store) {

@@ -27,6 +27,7 @@ use crate::cases::list::{
 use crate::cases::{Card, Case, CaseState, DecisionOption, Event, Subject, may_decide};
 use crate::ids::{ListId, SandboxId, SlackUserId};
 use crate::slack::client::SlackClient;
+use crate::slack::format::when;
 use crate::slack::render::{Message, Mrkdwn, Templates};
 use crate::store::{Actor, ListUpdated, Store, StoreError, Updated};
 
@@ -40,12 +41,17 @@ pub const DEFAULT_PROGRESS_EVERY: Duration = Duration::from_secs(3);
 /// Cards a Review individually posts at most; the rest stay in the list, undecided.
 pub const MAX_REVIEW_CARDS: usize = 200;
 
-/// How lists are carried out (`[hygiene] list_*`).
+/// How far ahead a "don't raise again" date may be when `[hygiene]` does not say: 30 days.
+pub const DEFAULT_MAX_EXCLUDE_FOR: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// How lists are carried out (`[hygiene] list_*`), and how long a person may keep a sandbox out
+/// of sweeps (`[hygiene] max_exclude_for`: an exclusion here, or a Leave on a single case).
 #[derive(Debug, Clone, Copy)]
 pub struct ListSettings {
     pub concurrency: usize,
     pub item_lease: Duration,
     pub progress_every: Duration,
+    pub max_exclude_for: Duration,
 }
 
 impl Default for ListSettings {
@@ -54,6 +60,7 @@ impl Default for ListSettings {
             concurrency: 8,
             item_lease: DEFAULT_ITEM_LEASE,
             progress_every: DEFAULT_PROGRESS_EVERY,
+            max_exclude_for: DEFAULT_MAX_EXCLUDE_FOR,
         }
     }
 }
@@ -540,7 +547,14 @@ pub async fn exclude_clicked(
     allowed(svc, &list, click.user, DecisionOption::Leave)
         .await
         .map_err(Reply::Ephemeral)?;
-    Ok(view::exclude_modal(&list, g, &list.groups[g], 0, None))
+    Ok(view::exclude_modal(
+        &list,
+        g,
+        &list.groups[g],
+        0,
+        None,
+        svc.lists.max_exclude_for,
+    ))
 }
 
 /// What an exclude modal's page submitted.
@@ -606,8 +620,9 @@ pub async fn exclude_submitted(
         Ok(pasted) => ids.extend(pasted.unwrap_or_default()),
         Err(e) => return error(SWEEP_LIST_PASTE_BLOCK, e),
     }
-    let until = match super::decide::until_date(sub.until, now) {
-        Ok(until) => until,
+    // Capped by `[hygiene] max_exclude_for`: no date lasts that long, a later date is refused.
+    let until = match super::decide::leave_until(sub.until, now, svc.lists.max_exclude_for) {
+        Ok(until) => Some(until),
         Err(message) => return error(crate::slack::payload::CASE_UNTIL_BLOCK, message),
     };
     let list = match svc.store.get_list(&target.list).await {
@@ -656,7 +671,12 @@ pub async fn exclude_submitted(
             &list,
             sub.user,
             "exclude",
-            &format!("{} sandbox(es) of {}", ids.len(), list.groups[g].label()),
+            &format!(
+                "{} sandbox(es) of {}{}",
+                ids.len(),
+                list.groups[g].label(),
+                until.map_or_else(String::new, |u| format!(" until {}", when(u)))
+            ),
         )
         .await;
         refresh(svc, &list).await;
@@ -671,6 +691,7 @@ pub async fn exclude_submitted(
             group,
             next,
             note.as_deref(),
+            svc.lists.max_exclude_for,
         )))
     } else {
         ExcludeReply::Modal(SubmissionReply::Close)
@@ -696,14 +717,11 @@ async fn leave_excluded(
         };
         match svc.store.apply_event(&item.case, event, Utc::now()).await {
             Ok(Updated::Applied(case)) => {
-                audit(
-                    &svc.store,
-                    &case,
-                    person(user),
-                    "decide:leave",
-                    "ok (excluded from the list)",
-                )
-                .await;
+                let outcome = match until {
+                    Some(until) => format!("ok (excluded from the list until {})", when(until)),
+                    None => "ok (excluded from the list)".to_owned(),
+                };
+                audit(&svc.store, &case, person(user), "decide:leave", &outcome).await;
             }
             Ok(Updated::Rejected { error, .. }) => {
                 tracing::info!(case = %item.case, %error, "an excluded sandbox's case was already decided");

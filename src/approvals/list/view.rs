@@ -7,7 +7,8 @@ use serde::Serialize;
 use super::super::card::{ButtonParams, ConfirmParams, sample_button};
 use crate::cases::DecisionOption;
 use crate::cases::list::{GroupDecision, ListCase, ListGroup, Progress, progress_line, thousands};
-use crate::slack::format::{human_bytes, when};
+use crate::ids::{SandboxId, SlackUserId};
+use crate::slack::format::{human_bytes, human_duration, when};
 use crate::slack::payload::{
     CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ListTarget, SWEEP_LIST_APPROVE, SWEEP_LIST_APPROVE_ALL,
     SWEEP_LIST_EXCLUDE, SWEEP_LIST_EXCLUDE_MODAL, SWEEP_LIST_PASTE_ACTION, SWEEP_LIST_PASTE_BLOCK,
@@ -36,8 +37,69 @@ pub struct GroupView {
     pub title: Mrkdwn,
     pub facts: String,
     pub top: String,
+    /// Who excluded which sandboxes until when ([`exclusions_line`]); `None` when nobody did.
+    pub excluded: Option<Mrkdwn>,
     pub status: Mrkdwn,
     pub buttons: Vec<ButtonParams>,
+}
+
+/// People-and-dates entries the exclusions line names before "and N more".
+const EXCLUSION_ENTRIES_SHOWN: usize = 4;
+/// Sandbox ids one entry names before "and N more".
+const EXCLUDED_IDS_SHOWN: usize = 3;
+
+/// One entry of the exclusions line: who, until when, and which sandboxes.
+type ExclusionEntry<'a> = (&'a SlackUserId, Option<DateTime<Utc>>, Vec<&'a SandboxId>);
+
+/// Who excluded what until when: one entry per person and date, in the order they excluded
+/// (`` `a`, `b` and 3 more by @erin until 2026-12-31 00:00 UTC ``), the first few, so the line
+/// stays short however many were excluded. `None` when nothing was excluded.
+pub fn exclusions_line(g: &ListGroup) -> Option<Mrkdwn> {
+    let mut entries: Vec<ExclusionEntry<'_>> = Vec::new();
+    for e in &g.excluded {
+        match entries
+            .iter_mut()
+            .find(|(by, until, _)| *by == &e.by && *until == e.until)
+        {
+            Some((_, _, ids)) => ids.push(&e.sandbox),
+            None => entries.push((&e.by, e.until, vec![&e.sandbox])),
+        }
+    }
+    if entries.is_empty() {
+        return None;
+    }
+    let mut line = Mrkdwn::text("Excluded: ");
+    for (i, (by, until, ids)) in entries.iter().take(EXCLUSION_ENTRIES_SHOWN).enumerate() {
+        if i > 0 {
+            line = line.and("; ");
+        }
+        let mut named = ids
+            .iter()
+            .take(EXCLUDED_IDS_SHOWN)
+            .map(|id| format!("`{id}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if ids.len() > EXCLUDED_IDS_SHOWN {
+            named.push_str(&format!(
+                " and {} more",
+                thousands(ids.len() - EXCLUDED_IDS_SHOWN)
+            ));
+        }
+        line = line
+            .and(format!("{named} by "))
+            .and(Mrkdwn::user(by))
+            .and(match until {
+                Some(until) => format!(" until {}", when(*until)),
+                None => " with no end date".to_owned(),
+            });
+    }
+    if entries.len() > EXCLUSION_ENTRIES_SHOWN {
+        line = line.and(format!(
+            "; and {} more",
+            thousands(entries.len() - EXCLUSION_ENTRIES_SHOWN)
+        ));
+    }
+    Some(line.and("."))
 }
 
 /// One message of a list: the digest (with `header`) or a thread message (with `continued`).
@@ -324,6 +386,7 @@ fn group_view(
         title,
         facts: facts.join(" · "),
         top,
+        excluded: exclusions_line(g),
         status,
         buttons,
     }
@@ -377,12 +440,15 @@ pub fn exclude_pages(g: &ListGroup) -> usize {
     g.included().count().div_ceil(EXCLUDE_PAGE).max(1)
 }
 
+/// Page `page` of group `index`'s exclude modal; `max` is `[hygiene] max_exclude_for`, which
+/// the prompt states.
 pub fn exclude_modal(
     list: &ListCase,
     index: usize,
     g: &ListGroup,
     page: usize,
     note: Option<&str>,
+    max: std::time::Duration,
 ) -> ExcludeModalParams {
     let remaining: Vec<_> = g.included().collect();
     let pages = exclude_pages(g);
@@ -413,9 +479,11 @@ pub fn exclude_modal(
     let more = page + 1 < pages;
     let mut prompt = format!(
         "Exclude sandboxes of *{}* from this list: they are left alone, like a Leave, and \
-         sweeps do not raise them again before the date below (no date: until someone decides \
-         otherwise). Most expensive first.",
-        g.label()
+         sweeps do not raise them again before the date below: at most {} ahead, and no date \
+         means {} (`[hygiene] max_exclude_for`). Most expensive first.",
+        g.label(),
+        human_duration(max),
+        human_duration(max)
     );
     if let Some(note) = note {
         prompt = format!("{note}\n{prompt}");
@@ -456,6 +524,7 @@ pub fn check_templates(templates: &Templates) -> Result<(), RenderError> {
             title: text(),
             facts: s(),
             top: s(),
+            excluded: full.then(text),
             status: text(),
             buttons: if full {
                 vec![button("primary"), button("danger")]
@@ -620,6 +689,15 @@ mod tests {
             until: None,
             at: now,
         });
+        // Five more by bob, dated: one entry, three named.
+        for item in list.groups[2].items.clone().iter().skip(1).take(5) {
+            list.groups[2].excluded.push(crate::cases::list::Exclusion {
+                sandbox: item.sandbox.clone(),
+                by: SlackUserId::parse("U0BOB").unwrap(),
+                until: Some(now + chrono::Duration::days(10)),
+                at: now,
+            });
+        }
         let running = Progress {
             total: 1892,
             done: 1204,

@@ -1,7 +1,7 @@
 //! The job handler: runs one decided case's plan against E2B ([`handle_job`]) and shows the
 //! result on the card.
 //!
-//! Before the first step and before every kill or template delete (retries included) the
+//! Before the first step and before every kill, shortening or template delete (retries included) the
 //! subject is re-checked against what people decided on ([`recheck`]): a sandbox with a fresh
 //! metrics read, a template from complete listings of its users. Gone means "already gone",
 //! changed means "ask again" (the case goes back to Pending with a refreshed card).
@@ -328,6 +328,60 @@ async fn keep_running(
     })
 }
 
+/// The Shorten step: after the re-check (the sandbox must look as it did when people decided,
+/// as before a kill), sets its E2B timeout to the case's `shorten_to_secs` from now, unless it
+/// already ends sooner (a longer timeout would extend it, which nobody asked for). A paused
+/// sandbox has no timeout running, so it fails with a sentence.
+async fn shorten(
+    svc: &Services,
+    e2b: &E2bClient,
+    case: &Case,
+    id: &SandboxId,
+    done: &[StepRecord],
+) -> Result<StepOutcome, StepFailure> {
+    let Some(secs) = case.shorten_to_secs else {
+        return Err(StepFailure::Permanent(
+            "this case does not say how short the sandbox's timeout should be".into(),
+        ));
+    };
+    let Some(current) = recheck_sandbox(svc, e2b, case, id, Step::ShortenTimeout, done).await?
+    else {
+        return Ok(StepOutcome::AlreadyGone);
+    };
+    if current.state.as_deref() == Some(SandboxState::Paused.as_str()) {
+        return Err(StepFailure::Permanent(format!(
+            "sandbox {id} is paused, so it has no timeout to shorten; ask for a kill with `/sandbox kill {id}` instead"
+        )));
+    }
+    let Some(detail) = reread_sandbox(svc, e2b, case, id).await.map_err(failure)? else {
+        return Ok(StepOutcome::AlreadyGone);
+    };
+    let shorten_to = std::time::Duration::from_secs(secs);
+    let wanted = chrono::Duration::from_std(shorten_to)
+        .ok()
+        .and_then(|d| Utc::now().checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if detail.end_at <= wanted {
+        return Ok(StepOutcome::Shortened {
+            until: detail.end_at,
+            shortened: false,
+        });
+    }
+    let set = e2b.set_timeout(id, shorten_to).await;
+    let set = audited(svc, case, "set_timeout", set, |()| {
+        format!("asked to end at {wanted} (was {})", detail.end_at)
+    })
+    .await;
+    match set {
+        Ok(()) => Ok(StepOutcome::Shortened {
+            until: wanted,
+            shortened: true,
+        }),
+        Err(E2bError::NotFound { .. }) => Ok(StepOutcome::AlreadyGone),
+        Err(e) => Err(failure(e)),
+    }
+}
+
 /// Runs one step of `case`'s plan. `done` are the steps already finished.
 async fn run_step(
     svc: &Services,
@@ -403,6 +457,7 @@ async fn run_step(
             }
         }
         (Subject::Sandbox(id), Step::ExtendTimeout) => keep_running(svc, e2b, case, id).await,
+        (Subject::Sandbox(id), Step::ShortenTimeout) => shorten(svc, e2b, case, id, done).await,
         (Subject::Template(id), Step::DeleteTemplate) => {
             let read = e2b.get_template(id).await;
             match audited(svc, case, "get_template", read, |_| "found".into()).await {

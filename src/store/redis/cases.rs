@@ -493,6 +493,35 @@ impl RedisStore {
             .collect()
     }
 
+    /// Every Leave mark: their keys found by `SCAN` (one pass on one server; on a Cluster one
+    /// pass per shard, on the node holding that shard's slot), then read like the sweep reads
+    /// them, one `MGET` per shard. A mark that expired between the two is left out.
+    pub(crate) async fn all_left_marks(&self) -> Result<Vec<(Subject, LeftMark)>, StoreError> {
+        let keys = self.keys();
+        let mut found = Vec::new();
+        if self.is_cluster() {
+            for shard in 0..INDEX_SHARDS {
+                let pattern = keys.left_pattern(Some(shard));
+                found.extend(self.scan(&pattern, &pattern).await?);
+            }
+        } else {
+            let pattern = keys.left_pattern(None);
+            found = self.scan(&pattern, &pattern).await?;
+        }
+        found.sort_unstable();
+        found.dedup();
+        let subjects: Vec<Subject> = found
+            .iter()
+            .filter_map(|key| keys.subject_of_left(key))
+            .collect();
+        let marks = self.left_marks(&subjects).await?;
+        Ok(subjects
+            .into_iter()
+            .zip(marks)
+            .filter_map(|(subject, mark)| Some((subject, mark?)))
+            .collect())
+    }
+
     pub(crate) async fn open_case_ids(
         &self,
         subjects: &[Subject],

@@ -55,6 +55,8 @@ const RECONNECT_RETRIES: usize = 2;
 const BLOCKING_POOL_SIZE: usize = 4;
 /// Entries read per `XRANGE` / `XAUTOCLAIM` page.
 const PAGE: usize = 500;
+/// Keys `SCAN` looks at per call (a hint to Redis, not a bound on what one call returns).
+const SCAN_COUNT: usize = 1_000;
 
 /// Deletes a key only if it still holds the given value: clears a dangling open pointer that
 /// still names its case, and releases a lease only for its holder.
@@ -397,6 +399,46 @@ impl RedisStore {
         script: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         script.invoke_async(&mut self.conn()).await.map_err(map_err)
+    }
+
+    /// Every key matching `pattern`, by `SCAN` to the end (a key may come twice; callers
+    /// deduplicate). On one server, one pass over it; on a Cluster, a pass over the primary
+    /// holding `slot_of`'s slot (a key or pattern with the hash tag of the keys sought), since a
+    /// cluster connection would otherwise send `SCAN` to any node. Read-only, and as long as the
+    /// keyspace: for offline checks, never on a request's path.
+    async fn scan(&self, pattern: &str, slot_of: &str) -> Result<Vec<String>, StoreError> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, page): (u64, Vec<String>) = match self.conn() {
+                Conn::Cluster(mut cluster) => {
+                    let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::with_key(slot_of, SlotAddr::Master),
+                    ));
+                    let answer = cluster.route_command(cmd, node).await.map_err(map_err)?;
+                    redis::from_redis_value(answer)
+                        .map_err(|e| StoreError::Corrupt(format!("a SCAN answer: {e}")))?
+                }
+                _ => self.query(&cmd).await?,
+            };
+            keys.extend(page);
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Whether commands go to a Redis Cluster.
+    fn is_cluster(&self) -> bool {
+        matches!(self.inner.client, Client::Cluster { .. })
     }
 
     /// `SET key value NX PX ttl`: true when the key was absent and now holds `value`.

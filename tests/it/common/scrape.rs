@@ -153,6 +153,7 @@ fn bounded(label: &str, value: &str) -> bool {
             "pause",
             "delete_template",
             "extend_timeout",
+            "shorten_timeout",
         ]
         .contains(&value),
         "call" => [
