@@ -393,12 +393,14 @@ pub struct ApiToken {
     pub rate: ApiRate,
 }
 
-/// What a token may do. `read` covers runs, cases and the read-only sandbox views.
+/// What a token may do. `read` covers the read-only sandbox views and the token's own runs and
+/// cases; `read_all` lets it read every token's runs and cases too (a push test's included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApiAction {
     Run,
     Read,
+    ReadAll,
     RequestKill,
     RequestDeleteTemplate,
     ReportTestFailure,
@@ -409,6 +411,7 @@ impl ApiAction {
         match self {
             Self::Run => "run",
             Self::Read => "read",
+            Self::ReadAll => "read_all",
             Self::RequestKill => "request_kill",
             Self::RequestDeleteTemplate => "request_delete_template",
             Self::ReportTestFailure => "report_test_failure",

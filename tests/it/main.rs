@@ -8,6 +8,7 @@ mod alerts;
 mod api;
 mod api_cases;
 mod api_runs;
+mod api_tenancy;
 mod approvals;
 mod cards;
 mod claims;

@@ -52,8 +52,23 @@ impl Caller {
 }
 
 impl Caller {
+    /// Whether this token's allow list has `action`.
+    pub fn may(&self, action: ApiAction) -> bool {
+        self.allow.contains(&action)
+    }
+
+    /// Whether this token may read what `owner` made (a run's requester, a case's agent opener):
+    /// its own, or anybody's with `read_all`. Callers refuse the rest as not found, so a token
+    /// cannot even learn that another tenant's run or case exists.
+    pub fn sees(&self, owner: Option<&str>) -> bool {
+        owner == Some(self.name.as_str()) || self.may(ApiAction::ReadAll)
+    }
+
     /// `Ok` when this token may do any of `actions` (reading a run needs `run` or `read`).
     pub fn require_any(&self, actions: &[ApiAction]) -> Result<(), ApiFailure> {
+        if let [action] = actions {
+            return self.require(*action);
+        }
         if actions.iter().any(|a| self.allow.contains(a)) {
             return Ok(());
         }

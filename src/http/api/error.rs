@@ -49,6 +49,19 @@ impl ApiFailure {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 409: the request clashes with what is there already (nothing was done).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// This answer with `Retry-After` (whole seconds, at least 1).
+    pub fn retry_after(self, wait: Duration) -> Self {
+        Self {
+            retry_after: Some(Duration::from_secs(wait.as_secs().max(1))),
+            ..self
+        }
+    }
+
     /// 422 naming `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
@@ -96,6 +109,16 @@ impl ApiFailure {
 
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// A 500 for a failure the caller cannot act on (the database refused a command, stored data
+    /// did not decode): `detail` (which may quote the database) goes to the log only, and the
+    /// answer says `what` failed in a sentence.
+    pub fn failed(what: &str, detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%detail, "API request failed: {what}");
+        Self::internal(format!(
+            "{what} failed inside Steward; the reason is in Steward's log. Try again, and tell Steward's operator if it keeps failing"
+        ))
     }
 
     /// The JSON body, as the API sends it.
