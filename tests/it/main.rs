@@ -7,6 +7,7 @@ mod agent_cases;
 mod alerts;
 mod api;
 mod api_cases;
+mod api_edge;
 mod api_runs;
 mod api_tenancy;
 mod approvals;
