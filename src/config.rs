@@ -43,6 +43,11 @@ pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 60;
 /// Default number of connections served at once (`STEWARD_MAX_CONNECTIONS`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default bytes of API, MCP and webhook request bodies held at once (`STEWARD_BODY_BUDGET`).
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest `STEWARD_BODY_BUDGET`: the largest body Steward reads (a GitHub webhook, 25 MiB)
+/// must fit in it, or such a request could never be served.
+pub const MIN_BODY_BUDGET_BYTES: usize = 25 * 1024 * 1024;
 
 /// Why configuration could not be loaded. Each variant displays as one sentence naming the
 /// setting (and the file), with no source chain behind it, so `{:#}` never says it twice.
@@ -89,6 +94,9 @@ pub struct EdgeSettings {
     pub request_timeout: Duration,
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
+    /// Bytes of request bodies (agent API, `/mcp`, GitHub webhook) held in memory at once, across
+    /// all requests; a request whose body does not fit is answered 503 with `Retry-After`.
+    pub body_budget: usize,
 }
 
 impl Default for EdgeSettings {
@@ -98,6 +106,7 @@ impl Default for EdgeSettings {
             body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECS),
             request_timeout: Duration::from_secs(DEFAULT_REQUEST_TIMEOUT_SECS),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            body_budget: DEFAULT_BODY_BUDGET_BYTES,
         }
     }
 }
@@ -133,8 +142,38 @@ impl EdgeSettings {
                     reason: format!("{v:?} is not a number of connections between 1 and 1000000"),
                 })?;
         }
+        if let Some(v) = env.var("STEWARD_BODY_BUDGET") {
+            edge.body_budget = parse_bytes(&v)
+                .filter(|n| (MIN_BODY_BUDGET_BYTES..=64 << 30).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: "STEWARD_BODY_BUDGET".into(),
+                    reason: format!(
+                        "{v:?} is not a size between 25MiB (the largest body Steward reads) and 64GiB, like 64MiB or 67108864"
+                    ),
+                })?;
+        }
         Ok(edge)
     }
+}
+
+/// A size in bytes: a plain number, or one ending in `KiB`, `MiB` or `GiB`.
+fn parse_bytes(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return None,
+    };
+    digits
+        .parse::<usize>()
+        .ok()?
+        .checked_mul(1usize.checked_shl(shift)?)
 }
 
 /// [`E2bSettings`] from `E2B_API_URL`, `E2B_API_KEY`, `E2B_PROJECT_ID` (or `E2B_TEAM_ID`) and
@@ -443,12 +482,14 @@ pub struct ApiToken {
     pub rate: ApiRate,
 }
 
-/// What a token may do. `read` covers runs, cases and the read-only sandbox views.
+/// What a token may do. `read` covers the read-only sandbox views and the token's own runs and
+/// cases; `read_all` lets it read every token's runs and cases too (a push test's included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApiAction {
     Run,
     Read,
+    ReadAll,
     RequestKill,
     RequestDeleteTemplate,
     ReportTestFailure,
@@ -459,6 +500,7 @@ impl ApiAction {
         match self {
             Self::Run => "run",
             Self::Read => "read",
+            Self::ReadAll => "read_all",
             Self::RequestKill => "request_kill",
             Self::RequestDeleteTemplate => "request_delete_template",
             Self::ReportTestFailure => "report_test_failure",
@@ -1036,11 +1078,23 @@ authors = { "alice@example.com" = "U0ALICE" }
         .unwrap();
         assert_eq!(edge.header_timeout, Duration::from_secs(2));
         assert_eq!(edge.max_connections, 8);
+        assert_eq!(edge.body_budget, DEFAULT_BODY_BUDGET_BYTES);
+        for (text, bytes) in [
+            ("32MiB", 32 << 20),
+            ("33554432", 32 << 20),
+            ("1GiB", 1 << 30),
+        ] {
+            let edge = EdgeSettings::from_env(&env(&[("STEWARD_BODY_BUDGET", text)])).unwrap();
+            assert_eq!(edge.body_budget, bytes, "{text}");
+        }
         for (name, value) in [
             ("STEWARD_BODY_TIMEOUT", "0s"),
             ("STEWARD_REQUEST_TIMEOUT", "soon"),
             ("STEWARD_MAX_CONNECTIONS", "0"),
             ("STEWARD_MAX_CONNECTIONS", "lots"),
+            ("STEWARD_BODY_BUDGET", "1MiB"),
+            ("STEWARD_BODY_BUDGET", "64MB"),
+            ("STEWARD_BODY_BUDGET", "99999999999999999999GiB"),
         ] {
             let err = EdgeSettings::from_env(&env(&[(name, value)])).unwrap_err();
             assert!(err.to_string().contains(name), "{err}");

@@ -3,17 +3,29 @@
 //! the answer comes within GitHub's 10 seconds because the run itself is a durable job.
 //! Answers: `ping` 200 with GitHub's zen; `push` 202 with the run started, 204 when nothing runs
 //! (audited), 200 for a delivery already handled; other events 204; unsigned or mis-signed 401;
-//! too large 413. A refused request changes nothing, and no secret is logged or echoed.
+//! too large 413; a body that does not fit in the body budget (`STEWARD_BODY_BUDGET`, shared with
+//! the agent API) 503 with `Retry-After`. A refused request changes nothing, and no secret is
+//! logged or echoed. Anybody can send a mis-signed request, so those are logged through a
+//! [`WarnGate`]: a flood is one warning every 10 s with the count, not a line each.
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::api::budget::{self, BodyBudget};
 use super::{AppState, header_str};
 use crate::github::intake::{self, IntakeError, Outcome};
 use crate::runs::RunError;
+use crate::telemetry::WarnGate;
+
+/// Mis-signed deliveries are logged at `warn` at most once every 10 s, the others at `debug`.
+static MIS_SIGNED: WarnGate = WarnGate::new(Duration::from_secs(10));
 
 /// GitHub caps webhook payloads at 25 MiB.
 pub const GITHUB_BODY_MAX_BYTES: usize = 25 * 1024 * 1024;
@@ -50,6 +62,31 @@ async fn read_limited(body: Body, limit: usize) -> Result<Option<Vec<u8>>, Respo
     Ok(Some(buf))
 }
 
+/// Middleware of `POST /github/webhook`: counts the body against the budget as it arrives, and
+/// answers 503 with `Retry-After` when it did not fit (GitHub shows it on the delivery, which can
+/// be redelivered).
+pub async fn limit_body(
+    State(budget): State<Arc<BodyBudget>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (request, held) = budget.wrap(request);
+    let response = next.run(request).await;
+    if held.refused() {
+        budget::log_refusal("github", &budget);
+        let mut refused = refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Steward is holding as many request bodies in memory as its budget allows (STEWARD_BODY_BUDGET), so this delivery was not read. Redeliver it in a few seconds.",
+        );
+        refused.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(budget::RETRY_AFTER.as_secs()),
+        );
+        return refused;
+    }
+    response
+}
+
 /// `POST /github/webhook`.
 pub async fn webhook(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -69,7 +106,15 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
         header_str(&parts.headers, "x-hub-signature-256"),
         &body,
     ) {
-        tracing::warn!(reason = %e, "GitHub webhook refused");
+        if let Some(quiet) = MIS_SIGNED.warn_now() {
+            tracing::warn!(
+                reason = %e,
+                refused_quietly_before = quiet,
+                "GitHub webhook refused (further refusals within 10 s are logged at debug)"
+            );
+        } else {
+            tracing::debug!(reason = %e, "GitHub webhook refused");
+        }
         return refuse(StatusCode::UNAUTHORIZED, e.to_string());
     }
     let event = header_str(&parts.headers, "x-github-event").unwrap_or("");

@@ -122,6 +122,17 @@ pub(crate) fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A known route asked with a method it does not answer: a sentence, not an empty 405 (under
+/// `/api/v1`, [`api::JsonErrorsLayer`] makes it the API's JSON error). axum adds `Allow`.
+async fn method_not_allowed(method: axum::http::Method) -> (StatusCode, String) {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "This route does not answer {method}; the Allow header says which methods it does.\n"
+        ),
+    )
+}
+
 /// Every route Steward serves. Every request is bounded: its body must arrive within
 /// `STEWARD_BODY_TIMEOUT` and its answer within `STEWARD_REQUEST_TIMEOUT` (both 408 otherwise).
 pub fn router(state: AppState) -> Router {
@@ -131,11 +142,27 @@ pub fn router(state: AppState) -> Router {
         .route("/slack/interactions", post(slack::interaction))
         .route("/slack/events", post(slack::event));
     let tokens = api::Tokens::from_config(&state.settings.policy.api);
+    // One budget for every body Steward may hold a lot of: the agent API's, `/mcp`'s and GitHub's.
+    let budget = api::BodyBudget::new(limits.body_budget);
     let mcp = Router::new()
         .nest_service("/mcp", api::mcp::service(&state))
         .route_layer(middleware::from_fn_with_state(
+            budget.clone(),
+            api::budget::limit_bodies,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            api::mcp::ACTIONS,
+            api::auth::authorize,
+        ))
+        .route_layer(middleware::from_fn_with_state(
             tokens.clone(),
             api::auth::authenticate,
+        ));
+    let github = Router::new()
+        .route("/github/webhook", post(github::webhook))
+        .route_layer(middleware::from_fn_with_state(
+            budget.clone(),
+            github::limit_body,
         ));
     // With STEWARD_METRICS_LISTEN, /metrics is served by its own listener instead.
     let scrape = match state.settings.metrics_listen {
@@ -144,18 +171,21 @@ pub fn router(state: AppState) -> Router {
     };
     Router::new()
         .merge(slack_routes)
-        .nest("/api/v1", api::routes(tokens))
+        .nest("/api/v1", api::routes(tokens, budget))
         .merge(mcp)
-        .route("/github/webhook", post(github::webhook))
+        .merge(github)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(scrape)
+        .method_not_allowed_fallback(method_not_allowed)
         // One `layer` call for the whole stack (outermost first): each `Router::layer` boxes
         // every route once more, and a boxed route is cloned on every request.
         .layer(
             ServiceBuilder::new()
                 .layer(metrics::TrackSlackLayer)
                 .layer(TraceLayer::new_for_http())
+                // Outside the timeout, so the 408 it answers under /api/v1 is the API's JSON.
+                .layer(api::JsonErrorsLayer)
                 .layer(TimeoutLayer::with_status_code(
                     StatusCode::REQUEST_TIMEOUT,
                     limits.request_timeout,

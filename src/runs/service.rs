@@ -2,6 +2,11 @@
 //! checks the request, stores the run and queues its job; nothing touches E2B here (the job
 //! does, on whichever replica claims it), so a refused request or a database that cannot be
 //! reached never leaves a sandbox behind.
+//!
+//! Which env values are secret: every variable named in `secret_env`; when a request names none,
+//! every env value of at least [`DEFAULT_SECRET_MIN_CHARS`] characters (a token or a password, not
+//! `1` or `true`, whose scrubbing would only wreck the output). Their values are replaced by
+//! `[scrubbed]` in the output; no env value and no file's content is ever in the run record.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +21,27 @@ use crate::store::{Job, Store, StoreError};
 pub const MAX_OUTPUT_READ_BYTES: u64 = 1024 * 1024;
 /// How often [`Runner::wait`] reads the run again.
 pub const WAIT_POLL: Duration = Duration::from_millis(50);
+/// When a request names no `secret_env`, env values at least this long are scrubbed.
+pub const DEFAULT_SECRET_MIN_CHARS: usize = 8;
+/// No run's output is this long (a Redis string holds at most 512 MiB), so an offset past it
+/// reads nothing; offsets are cut to it so the store is never asked for a range it cannot
+/// express (Redis takes signed 64-bit offsets).
+const FURTHEST_OFFSET: u64 = 1 << 40;
+
+/// The names of `env` whose values are scrubbed from the output: `named` when the request named
+/// any, else every variable whose value has at least [`DEFAULT_SECRET_MIN_CHARS`] characters.
+pub fn secret_names(
+    env: &std::collections::BTreeMap<String, String>,
+    named: Vec<String>,
+) -> Vec<String> {
+    if !named.is_empty() {
+        return named;
+    }
+    env.iter()
+        .filter(|(_, value)| value.chars().count() >= DEFAULT_SECRET_MIN_CHARS)
+        .map(|(name, _)| name.clone())
+        .collect()
+}
 
 /// Why a run could not be started or read. `Display` is a sentence for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -130,8 +156,8 @@ impl Runner {
         };
         let inputs = RunInputs {
             files: request.files,
+            secret_env: secret_names(&request.env, request.secret_env),
             env: request.env,
-            secret_env: request.secret_env,
             setup: request.setup,
         };
         record::create(&self.store, &run, &inputs).await?;
@@ -185,6 +211,7 @@ impl Runner {
     pub async fn output(&self, id: &RunId, from: u64) -> Result<OutputChunk, RunError> {
         // Read the run first: once it is terminal, every byte of its output is already stored.
         let run = self.get(id).await?;
+        let from = from.min(FURTHEST_OFFSET);
         let (bytes, kept) = self
             .store
             .run_output(id, from, MAX_OUTPUT_READ_BYTES)
@@ -196,5 +223,32 @@ impl Runner {
             next,
             bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_secrets_win_and_without_names_every_long_value_is_secret() {
+        let env: std::collections::BTreeMap<String, String> = [
+            ("TOKEN", "ghp_0123456789"),
+            ("PASSWORD", "hunter22"),
+            ("SHORT", "hunter2"),
+            ("DEBUG", "1"),
+            ("MODE", "release"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(
+            secret_names(&env, Vec::new()),
+            vec!["PASSWORD".to_owned(), "TOKEN".to_owned()]
+        );
+        assert_eq!(
+            secret_names(&env, vec!["DEBUG".into()]),
+            vec!["DEBUG".to_owned()]
+        );
     }
 }

@@ -12,12 +12,16 @@ pub const AGENT_TOKEN: &str = "stw_agent_7a1f0c29e4b84d5f";
 pub const READER_TOKEN: &str = "stw_reader_53c9e1d0aa7b4f12";
 /// May only run.
 pub const RUNNER_TOKEN: &str = "stw_runner_0d4be6f1c8a9427e";
+/// May only read, but every token's runs and cases (`read_all`).
+pub const AUDITOR_TOKEN: &str = "stw_auditor_9e2d41b7c05a6f38";
+/// May only report test failures.
+pub const REPORTER_TOKEN: &str = "stw_reporter_6a0c3e8f2b7d1954";
 
 pub fn sha256_hex(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-/// A steward.toml with the three tokens above.
+/// A steward.toml with the five tokens above.
 pub fn api_policy() -> String {
     format!(
         r#"[channels]
@@ -41,11 +45,21 @@ rate = "3/min"
 [api.tokens.runner]
 sha256 = "{runner}"
 allow = ["run"]
+
+[api.tokens.auditor]
+sha256 = "{auditor}"
+allow = ["read_all"]
+
+[api.tokens.reporter]
+sha256 = "{reporter}"
+allow = ["report_test_failure"]
 "#,
         old = sha256_hex("stw_agent_retired"),
         agent = sha256_hex(AGENT_TOKEN),
         reader = sha256_hex(READER_TOKEN),
         runner = sha256_hex(RUNNER_TOKEN),
+        auditor = sha256_hex(AUDITOR_TOKEN),
+        reporter = sha256_hex(REPORTER_TOKEN),
     )
 }
 
@@ -80,7 +94,15 @@ pub async fn expect_error(resp: reqwest::Response, status: StatusCode, code: &st
     assert_eq!(error["code"], code, "{body}");
     let message = error["message"].as_str().unwrap();
     assert!(message.ends_with('.'), "a sentence: {message}");
-    assert!(!message.contains(AGENT_TOKEN) && !message.contains(READER_TOKEN));
+    for token in [
+        AGENT_TOKEN,
+        READER_TOKEN,
+        RUNNER_TOKEN,
+        AUDITOR_TOKEN,
+        REPORTER_TOKEN,
+    ] {
+        assert!(!message.contains(token), "{message}");
+    }
     error
 }
 

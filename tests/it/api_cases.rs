@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::api::{AGENT_TOKEN, RUNNER_TOKEN, api_get, expect_error, spawn_api_app};
+use crate::api::{AGENT_TOKEN, AUDITOR_TOKEN, RUNNER_TOKEN, api_get, expect_error, spawn_api_app};
 use crate::common::{TestApp, hook, visible_text};
 
 /// A person (U0002) chooses Kill on the case's card and gives a reason.
@@ -29,12 +29,16 @@ pub async fn person_opens_kill_case(app: &TestApp, sandbox: &str) -> String {
 }
 
 #[tokio::test]
-async fn an_agent_reads_a_case_and_a_long_poll_returns_the_decision_when_a_person_makes_it() {
+async fn a_read_all_token_reads_a_case_and_a_long_poll_returns_the_decision_when_a_person_makes_it()
+{
     let app = spawn_api_app().await;
     app.seed_sandbox(json!({"sandboxID": "caseread1", "templateID": "base", "state": "running"}))
         .await;
     let case = person_opens_kill_case(&app, "caseread1").await;
+    // A person opened it: no agent's token reads it without `read_all`.
     let resp = api_get(&app, &format!("/api/v1/cases/{case}"), Some(AGENT_TOKEN)).await;
+    expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let resp = api_get(&app, &format!("/api/v1/cases/{case}"), Some(AUDITOR_TOKEN)).await;
     assert_eq!(resp.status(), 200);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["state"], "pending", "{body}");
@@ -49,7 +53,7 @@ async fn an_agent_reads_a_case_and_a_long_poll_returns_the_decision_when_a_perso
         let url = app.url(&format!("/api/v1/cases/{case}?wait=30s"));
         tokio::spawn(async move {
             http.get(url)
-                .bearer_auth(AGENT_TOKEN)
+                .bearer_auth(AUDITOR_TOKEN)
                 .send()
                 .await
                 .unwrap()

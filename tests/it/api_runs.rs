@@ -53,7 +53,7 @@ async fn a_run_through_the_api_returns_its_results_and_its_output() {
     let run: Value = app
         .http
         .get(app.url(&format!("/api/v1/runs/{id}?wait=40s")))
-        .bearer_auth(READER_TOKEN)
+        .bearer_auth(AGENT_TOKEN)
         .send()
         .await
         .unwrap()

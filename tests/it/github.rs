@@ -378,6 +378,37 @@ async fn a_forged_or_missing_signature_is_refused_and_runs_nothing() {
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
 }
 
+/// A flood of mis-signed deliveries is refused every time and costs one warning in the log, not
+/// one each (`steward serve` as a process at the default log level, so its log is its own).
+#[tokio::test]
+async fn a_flood_of_mis_signed_deliveries_is_refused_each_time_and_logged_as_one_warning() {
+    let serve = crate::common::serve_process(&[("GITHUB_WEBHOOK_SECRET", OLD_SECRET)]).await;
+    let http = reqwest::Client::new();
+    let body = push_body("refs/heads/main", &"a".repeat(40), &["a.rs"]).to_string();
+    for n in 0..100 {
+        let resp = http
+            .post(serve.url("/github/webhook"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "push")
+            .header("x-github-delivery", format!("d-flood-{n}"))
+            .header(
+                "x-hub-signature-256",
+                sign("not-the-secret", body.as_bytes()),
+            )
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "delivery {n}");
+    }
+    // Every refusal was logged (or not) before its answer was sent.
+    let log = serve.stop().await;
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    assert!(!log.contains(OLD_SECRET), "{log}");
+}
+
 #[tokio::test]
 async fn a_redelivery_is_handled_once() {
     let dir = tempfile::tempdir().unwrap();

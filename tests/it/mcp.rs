@@ -7,7 +7,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use crate::api::{AGENT_TOKEN, RUNNER_TOKEN, spawn_api_app};
+use crate::api::{AGENT_TOKEN, AUDITOR_TOKEN, RUNNER_TOKEN, spawn_api_app};
 use crate::common::TestApp;
 
 /// Every tool an agent should see.
@@ -172,7 +172,17 @@ async fn get_decision_reads_a_case_and_names_the_person_who_decided() {
     app.seed_sandbox(json!({"sandboxID": "mcpcase1", "templateID": "base", "state": "running"}))
         .await;
     let case = crate::api_cases::person_opens_kill_case(&app, "mcpcase1").await;
-    let client = http_client(&app, AGENT_TOKEN).await;
+    // A person opened it: an agent's token without `read_all` is told it does not exist.
+    let agent = http_client(&app, AGENT_TOKEN).await;
+    let hidden = call(&agent, "get_decision", json!({"case_id": case})).await;
+    assert_eq!(hidden.is_error, Some(true));
+    assert!(
+        text_of(&hidden).contains("was not found"),
+        "{}",
+        text_of(&hidden)
+    );
+    agent.cancel().await.ok();
+    let client = http_client(&app, AUDITOR_TOKEN).await;
     let pending = call(&client, "get_decision", json!({"case_id": case})).await;
     let body: Value = serde_json::from_str(&text_of(&pending)).unwrap();
     assert_eq!(body["state"], "pending", "{body}");

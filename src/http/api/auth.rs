@@ -4,7 +4,10 @@
 //! A presented token is hashed (SHA-256) and compared in constant time with every stored hash,
 //! so neither the match nor its position leaks through timing; the token itself is never
 //! logged, stored or echoed. The rate limit is a token bucket per token name, in memory per
-//! replica. This module must not read request bodies: it runs before anything is parsed.
+//! replica. [`authorize`] checks a route's action from the allow list before the body is read, so a
+//! token without it never makes Steward read (or hold) a large body. [`Caller::sees`] is the
+//! tenancy rule: a token reads the runs and cases it made, and every one only with `read_all`.
+//! This module must not read request bodies: it runs before anything is parsed.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +22,11 @@ use subtle::ConstantTimeEq;
 
 use super::ApiFailure;
 use crate::config::{ApiAction, ApiConfig, ApiRate};
+use crate::telemetry::WarnGate;
+
+/// Requests over their token's rate are logged at `info` at most once every 10 s: the rate
+/// bounds what a token may do, not how often it may be told no.
+static OVER_RATE: WarnGate = WarnGate::new(Duration::from_secs(10));
 
 /// The authenticated caller of one request: a token's name and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +60,23 @@ impl Caller {
 }
 
 impl Caller {
+    /// Whether this token's allow list has `action`.
+    pub fn may(&self, action: ApiAction) -> bool {
+        self.allow.contains(&action)
+    }
+
+    /// Whether this token may read what `owner` made (a run's requester, a case's agent opener):
+    /// its own, or anybody's with `read_all`. Callers refuse the rest as not found, so a token
+    /// cannot even learn that another tenant's run or case exists.
+    pub fn sees(&self, owner: Option<&str>) -> bool {
+        owner == Some(self.name.as_str()) || self.may(ApiAction::ReadAll)
+    }
+
     /// `Ok` when this token may do any of `actions` (reading a run needs `run` or `read`).
     pub fn require_any(&self, actions: &[ApiAction]) -> Result<(), ApiFailure> {
+        if let [action] = actions {
+            return self.require(*action);
+        }
         if actions.iter().any(|a| self.allow.contains(a)) {
             return Ok(());
         }
@@ -216,10 +239,35 @@ pub async fn authenticate(
         Err(failure) => return failure.into_response(),
     };
     if let Err(wait) = tokens.admit(&caller.name, Instant::now()) {
-        tracing::info!(token = %caller.name, "API request over the token's rate");
+        if let Some(quiet) = OVER_RATE.warn_now() {
+            tracing::info!(
+                token = %caller.name,
+                over_rate_quietly_before = quiet,
+                "API request over the token's rate (further ones within 10 s are logged at debug)"
+            );
+        } else {
+            tracing::debug!(token = %caller.name, "API request over the token's rate");
+        }
         return ApiFailure::rate_limited(wait).into_response();
     }
     request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// Per-route middleware, inside [`authenticate`]: refuses (403) a token whose allow list has none
+/// of the route's `actions`, before the body is read. The handler checks its exact action again
+/// (a `POST /cases` names it in the body), which is also the check the MCP tools go through.
+pub async fn authorize(
+    State(actions): State<&'static [ApiAction]>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(caller) = request.extensions().get::<Caller>() else {
+        return ApiFailure::unauthorized("This route needs a bearer token").into_response();
+    };
+    if let Err(refused) = caller.require_any(actions) {
+        return refused.into_response();
+    }
     next.run(request).await
 }
 

@@ -3,6 +3,11 @@
 //!
 //! An agent never decides: these routes open exactly the case `/sandbox kill` or
 //! `delete-template` opens (`approvals::request::request_by_agent`) and read it back.
+//!
+//! A token reads only the cases it opened (the case's opener is the agent of that name: its own
+//! kill or delete requests, and the run cases of its own runs), or every case with `read_all`.
+//! Another's case is answered as not found; asking for a subject that already has an open case
+//! someone else opened is a 409 that does not show that case.
 use std::time::Duration;
 
 use axum::Json;
@@ -13,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{ApiFailure, ApiJson, ApiPath, ApiQuery, Caller, wait_param};
 use crate::approvals::request::{AgentAction, AgentRequestError, request_by_agent};
-use crate::cases::{Case, CaseState};
+use crate::cases::{Case, CaseState, Opener, Subject};
 use crate::config::ApiAction;
 use crate::http::AppState;
 use crate::ids::{CaseId, TemplateId};
@@ -98,14 +103,25 @@ pub fn view(case: &Case) -> Value {
     })
 }
 
-/// A store failure as the agent reads it.
+/// A store failure as the agent reads it (never with the database's own words).
 pub(super) fn store_failure(what: &str, error: StoreError) -> ApiFailure {
     match error {
         StoreError::NotFound(_) => ApiFailure::not_found(format!("{what} was not found")),
         StoreError::Unavailable(_) | StoreError::Unconfirmed(_) => ApiFailure::store_unavailable(),
-        other => ApiFailure::internal(format!("Steward could not read {what}: {other}")),
+        other => ApiFailure::failed(&format!("Reading {what}"), &other),
     }
 }
+
+/// The agent that opened `case`, if an agent did.
+fn agent_opener(case: &Case) -> Option<&str> {
+    match &case.opener {
+        Opener::Agent { name } => Some(name),
+        _ => None,
+    }
+}
+
+/// The actions that let a token read cases (which cases: see [`Caller::sees`]).
+const READ_CASES: &[ApiAction] = &[ApiAction::Read, ApiAction::ReadAll];
 
 /// `GET /api/v1/cases/{id}?wait=30s`.
 pub async fn get(
@@ -114,7 +130,7 @@ pub async fn get(
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<WaitParams>,
 ) -> Result<Json<Value>, ApiFailure> {
-    caller.require(ApiAction::Read)?;
+    caller.require_any(READ_CASES)?;
     let id = CaseId::parse(&id).map_err(|e| ApiFailure::invalid("case_id", e.to_string()))?;
     let wait = wait_param(params.wait.as_deref(), state.settings.edge.request_timeout)?;
     let what = format!("Case {id}");
@@ -123,6 +139,10 @@ pub async fn get(
         .get_case(&id)
         .await
         .map_err(|e| store_failure(&what, e))?;
+    if !caller.sees(agent_opener(&first)) {
+        tracing::info!(token = %caller.name, case = %id, "a token asked for a case it did not open");
+        return Err(ApiFailure::not_found(format!("{what} was not found")));
+    }
     let deadline = tokio::time::Instant::now() + wait;
     let mut case = first.clone();
     while case.state.name() == first.state.name() && tokio::time::Instant::now() < deadline {
@@ -207,6 +227,12 @@ pub async fn ask(
     )
     .await
     .map_err(agent_failure)?;
+    if asked.existing && !caller.sees(agent_opener(&asked.case)) {
+        return Err(ApiFailure::conflict(format!(
+            "{} already has an open case that someone else asked for, and a person decides it in Slack; nothing new was opened. This token reads only the cases it opened (reading others' needs `read_all`)",
+            subject_name(&asked.case.subject)
+        )));
+    }
     let status = if asked.existing {
         StatusCode::OK
     } else {
@@ -217,6 +243,14 @@ pub async fn ask(
     Ok((status, Json(body)))
 }
 
+/// `Sandbox sbx1`, `Template base`.
+fn subject_name(subject: &Subject) -> String {
+    match subject {
+        Subject::Sandbox(id) => format!("Sandbox {id}"),
+        Subject::Template(id) => format!("Template {id}"),
+    }
+}
+
 fn agent_failure(error: AgentRequestError) -> ApiFailure {
     let sentence = error.to_string();
     match error {
@@ -225,6 +259,6 @@ fn agent_failure(error: AgentRequestError) -> ApiFailure {
         | AgentRequestError::NoApprovalsChannel => ApiFailure::unavailable(sentence),
         AgentRequestError::NotFound(_) => ApiFailure::not_found(sentence),
         AgentRequestError::E2b(_) | AgentRequestError::Slack(_) => ApiFailure::upstream(sentence),
-        AgentRequestError::Store(_) => ApiFailure::internal(sentence),
+        AgentRequestError::Store(detail) => ApiFailure::failed("Opening the case", &detail),
     }
 }

@@ -2,27 +2,42 @@
 //!
 //! Every refusal is `{"error":{"code","message","field"?}}` with a one-sentence message the agent's
 //! operator can act on. axum's own rejections (JSON, query, path, body limit) are mapped here, so
-//! no handler ever answers with axum's plain-text errors. Nothing here may echo a token.
+//! no handler ever answers with axum's plain-text errors, and [`JsonErrorsLayer`] rewrites what
+//! the router itself answers under `/api/v1` without a body (405, the request timeout's 408) into
+//! the same JSON. Nothing here may echo a token or a database's own error text: a failure the
+//! caller cannot act on is logged in full and answered with a sentence ([`ApiFailure::failed`]).
+//! Refusals that cost a caller nothing to repeat (a missing or unknown token) are logged through
+//! a [`WarnGate`], so a flood of them is a line every 10 s, not a line each.
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+use crate::telemetry::WarnGate;
+
+/// Unauthenticated refusals (401) are logged at `warn` at most once every 10 s, the rest at
+/// `debug`: anybody can send them, as fast as they like.
+static UNAUTHENTICATED: WarnGate = WarnGate::new(Duration::from_secs(10));
 
 /// A refused or failed API request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiFailure {
     pub status: StatusCode,
-    /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `too_large`,
-    /// `invalid`, `rate_limited`, `unavailable`, `upstream`, `timeout`, `internal`.
+    /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
+    /// `conflict`, `too_large`, `invalid`, `rate_limited`, `unavailable`, `upstream`, `timeout`,
+    /// `internal`.
     pub code: &'static str,
     /// One sentence.
     pub message: String,
     /// The request field to fix (422 and 413).
     pub field: Option<String>,
-    /// Seconds to wait before asking again (429).
+    /// Seconds to wait before asking again (429, and a 503 for want of body budget).
     pub retry_after: Option<Duration>,
 }
 
@@ -47,6 +62,19 @@ impl ApiFailure {
 
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 409: the request clashes with what is there already (nothing was done).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// This answer with `Retry-After` (whole seconds, at least 1).
+    pub fn retry_after(self, wait: Duration) -> Self {
+        Self {
+            retry_after: Some(Duration::from_secs(wait.as_secs().max(1))),
+            ..self
+        }
     }
 
     /// 422 naming `field`.
@@ -98,6 +126,16 @@ impl ApiFailure {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 
+    /// A 500 for a failure the caller cannot act on (the database refused a command, stored data
+    /// did not decode): `detail` (which may quote the database) goes to the log only, and the
+    /// answer says `what` failed in a sentence.
+    pub fn failed(what: &str, detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%detail, "API request failed: {what}");
+        Self::internal(format!(
+            "{what} failed inside Steward; the reason is in Steward's log. Try again, and tell Steward's operator if it keeps failing"
+        ))
+    }
+
     /// The JSON body, as the API sends it.
     pub fn body(&self) -> serde_json::Value {
         let mut error = json!({ "code": self.code, "message": self.message });
@@ -118,6 +156,20 @@ impl IntoResponse for ApiFailure {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, message = %self.message, "API request failed");
+        } else if self.status == StatusCode::UNAUTHORIZED {
+            if let Some(quiet) = UNAUTHENTICATED.warn_now() {
+                tracing::warn!(
+                    code = self.code,
+                    message = %self.message,
+                    refused_quietly_before = quiet,
+                    "API request refused: no valid token (further ones within 10 s are logged at debug)"
+                );
+            } else {
+                tracing::debug!(code = self.code, "API request refused: no valid token");
+            }
+        } else if self.status == StatusCode::TOO_MANY_REQUESTS {
+            // `authenticate` has logged it, through its own gate.
+            tracing::debug!(code = self.code, "API request refused");
         } else {
             tracing::info!(
                 status = self.status.as_u16(),
@@ -158,10 +210,25 @@ impl From<JsonRejection> for ApiFailure {
                 "content-type",
                 "Send the body as JSON with `Content-Type: application/json`",
             ),
+            JsonRejection::BytesRejection(ref e) if body_timed_out(e) => {
+                body_failure(StatusCode::REQUEST_TIMEOUT, "")
+            }
             JsonRejection::BytesRejection(e) => body_failure(e.status(), &e.body_text()),
             other => body_failure(other.status(), &other.body_text()),
         }
     }
+}
+
+/// Whether the body read failed because the edge's body deadline (`STEWARD_BODY_TIMEOUT`) passed.
+fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// A body that could not be read: too large (413), too slow (408), or cut off (400).
@@ -206,6 +273,138 @@ impl From<PathRejection> for ApiFailure {
             format!("The path does not fit: {}", rejection.body_text()),
         )
     }
+}
+
+/// Rewrites an error the router answered under `/api/v1` without the API's JSON (a 405, the
+/// request timeout's 408, anything else a layer made) into the documented
+/// `{"error":{"code","message"}}`, keeping its status and headers such as `Allow`. Every other
+/// path passes through untouched; the check is one prefix test, so the Slack routes pay nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonErrorsLayer;
+
+impl<S> tower::Layer<S> for JsonErrorsLayer {
+    type Service = JsonErrors<S>;
+
+    fn layer(&self, inner: S) -> JsonErrors<S> {
+        JsonErrors { inner }
+    }
+}
+
+/// See [`JsonErrorsLayer`].
+#[derive(Debug, Clone)]
+pub struct JsonErrors<S> {
+    inner: S,
+}
+
+/// The path prefix of the agent API.
+const API_PREFIX: &str = "/api/v1";
+
+impl<S, B> tower::Service<axum::http::Request<B>> for JsonErrors<S>
+where
+    S: tower::Service<axum::http::Request<B>, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = JsonErrorsFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let path = request.uri().path();
+        let api =
+            (path == API_PREFIX || path.starts_with("/api/v1/")).then(|| request.method().clone());
+        JsonErrorsFuture {
+            inner: self.inner.call(request),
+            api,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The inner answer, rewritten by [`as_api_error`] for an `/api/v1` request.
+    pub struct JsonErrorsFuture<F> {
+        #[pin]
+        inner: F,
+        api: Option<Method>,
+    }
+}
+
+impl<F, E> Future for JsonErrorsFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        Poll::Ready(Ok(match this.api.take() {
+            Some(method) => as_api_error(response, &method),
+            None => response,
+        }))
+    }
+}
+
+/// `response` as the API's JSON error when it is an error without a JSON body.
+fn as_api_error(response: Response, method: &Method) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let failure = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = response
+                .headers()
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(|v| format!("; it answers {v}"))
+                .unwrap_or_default();
+            ApiFailure::new(
+                status,
+                "method_not_allowed",
+                format!("This API route does not answer {method}{allowed}"),
+            )
+        }
+        StatusCode::REQUEST_TIMEOUT => ApiFailure::new(
+            status,
+            "timeout",
+            "Steward did not finish this request within STEWARD_REQUEST_TIMEOUT and stopped it; read the run or case back before asking again",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => body_failure(status, ""),
+        StatusCode::SERVICE_UNAVAILABLE => {
+            ApiFailure::unavailable("Steward cannot take this request now; try again in a minute")
+        }
+        other if other.is_server_error() => {
+            ApiFailure::internal("Steward failed this request; the reason is in Steward's log")
+        }
+        other => ApiFailure::new(
+            other,
+            "invalid",
+            format!(
+                "Steward refused this request ({} {})",
+                other.as_u16(),
+                other.canonical_reason().unwrap_or("refused")
+            ),
+        ),
+    };
+    let (mut parts, _) = response.into_parts();
+    let (rewritten, body) = failure.into_response().into_parts();
+    // Keep what the original answer said beyond its body (`Allow`, `Retry-After`, ...).
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in rewritten.headers {
+        if let Some(name) = name {
+            parts.headers.insert(name, value);
+        }
+    }
+    Response::from_parts(parts, body)
 }
 
 /// `text` ending with exactly one full stop (or `?`/`!`).

@@ -3,7 +3,8 @@
 //!
 //! The endpoint is stateless (no MCP sessions to keep or share between replicas) and answers
 //! with JSON. It sits behind the same [`authenticate`](super::auth::authenticate) middleware as
-//! `/api/v1`, so a tool call is refused (or admitted) exactly as the API request it stands for.
+//! `/api/v1`, so a tool call is refused (or admitted) exactly as the API request it stands for;
+//! a token that no tool would serve ([`ACTIONS`]) is refused before its body is read.
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -15,9 +16,20 @@ use serde_json::Value;
 use super::cases::{self, WaitParams};
 use super::sandboxes::{self, ListParams, LogParams, MetricParams};
 use super::{ApiFailure, ApiJson, ApiPath, ApiQuery, Caller, MAX_BODY_BYTES, runs};
+use crate::config::ApiAction;
 use crate::http::AppState;
 use crate::mcp::tools::StewardTools;
 use crate::mcp::{Backend, Failure, Op};
+
+/// The actions some MCP tool needs: a token with none of them (one that may only report test
+/// failures) is refused at `/mcp` before its body is read.
+pub const ACTIONS: &[ApiAction] = &[
+    ApiAction::Run,
+    ApiAction::Read,
+    ApiAction::ReadAll,
+    ApiAction::RequestKill,
+    ApiAction::RequestDeleteTemplate,
+];
 
 /// The tools' backend inside `steward serve`.
 #[derive(Debug, Clone)]

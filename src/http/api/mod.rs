@@ -1,12 +1,15 @@
 //! The agent-facing HTTP API under `/api/v1`, and the authentication the MCP endpoint shares.
 //!
 //! Every route passes [`auth::authenticate`] (bearer token, then the token's rate) before its
-//! body is read; handlers then check the token's allow list for their action
-//! ([`Caller::require`]), parse, and call the same services Slack uses. Refusals are
-//! [`ApiFailure`] JSON. Files: `auth` (tokens, callers, rate), `error` (the JSON errors and the
-//! mapping of axum's rejections), `sandboxes` (read-only fleet views), `mcp` (the `/mcp`
-//! endpoint's backend). This module must not decide policy itself: approvals, runs and E2B
-//! rules live in their modules, and a request it refuses changes nothing.
+//! body is read, and every route that takes a body passes [`auth::authorize`] (the route's action
+//! in the token's allow list) before it too; the body is counted against the shared
+//! [`budget::BodyBudget`] as it arrives. Handlers then check the token's allow list for their
+//! exact action ([`Caller::require`]), parse, and call the same services Slack uses. Refusals are
+//! [`ApiFailure`] JSON. Files: `auth` (tokens, callers, rate, the tenancy rule), `budget` (bytes
+//! of bodies held at once), `error` (the JSON errors and the mapping of axum's rejections),
+//! `sandboxes` (read-only fleet views), `mcp` (the `/mcp` endpoint's backend). This module must
+//! not decide policy itself: approvals, runs and E2B rules live in their modules, and a request
+//! it refuses changes nothing.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use axum::routing::{get, post};
 use super::AppState;
 
 pub mod auth;
+pub mod budget;
 pub mod cases;
 pub mod error;
 pub mod mcp;
@@ -26,7 +30,8 @@ pub mod sandboxes;
 pub mod test_failures;
 
 pub use auth::{Caller, Tokens};
-pub use error::{ApiFailure, MAX_BODY_BYTES};
+pub use budget::BodyBudget;
+pub use error::{ApiFailure, JsonErrorsLayer, MAX_BODY_BYTES};
 
 /// `axum::Json` whose rejection is an [`ApiFailure`] (422 naming the field, 413, ...).
 #[derive(Debug, FromRequest)]
@@ -61,21 +66,34 @@ pub fn wait_param(text: Option<&str>, request_timeout: Duration) -> Result<Durat
     }
 }
 
-/// The `/api/v1` routes, each behind the bearer-token middleware built from `[api.tokens]`.
-pub fn routes(tokens: Arc<Tokens>) -> Router<AppState> {
+/// The `/api/v1` routes, each behind the bearer-token middleware built from `[api.tokens]`; a
+/// route that takes a body also names the actions that may send one (checked before it is read),
+/// and every body is counted against `budget`.
+pub fn routes(tokens: Arc<Tokens>, budget: Arc<BodyBudget>) -> Router<AppState> {
+    use crate::config::ApiAction::{ReportTestFailure, RequestDeleteTemplate, RequestKill, Run};
+    let allow = |actions: &'static [crate::config::ApiAction]| {
+        middleware::from_fn_with_state(actions, auth::authorize)
+    };
     Router::new()
-        .route("/runs", post(runs::submit))
+        .route("/runs", post(runs::submit).route_layer(allow(&[Run])))
         .route("/runs/{id}", get(runs::get))
         .route("/runs/{id}/output", get(runs::output))
-        .route("/cases", post(cases::ask))
+        .route(
+            "/cases",
+            post(cases::ask).route_layer(allow(&[RequestKill, RequestDeleteTemplate])),
+        )
         .route("/cases/{id}", get(cases::get))
         .route("/sandboxes", get(sandboxes::list))
         .route("/sandboxes/{id}", get(sandboxes::get))
         .route("/sandboxes/{id}/logs", get(sandboxes::logs))
         .route("/sandboxes/{id}/metrics", get(sandboxes::metrics))
-        .route("/test-failures", post(test_failures::report))
+        .route(
+            "/test-failures",
+            post(test_failures::report).route_layer(allow(&[ReportTestFailure])),
+        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route_layer(middleware::from_fn_with_state(budget, budget::limit_bodies))
         .route_layer(middleware::from_fn_with_state(tokens, auth::authenticate))
 }
 

@@ -6,6 +6,10 @@
 //! and `X-Output-Truncated`; with `&wait=20s` it holds the answer until there are new bytes or
 //! the run ends, so a client follows the output as it streams without busy polling. The work
 //! itself is `runs::Runner`'s; this file only checks, parses and words.
+//!
+//! A token reads only the runs it asked for (the run's `requester` is the token's name), or every
+//! run with `read_all`; anybody else's run, a push test's (`github:<owner/name>`) included, is
+//! answered exactly like a run that does not exist (404), so a token cannot learn that it does.
 use std::time::Duration;
 
 use axum::Json;
@@ -19,7 +23,10 @@ use super::{ApiFailure, ApiJson, ApiPath, ApiQuery, Caller, wait_param};
 use crate::config::ApiAction;
 use crate::http::AppState;
 use crate::ids::RunId;
-use crate::runs::{OutputChunk, RunError, RunRequest, Runner};
+use crate::runs::{OutputChunk, Run, RunError, RunRequest, Runner};
+
+/// The actions that let a token read runs (which runs: see [`Caller::sees`]).
+const READ_RUNS: &[ApiAction] = &[ApiAction::Read, ApiAction::Run, ApiAction::ReadAll];
 
 /// How often a waiting output read looks for new bytes.
 const OUTPUT_POLL: Duration = Duration::from_millis(50);
@@ -43,9 +50,25 @@ pub(super) fn run_failure(error: RunError) -> ApiFailure {
         RunError::Input(e) => {
             ApiFailure::invalid(e.field.clone(), format!("`{}` {}", e.field, e.message))
         }
-        RunError::NotFound(id) => ApiFailure::not_found(format!("There is no run {id}")),
+        RunError::NotFound(id) => not_found(&id),
         RunError::StoreUnavailable(_) => ApiFailure::store_unavailable(),
-        e @ RunError::Store(_) => ApiFailure::internal(e.to_string()),
+        RunError::Store(detail) => ApiFailure::failed("Reading or recording the run", &detail),
+    }
+}
+
+/// What a run that does not exist, or is not the caller's to read, is answered with.
+fn not_found(id: &RunId) -> ApiFailure {
+    ApiFailure::not_found(format!("There is no run {id}"))
+}
+
+/// The run, when the caller may read it (its own, or any with `read_all`); a 404 otherwise.
+async fn visible_run(runner: &Runner, caller: &Caller, id: &RunId) -> Result<Run, ApiFailure> {
+    let run = runner.get(id).await.map_err(run_failure)?;
+    if caller.sees(Some(&run.requester)) {
+        Ok(run)
+    } else {
+        tracing::info!(token = %caller.name, run = %id, "a token asked for a run that is not its own");
+        Err(not_found(id))
     }
 }
 
@@ -82,10 +105,16 @@ pub async fn get(
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<RunParams>,
 ) -> Result<Json<Value>, ApiFailure> {
-    caller.require_any(&[ApiAction::Read, ApiAction::Run])?;
+    caller.require_any(READ_RUNS)?;
     let id = run_id(&id)?;
     let wait = wait_param(params.wait.as_deref(), state.settings.edge.request_timeout)?;
-    let run = runner(&state)?.wait(&id, wait).await.map_err(run_failure)?;
+    let runner = runner(&state)?;
+    let run = visible_run(runner, &caller, &id).await?;
+    if run.status.is_terminal() || wait.is_zero() {
+        return Ok(Json(json!(run)));
+    }
+    // The requester never changes, so the check above holds for the run as it ends.
+    let run = runner.wait(&id, wait).await.map_err(run_failure)?;
     Ok(Json(json!(run)))
 }
 
@@ -107,10 +136,11 @@ pub(super) async fn output_chunk(
     id: &str,
     params: OutputParams,
 ) -> Result<OutputChunk, ApiFailure> {
-    caller.require_any(&[ApiAction::Read, ApiAction::Run])?;
+    caller.require_any(READ_RUNS)?;
     let id = run_id(id)?;
     let wait = wait_param(params.wait.as_deref(), state.settings.edge.request_timeout)?;
     let runner = runner(state)?;
+    visible_run(runner, caller, &id).await?;
     let from = params.from.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + wait;
     loop {

@@ -182,8 +182,18 @@ fn cluster_clients(nodes: &[String]) -> Result<(ClusterClient, ClusterClient), S
     ))
 }
 
-/// Sorts Redis failures into "can't reach it" and "it said no".
+/// Sorts Redis failures into "can't reach it" and "it said no". Redis refusing Steward itself
+/// (no password, a wrong one, or an ACL user without the command: `NOAUTH`, `WRONGPASS`,
+/// `NOPERM`) is "can't reach it" too: no command will work until the operator fixes `REDIS_URL`
+/// or the ACL, so callers answer as for a Redis that is down (503), and the reason names the
+/// refusal without Redis's own text.
 fn map_err(e: RedisError) -> StoreError {
+    if let Some(code) = refusal(&e) {
+        crate::metrics::redis_error("unavailable");
+        return StoreError::Unavailable(format!(
+            "Redis refused Steward's credentials or permissions ({code}); check the user and password in REDIS_URL and the user's ACL"
+        ));
+    }
     let unreachable = e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()
@@ -199,6 +209,25 @@ fn map_err(e: RedisError) -> StoreError {
     } else {
         StoreError::Backend(e.to_string())
     }
+}
+
+/// The error code when Redis refused Steward itself rather than one command's arguments.
+fn refusal(e: &RedisError) -> Option<&'static str> {
+    const CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Some("authentication failed");
+    }
+    if let Some(code) = e.code()
+        && let Some(known) = CODES.iter().find(|c| **c == code)
+    {
+        return Some(known);
+    }
+    // A pipeline's error keeps the server's code only in its text.
+    let text = e.to_string();
+    CODES.into_iter().find(|code| {
+        text.split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word == *code)
+    })
 }
 
 /// An ordinary one-server client. The parse error could quote the URL, which may hold a
