@@ -959,7 +959,7 @@ async fn an_exclusion_past_the_cap_is_refused_and_one_within_it_says_who_and_unt
     );
     assert!(
         history.contains(&format!(
-            "decide:leave: ok (excluded from the list until {ten_days} 00:00 UTC)"
+            "decide:leave: `ok (excluded from the list until {ten_days} 00:00 UTC)`"
         )),
         "{history}"
     );
