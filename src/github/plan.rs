@@ -179,7 +179,7 @@ pub fn run_request(
         env: rule.env.clone(),
         cwd: None,
         timeout: Some(format!("{}s", rule.timeout.as_secs().max(1))),
-        secret_env: Vec::new(),
+        secret_env: None,
         setup: Some(SetupStep {
             command: clone_step(&event.after, token.is_some()),
             env: setup_env,
@@ -339,7 +339,7 @@ mod tests {
         assert!(req.command.ends_with("make test"));
         assert!(!req.command.contains("ghp_secret_value"));
         assert!(!req.env.contains_key(TOKEN_ENV) && !req.env.contains_key(CLONE_URL_ENV));
-        assert!(req.files.is_empty() && req.secret_env.is_empty());
+        assert!(req.files.is_empty() && req.secret_env.is_none());
         let without = run_request(&rules[0], &event, None);
         let setup = without.setup.unwrap();
         assert!(!setup.env.contains_key(TOKEN_ENV));

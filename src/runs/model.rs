@@ -36,9 +36,10 @@ pub struct RunRequest {
     #[serde(default)]
     pub timeout: Option<String>,
     /// Names of `env` entries whose values are secrets: each value is replaced by
-    /// [`SCRUBBED`] wherever it appears in the run's output.
+    /// [`SCRUBBED`] wherever it appears in the run's output. Absent, every value long enough to
+    /// be a credential is (see `runs::service`); `[]` scrubs nothing.
     #[serde(default)]
-    pub secret_env: Vec<String>,
+    pub secret_env: Option<Vec<String>>,
     /// A step Steward itself puts before the command (a push test's clone). Never taken from an
     /// agent: the API refuses the field, so only Steward's own code sets it.
     #[serde(skip)]
@@ -347,7 +348,12 @@ impl RunRequest {
                 ));
             }
         }
-        if let Some(name) = self.secret_env.iter().find(|n| !self.env.contains_key(*n)) {
+        if let Some(name) = self
+            .secret_env
+            .iter()
+            .flatten()
+            .find(|n| !self.env.contains_key(*n))
+        {
             return Err(RunInputError::invalid(
                 format!("secret_env.{name}"),
                 "names no variable of env",
@@ -558,7 +564,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             timeout: None,
-            secret_env: Vec::new(),
+            secret_env: None,
             setup: None,
         }
     }
@@ -583,13 +589,13 @@ mod tests {
     #[test]
     fn secret_env_must_name_an_env_variable() {
         check(
-            |r| r.secret_env = vec!["TOKEN".into()],
+            |r| r.secret_env = Some(vec!["TOKEN".into()]),
             "secret_env.TOKEN",
             false,
         );
         let mut req = ok();
         req.env.insert("TOKEN".into(), "x".into());
-        req.secret_env = vec!["TOKEN".into()];
+        req.secret_env = Some(vec!["TOKEN".into()]);
         assert!(req.validate(&limits()).is_ok());
     }
 

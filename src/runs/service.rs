@@ -3,8 +3,9 @@
 //! does, on whichever replica claims it), so a refused request or a database that cannot be
 //! reached never leaves a sandbox behind.
 //!
-//! Which env values are secret: every variable named in `secret_env`; when a request names none,
-//! every env value of at least [`DEFAULT_SECRET_MIN_CHARS`] characters (a token or a password, not
+//! Which env values are secret: every variable named in `secret_env` (`[]` names none, on
+//! purpose); when a request has no `secret_env`, every env value of at least
+//! [`DEFAULT_SECRET_MIN_CHARS`] characters (a token or a password, not
 //! `1` or `true`, whose scrubbing would only wreck the output). Their values are replaced by
 //! `[scrubbed]` in the output; no env value and no file's content is ever in the run record.
 use std::sync::Arc;
@@ -28,13 +29,14 @@ pub const DEFAULT_SECRET_MIN_CHARS: usize = 8;
 /// express (Redis takes signed 64-bit offsets).
 const FURTHEST_OFFSET: u64 = 1 << 40;
 
-/// The names of `env` whose values are scrubbed from the output: `named` when the request named
-/// any, else every variable whose value has at least [`DEFAULT_SECRET_MIN_CHARS`] characters.
+/// The names of `env` whose values are scrubbed from the output: `named` when the request has a
+/// `secret_env` (even an empty one), else every variable whose value has at least
+/// [`DEFAULT_SECRET_MIN_CHARS`] characters.
 pub fn secret_names(
     env: &std::collections::BTreeMap<String, String>,
-    named: Vec<String>,
+    named: Option<Vec<String>>,
 ) -> Vec<String> {
-    if !named.is_empty() {
+    if let Some(named) = named {
         return named;
     }
     env.iter()
@@ -243,12 +245,13 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         assert_eq!(
-            secret_names(&env, Vec::new()),
+            secret_names(&env, None),
             vec!["PASSWORD".to_owned(), "TOKEN".to_owned()]
         );
         assert_eq!(
-            secret_names(&env, vec!["DEBUG".into()]),
+            secret_names(&env, Some(vec!["DEBUG".into()])),
             vec!["DEBUG".to_owned()]
         );
+        assert!(secret_names(&env, Some(Vec::new())).is_empty());
     }
 }

@@ -186,6 +186,23 @@ async fn named_secret_env_values_are_scrubbed_and_only_those() {
         output.contains("a=[scrubbed] b=bbbbbbbbbbbb short=[scrubbed]"),
         "{output}"
     );
+    // An empty list says on purpose that nothing is secret.
+    let id = alices_run(
+        &app,
+        json!({
+            "template": "base",
+            "command": "echo \"b=$B\"",
+            "env": {"B": "bbbbbbbbbbbb"},
+            "secret_env": [],
+        }),
+    )
+    .await;
+    let output = get(&app, &format!("/api/v1/runs/{id}/output"), ALICE)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(output.contains("b=bbbbbbbbbbbb"), "{output}");
 }
 
 #[tokio::test]

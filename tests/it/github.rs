@@ -717,7 +717,7 @@ async fn secret_env_values_are_scrubbed_from_a_runs_output() {
                 env: [("KEY".to_owned(), TOKEN.to_owned())].into(),
                 cwd: None,
                 timeout: None,
-                secret_env: vec!["KEY".into()],
+                secret_env: Some(vec!["KEY".into()]),
                 setup: None,
             },
         )

@@ -16,7 +16,7 @@ fn request(command: &str) -> RunRequest {
         env: Default::default(),
         cwd: None,
         timeout: None,
-        secret_env: Vec::new(),
+        secret_env: None,
         setup: None,
     }
 }
