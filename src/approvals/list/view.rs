@@ -21,6 +21,8 @@ pub const GROUPS_PER_MESSAGE: usize = 14;
 /// Sandboxes per page of the exclude modal: eight checkbox blocks of ten (Slack's most).
 pub const EXCLUDE_PAGE: usize = 80;
 const CHECKBOXES_PER_BLOCK: usize = 10;
+/// An owner name (metadata) is cut to this many characters.
+const OWNER_MAX_CHARS: usize = 80;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ListHeader {
@@ -265,11 +267,13 @@ fn group_view(
     progress: Option<Progress>,
     now: DateTime<Utc>,
 ) -> GroupView {
+    // The owner is metadata an agent wrote: quoted data, never formatting.
     let owner = match (&g.owner, &g.owner_slack) {
-        (Some(owner), Some(user)) => Mrkdwn::text(&format!("*{owner}* ("))
+        (Some(owner), Some(user)) => Mrkdwn::quoted(owner, OWNER_MAX_CHARS)
+            .and(Mrkdwn::text(" ("))
             .and(Mrkdwn::user(user))
             .and(Mrkdwn::text(")")),
-        (Some(owner), None) => Mrkdwn::text(&format!("*{owner}*")),
+        (Some(owner), None) => Mrkdwn::quoted(owner, OWNER_MAX_CHARS),
         (None, _) => Mrkdwn::text("*No owner in metadata*"),
     };
     let title = owner.and(Mrkdwn::text(&format!(
@@ -477,16 +481,22 @@ pub fn exclude_modal(
         })
         .collect();
     let more = page + 1 < pages;
-    let mut prompt = format!(
-        "Exclude sandboxes of *{}* from this list: they are left alone, like a Leave, and \
-         sweeps do not raise them again before the date below: at most {} ahead, and no date \
-         means {} (`[hygiene] max_exclude_for`). Most expensive first.",
-        g.label(),
-        human_duration(max),
-        human_duration(max)
-    );
+    let whose = match &g.owner {
+        Some(owner) => Mrkdwn::quoted(owner, OWNER_MAX_CHARS),
+        None => Mrkdwn::text("no owner"),
+    };
+    let mut prompt = Mrkdwn::text("Exclude sandboxes of ")
+        .and(whose)
+        .and(Mrkdwn::text(&format!(
+            " · *{}* from this list: they are left alone, like a Leave, and \
+             sweeps do not raise them again before the date below: at most {} ahead, and no date \
+             means {} (`[hygiene] max_exclude_for`). Most expensive first.",
+            g.option,
+            human_duration(max),
+            human_duration(max)
+        )));
     if let Some(note) = note {
-        prompt = format!("{note}\n{prompt}");
+        prompt = Mrkdwn::text(&format!("{note}\n")).and(prompt);
     }
     ExcludeModalParams {
         callback_id: SWEEP_LIST_EXCLUDE_MODAL,
@@ -496,7 +506,7 @@ pub fn exclude_modal(
         } else {
             "Exclude".into()
         },
-        prompt: Mrkdwn::text(&prompt),
+        prompt,
         pages: chunks,
         pick_action: SWEEP_LIST_PICK_ACTION,
         paste_block: SWEEP_LIST_PASTE_BLOCK,
