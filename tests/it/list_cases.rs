@@ -257,7 +257,7 @@ async fn approving_a_group_of_1000_pauses_on_a_5000_fleet_runs_exactly_1000_paus
         "{digest_text}"
     );
     assert!(
-        shown(&app, &list, g).contains("*loadtest* · *Pause* · 1,000 sandboxes"),
+        shown(&app, &list, g).contains("`loadtest` · *Pause* · 1,000 sandboxes"),
         "{}",
         shown(&app, &list, g)
     );
