@@ -252,6 +252,9 @@ async fn long_exclusions(settings: &Settings, found: &mut Findings) {
     let now = Utc::now();
     let mut long: Vec<(Subject, LeftMark)> = marks
         .into_iter()
+        // Sweeps honour a mark for at most the cap from when it was made; one whose cap has
+        // passed hides nothing any more.
+        .filter(|(_, mark)| mark.at + cap > now)
         .filter(|(_, mark)| match mark.until {
             None => true,
             Some(until) => until > now && until - mark.at > cap,
@@ -272,10 +275,11 @@ async fn long_exclusions(settings: &Settings, found: &mut Findings) {
             None => "with no end date".to_owned(),
         };
         found.warnings.push(format!(
-            "{subject} is kept out of sweeps {until} (left{by} on {}, case {}): longer than [hygiene] max_exclude_for ({}) allows; sweeps raise it again only after that.",
+            "{subject} was left out of sweeps {until} (left{by} on {}, case {}): longer than [hygiene] max_exclude_for ({}) allows, so sweeps raise it again from {}.",
             when(mark.at),
             mark.case,
-            human_duration(max)
+            human_duration(max),
+            when(mark.at + cap)
         ));
     }
     if long.len() > LONG_EXCLUSIONS_SHOWN {

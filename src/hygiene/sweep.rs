@@ -397,7 +397,14 @@ async fn judge_page(
             });
             continue;
         }
-        let left_until = mark.map(|m| m.until);
+        // A person's Leave keeps a sandbox out of sweeps for at most `max_exclude_for` from when
+        // it was decided, whatever date it carries: a mark made before the cap (9999-12-31, or
+        // none) stops hiding the sandbox once the cap has passed.
+        let left_until = mark.map(|m| {
+            let cap =
+                m.at + chrono::Duration::from_std(ctx.config.max_exclude_for).unwrap_or_default();
+            Some(m.until.map_or(cap, |until| until.min(cap)))
+        });
         // Exempt sandboxes are settled before any window is read: their activity changes nothing.
         if let Some(exemption) = policy::exemption(policy, &seen, left_until, now) {
             part.exempt(listed, exemption);

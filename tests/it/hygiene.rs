@@ -388,6 +388,7 @@ async fn keep_metadata_unexpired_leave_decisions_and_youth_are_exempt() {
         .await;
     let left = w.paused(5, 4096, None).await;
     let left_lapsed = w.paused(5, 4096, None).await;
+    let left_forever = w.paused(5, 4096, None).await;
     let young = w.idle_running(None).await; // five hours old, grace is twelve
     // Both were left a day ago by a person's Leave decision, one until next week and one until
     // an hour ago.
@@ -400,6 +401,11 @@ async fn keep_metadata_unexpired_leave_decisions_and_youth_are_exempt() {
         Utc::now() - days(1),
     )
     .await;
+    // Left 31 days ago "until 9999", before `[hygiene] max_exclude_for` (30 days) existed.
+    let forever = DateTime::parse_from_rfc3339("9999-12-31T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    leave(store, &left_forever, forever, Utc::now() - days(31)).await;
 
     let report = w.sweep(SweepMode::DryRun).await;
 
@@ -423,6 +429,11 @@ async fn keep_metadata_unexpired_leave_decisions_and_youth_are_exempt() {
         recommendation(&report, &left_lapsed),
         Some(Recommendation::SnapshotThenKill),
         "a Leave decision whose date passed no longer exempts"
+    );
+    assert_eq!(
+        recommendation(&report, &left_forever),
+        Some(Recommendation::SnapshotThenKill),
+        "a Leave older than max_exclude_for no longer exempts, whatever its date"
     );
     let ex = report.counts.exempt;
     assert_eq!((ex.keep_metadata, ex.left, ex.too_young), (1, 1, 1));
