@@ -356,14 +356,18 @@ async fn a_replica_killed_while_uploading_leaves_a_run_another_replica_fails_and
         runs_b.get(&run.id).await.unwrap().handed_over
     })
     .await;
+    // The run's audit line is written after the hand-over is recorded.
     let subject = sandbox_steward::cases::Subject::Sandbox(sandbox);
-    let audit = b.state.store.audit_for_subject(&subject).await.unwrap();
-    assert!(
-        audit
+    common::eventually("the run's end is audited", || async {
+        b.state
+            .store
+            .audit_for_subject(&subject)
+            .await
+            .unwrap()
             .iter()
-            .any(|e| e.action == "run" && e.outcome.contains("replica-a-doomed stopped")),
-        "{audit:?}"
-    );
+            .any(|e| e.action == "run" && e.outcome.contains("replica-a-doomed stopped"))
+    })
+    .await;
     // One sandbox for the run, never a second.
     assert_eq!(a.e2b.hooks().calls_of("create").await.unwrap(), 1);
 }
