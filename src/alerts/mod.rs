@@ -77,13 +77,17 @@ impl TestOutput {
 
     /// The kept text, the gap marked by a line of its own: what failing lines are picked from,
     /// so the real end of a long output is read, not the end of its head.
-    pub fn text(&self) -> String {
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        // A whole output that is valid UTF-8 is borrowed, not copied (it can be 16 MiB).
+        if self.left_out == 0 && self.tail.is_empty() {
+            return String::from_utf8_lossy(&self.head);
+        }
         let mut text = String::from_utf8_lossy(&self.head).into_owned();
         if self.left_out > 0 {
             text.push_str(&Self::gap_line(self.left_out));
         }
         text.push_str(&String::from_utf8_lossy(&self.tail));
-        text
+        std::borrow::Cow::Owned(text)
     }
 }
 
