@@ -128,6 +128,7 @@ async fn run(sandboxes: usize, latency_ms: u64, concurrency: usize) -> anyhow::R
             concurrency,
             ..ListSettings::default()
         },
+        draining: tokio_util::sync::CancellationToken::new(),
     };
     hooks.reset_calls().await?;
     let approve = ListEvent::Approve {

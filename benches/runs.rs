@@ -360,7 +360,7 @@ async fn main() -> anyhow::Result<()> {
     ]);
     let settings = Settings::load(&env)?;
     let mut app = Application::build(settings).await?;
-    let workers = app.loops_mut().workers.max(1);
+    let workers = app.loops_mut().run_workers.max(1);
     let api = Api {
         http: reqwest::Client::new(),
         base: format!("http://127.0.0.1:{}", app.port()),

@@ -278,6 +278,38 @@ pub struct Policy {
     pub github: GithubConfig,
     /// What a GitHub push runs, per repository (`[[push_tests]]`); checked by [`Settings::load`].
     pub push_tests: Vec<crate::github::PushTestEntry>,
+    /// Queue workers per replica, per lane, and how long a stopping replica drains (`[workers]`).
+    pub workers: WorkersConfig,
+}
+
+/// `[workers]` as written: `decisions` (default 4) and `runs` (default 4) queue workers per
+/// replica, each lane its own, so decisions never wait behind runs; `shutdown_grace` (default
+/// `25s`, inside Kubernetes' 30 s): how long a stopping replica may finish what it is doing
+/// before it hands the rest over.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    pub decisions: Option<usize>,
+    pub runs: Option<usize>,
+    pub shutdown_grace: Option<String>,
+}
+
+/// `[workers]`, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    pub decisions: usize,
+    pub runs: usize,
+    pub shutdown_grace: std::time::Duration,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Self {
+            decisions: 4,
+            runs: 4,
+            shutdown_grace: std::time::Duration::from_secs(25),
+        }
+    }
 }
 
 /// `[github]`: `secrets = ["..."]`, accepted besides `GITHUB_WEBHOOK_SECRET`'s (`Debug` hides
@@ -663,6 +695,29 @@ impl Policy {
             .transpose()
     }
 
+    /// `[workers]` checked. Errors name the key.
+    pub fn workers(&self) -> Result<Workers, String> {
+        let d = Workers::default();
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            Some(0) => Err(format!(
+                "[workers] {key} must be at least 1 (0 would never carry that work out)"
+            )),
+            Some(n) if n > 256 => Err(format!("[workers] {key} is {n}; at most 256")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        let shutdown_grace = match &self.workers.shutdown_grace {
+            None => d.shutdown_grace,
+            Some(text) => duration::parse("[workers] shutdown_grace", text)
+                .map_err(|e| format!("[workers] shutdown_grace is not valid: {}", e.reason))?,
+        };
+        Ok(Workers {
+            decisions: count("decisions", self.workers.decisions, d.decisions)?,
+            runs: count("runs", self.workers.runs, d.runs)?,
+            shutdown_grace,
+        })
+    }
+
     /// `[runs]` checked, with `[channels] runs` (checked as a channel id). Errors name the key.
     pub fn runs(&self) -> Result<RunPolicy, String> {
         let c = &self.runs;
@@ -805,6 +860,10 @@ impl Settings {
             Some(path) => Policy::load(Path::new(&path), true)?,
             None => Policy::load(Path::new("steward.toml"), false)?,
         };
+        policy.workers().map_err(|reason| ConfigError::Invalid {
+            name: "steward.toml".into(),
+            reason,
+        })?;
         Ok(Self {
             listen,
             metrics_listen,
@@ -895,6 +954,7 @@ const DURATION_KEYS: &[&str] = &[
     "restore_window",
     "timeout",
     "max_exclude_for",
+    "shutdown_grace",
 ];
 
 /// A value error without repeating the key the sentence already names, and serde's
@@ -1135,7 +1195,7 @@ authors = { "alice@example.com" = "U0ALICE" }
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`, `workers`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.

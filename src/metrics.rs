@@ -210,20 +210,20 @@ pub const SERIES: &[Series] = &[
     series(
         QUEUE_DEPTH,
         Kind::Gauge,
-        &[],
-        "Unacknowledged jobs in the durable queue, at the last scrape.",
+        &["lane"],
+        "Unacknowledged jobs in the queue lane, at the last scrape.",
     ),
     series(
         QUEUE_OLDEST_AGE,
         Kind::Gauge,
-        &[],
-        "Age of the oldest unacknowledged job, at the last scrape.",
+        &["lane"],
+        "Age of the oldest unacknowledged job of the lane, at the last scrape.",
     ),
     series(
         QUEUE_OLDEST_WAITING_AGE,
         Kind::Gauge,
-        &[],
-        "Age of the oldest job no worker has taken yet, at the last scrape.",
+        &["lane"],
+        "Age of the oldest job of the lane no worker has taken yet, at the last scrape.",
     ),
     series(
         JOBS,
@@ -575,16 +575,21 @@ pub fn decisions_requeued(n: usize) {
     counter!(DECISIONS_REQUEUED).increment(n as u64);
 }
 
-/// The queue as the store saw it at a scrape: its depth, the oldest job's age and the oldest
-/// waiting (not yet taken) job's age.
-pub fn queue_sampled(depth: u64, oldest_age: Duration, oldest_waiting_age: Duration) {
-    gauge!(QUEUE_DEPTH).set(depth as f64);
-    gauge!(QUEUE_OLDEST_AGE).set(oldest_age.as_secs_f64());
-    gauge!(QUEUE_OLDEST_WAITING_AGE).set(oldest_waiting_age.as_secs_f64());
+/// One lane of the queue as the store saw it at a scrape: its depth, the oldest job's age and
+/// the oldest waiting (not yet taken) job's age. `lane`: `decisions`, `runs`.
+pub fn queue_sampled(
+    lane: &'static str,
+    depth: u64,
+    oldest_age: Duration,
+    oldest_waiting_age: Duration,
+) {
+    gauge!(QUEUE_DEPTH, "lane" => lane).set(depth as f64);
+    gauge!(QUEUE_OLDEST_AGE, "lane" => lane).set(oldest_age.as_secs_f64());
+    gauge!(QUEUE_OLDEST_WAITING_AGE, "lane" => lane).set(oldest_waiting_age.as_secs_f64());
 }
 
-/// A job a worker finished with. `kind`: `decision`, `run`; `outcome`: `finished`, `gave_up`,
-/// `left_for_retry`.
+/// A job a worker finished with. `kind`: `decision`, `run`, `restore`; `outcome`: `finished`,
+/// `gave_up`, `left_for_retry`, `handed_back`.
 pub fn job(kind: &'static str, outcome: &'static str, took: Duration) {
     counter!(JOBS, "kind" => kind, "outcome" => outcome).increment(1);
     histogram!(JOB_DURATION, "kind" => kind).record(took.as_secs_f64());

@@ -125,6 +125,7 @@ pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Resul
         approvals_channel,
         tasks: TaskTracker::new(),
         socket: None,
+        draining: CancellationToken::new(),
         settings: Arc::new(settings),
     }))
 }
@@ -150,7 +151,8 @@ impl Application {
         let addr = listener.local_addr()?;
         let metrics = crate::http::metrics::bind(settings.metrics_listen).await?;
         crate::metrics::install();
-        let loops = LoopSettings::new(&settings.replica_name);
+        let workers = settings.policy.workers().map_err(anyhow::Error::msg)?;
+        let loops = LoopSettings::new(&settings.replica_name).with_workers(workers);
         let mut state = build(settings)?;
         let socket = match &state.settings.socket {
             Some(socket) => Some(SocketClient::new(socket, &state.settings.slack.api_url)?),
@@ -209,11 +211,30 @@ impl Application {
         self.sweep_every = every;
     }
 
-    /// Serves until `shutdown` completes, then lets open requests finish, in-flight replies be
-    /// delivered (up to [`SHUTDOWN_GRACE`]) and the worker finish its current job.
+    /// Serves until `shutdown` completes, then drains (see [`Application::run_until_drained`])
+    /// for up to `[workers] shutdown_grace` and stops.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        self.run_until_drained(shutdown, std::future::pending::<()>())
+            .await
+    }
+
+    /// Serves until `drain` completes (the first SIGTERM), then drains: `/readyz` answers 503,
+    /// the Socket Mode connection closes (Slack sends to the other replicas), no worker takes
+    /// a new job (one a claim still brings is handed back unstarted), decided work finishes the
+    /// step in flight and hands the rest back, a list stops starting items and releases its
+    /// lease, and a run keeps streaming until the grace is nearly over, then leaves its command
+    /// running and hands itself to another replica, which re-attaches to it. HTTP keeps
+    /// answering meanwhile. The replica stops when that is done, when `[workers]
+    /// shutdown_grace` has passed, or when `now` completes (a second signal): what is still in
+    /// hand then is left as a crash would leave it, for another replica to take over after its
+    /// claims and leases run out; nothing is failed on the way out.
+    pub async fn run_until_drained(
+        self,
+        drain: impl Future<Output = ()> + Send + 'static,
+        now: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         // A token Slack refuses stops the replica before it starts anything, with a sentence
         // (retrying cannot help); Slack merely unreachable or rate-limiting is retried in the
@@ -226,6 +247,9 @@ impl Application {
             None => None,
         };
         tracing::info!(addr = %self.addr, consumer = %self.loops.worker.consumer, socket_mode = socket.is_some(), "Steward listening");
+        let draining = self.state.draining.clone();
+        let grace = self.loops.shutdown_grace;
+        // Stops what serves until the very end: HTTP, the metrics listener.
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let signal = move || {
             let mut stopped = stopped.clone();
@@ -233,42 +257,42 @@ impl Application {
                 let _ = stopped.wait_for(|s| *s).await;
             }
         };
+        let drained = || draining.clone().cancelled_owned();
         let svc = self.state.services();
+        // Loops that stop taking work at the first signal and finish what they hold.
+        let mut workers = Vec::new();
+        // Loops that simply stop at the first signal (another replica carries on).
         let mut loops = Vec::new();
-        // Runs still executing at shutdown are stopped and failed with that cause (and their
-        // sandboxes handed over), so a deploy never waits out a long run.
-        let stopping = CancellationToken::new();
+        // Cancelled near the end of the grace: runs still going then move to another replica.
+        let move_runs = CancellationToken::new();
         if self.loops.worker_enabled {
-            for n in 0..self.loops.workers.max(1) {
-                let config = self.loops.worker_config(n);
+            for config in self.loops.worker_configs() {
                 let runs = run_engine(
                     &self.state,
                     &config.consumer,
                     self.loops.run_lease,
-                    &stopping,
+                    &move_runs,
                 )?;
-                loops.push(tokio::spawn(worker::run_worker(
+                workers.push(tokio::spawn(worker::run_worker(
                     svc.clone(),
                     runs,
                     config,
-                    signal(),
+                    draining.clone(),
                 )));
             }
-        }
-        if self.loops.worker_enabled {
             // Approved list decisions are carried out by whichever replica holds each list's
             // lease; this pass takes over lists whose replica died.
             let every = svc.lists.progress_every;
-            loops.push(tokio::spawn(crate::approvals::list::run_lists(
+            workers.push(tokio::spawn(crate::approvals::list::run_lists(
                 svc.clone(),
                 every,
-                signal(),
+                drained(),
             )));
         }
         loops.push(tokio::spawn(worker::run_expiry(
             svc,
             self.loops.expire_every,
-            signal(),
+            drained(),
         )));
         if let (Some(runner), false) = (
             &self.state.runs,
@@ -279,7 +303,7 @@ impl Application {
                 runner.clone(),
                 Arc::new(self.state.settings.github.clone()),
                 self.loops.expire_every,
-                signal(),
+                drained(),
             )));
         }
         match (self.sweep, self.sweep_every) {
@@ -287,7 +311,7 @@ impl Application {
                 loops.push(tokio::spawn(run_scheduler(
                     Scheduler::new(sweep),
                     every,
-                    signal(),
+                    drained(),
                 )));
             }
             (Some(_), Some(_)) => tracing::warn!(
@@ -298,48 +322,110 @@ impl Application {
         }
         if let Some((client, first)) = socket {
             let handler = crate::http::socket::handler(self.state.clone());
-            loops.push(tokio::spawn(client.run(handler, first, signal())));
+            loops.push(tokio::spawn(client.run(handler, first, drained())));
         }
+        let mut last = Vec::new();
         if let Some(listener) = self.metrics {
             let state = self.state.clone();
-            loops.push(tokio::spawn(crate::http::metrics::serve(
+            last.push(tokio::spawn(crate::http::metrics::serve(
                 listener,
                 state,
                 signal(),
             )));
         }
-        let stop_runs = stopping.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            let _ = stop.send(true);
-            stop_runs.cancel();
-        });
         let tasks = self.state.tasks.clone();
         let limits = self.state.settings.edge;
-        crate::http::edge::serve(self.listener, router(self.state), limits, signal()).await;
+        let http = tokio::spawn(crate::http::edge::serve(
+            self.listener,
+            router(self.state),
+            limits,
+            signal(),
+        ));
+
+        drain.await;
+        tracing::info!(grace = ?grace, "draining: /readyz says 503, no new jobs; work in hand is finished or handed over");
+        draining.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        // A run moves this long after the first signal, leaving a little of the grace for its
+        // hand-over to be written.
+        let move_at = tokio::time::Instant::now() + grace.saturating_sub(HAND_OVER_MARGIN);
+        let mover = move_runs.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(move_at).await;
+            mover.cancel();
+        });
+        tokio::pin!(now);
+        // Each worker is awaited at most once: here, or after the abort below.
+        let mut workers: Vec<Option<tokio::task::JoinHandle<()>>> =
+            workers.into_iter().map(Some).collect();
+        let finished = async {
+            for slot in workers.iter_mut() {
+                if let Some(mut handle) = slot.take() {
+                    join_loop(&mut handle).await;
+                }
+            }
+        };
+        let in_time = tokio::select! {
+            () = finished => true,
+            () = tokio::time::sleep_until(deadline) => false,
+            () = &mut now => false,
+        };
+        if !in_time {
+            tracing::warn!(
+                "stopping before every worker finished: what they hold is taken over by another replica once its claims and leases run out"
+            );
+            for handle in workers.iter().flatten() {
+                handle.abort();
+            }
+        }
+        for handle in loops.iter_mut() {
+            join_loop(handle).await;
+        }
         // Requests already answered may still owe Slack a reply or a card update: let them
         // finish (bounded, so a stuck call cannot hold a deploy forever).
         tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
-            .await
-            .is_err()
-        {
+        let replies = tokio::select! {
+            r = tokio::time::timeout_at(deadline.max(tokio::time::Instant::now() + REPLY_GRACE_MIN), tasks.wait()) => r.is_ok(),
+            () = &mut now => false,
+        };
+        if !replies {
             tracing::warn!(
                 unfinished = tasks.len(),
                 "stopping with replies still in flight after the shutdown grace period"
             );
         }
-        for handle in loops {
-            match handle.await {
-                Err(e) if e.is_panic() => tracing::error!(error = %e, "a background loop panicked"),
-                // Cancelled: the runtime itself is going away (a test ending), nothing failed.
-                Err(e) => tracing::debug!(error = %e, "a background loop was cancelled"),
-                Ok(()) => {}
-            }
+        let _ = stop.send(true);
+        match http.await {
+            Ok(()) => {}
+            Err(e) if e.is_panic() => tracing::error!(error = %e, "the HTTP server panicked"),
+            Err(e) => tracing::debug!(error = %e, "the HTTP server was cancelled"),
         }
+        for mut handle in last {
+            join_loop(&mut handle).await;
+        }
+        for mut handle in workers.into_iter().flatten() {
+            join_loop(&mut handle).await;
+        }
+        tracing::info!("stopped");
         Ok(())
     }
 }
+
+/// Waits for a background loop to end, saying so when it panicked.
+async fn join_loop(handle: &mut tokio::task::JoinHandle<()>) {
+    match handle.await {
+        Err(e) if e.is_panic() => tracing::error!(error = %e, "a background loop panicked"),
+        // Cancelled: aborted at the end of the grace, or the runtime itself is going away (a
+        // test ending); nothing failed.
+        Err(e) => tracing::debug!(error = %e, "a background loop was cancelled"),
+        Ok(()) => {}
+    }
+}
+
+/// How much of the shutdown grace a run keeps for its hand-over to another replica.
+const HAND_OVER_MARGIN: Duration = Duration::from_secs(3);
+/// Replies in flight always get at least this long at the end, even past the grace.
+const REPLY_GRACE_MIN: Duration = Duration::from_secs(2);
 
 /// The engine this replica's worker runs `Job::Run` with, from the state as it is when serving
 /// starts (tests adjust the E2B client first); `None` when E2B is not configured.
@@ -347,7 +433,7 @@ fn run_engine(
     state: &AppState,
     consumer: &str,
     lease: Duration,
-    stopping: &CancellationToken,
+    move_runs: &CancellationToken,
 ) -> anyhow::Result<Option<RunEngine>> {
     let (Some(e2b), Some(runner)) = (&state.e2b, &state.runs) else {
         return Ok(None);
@@ -364,7 +450,7 @@ fn run_engine(
             hand_over,
         )
         .with_lease(lease)
-        .with_stopping(stopping.clone()),
+        .with_move_runs(move_runs.clone()),
     ))
 }
 
@@ -454,15 +540,48 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
     }))
 }
 
-/// How long shutdown waits for replies and card updates that are still in flight.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
 /// `steward serve`: settings from the environment, runs until Ctrl-C or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<ExitCode> {
     let settings = Settings::load(&ProcessEnv)?;
     let app = Application::build(settings).await?;
-    app.run_until_stopped(shutdown_signal()).await?;
+    // The first signal drains, a second stops at once.
+    let (first, second) = signals();
+    app.run_until_drained(first, second).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Two futures over the same stop signals: the first completes at the first Ctrl-C or SIGTERM,
+/// the second at the one after it.
+pub fn signals() -> (
+    impl Future<Output = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(2);
+    tokio::spawn(async move {
+        for _ in 0..2 {
+            shutdown_signal().await;
+            if tx.send(()).await.is_err() {
+                return;
+            }
+        }
+    });
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let second = async move {
+        let _ = rx.recv().await;
+        let _ = first_tx.send(());
+        if rx.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+        tracing::warn!("a second stop signal: stopping at once");
+    };
+    let second = tokio::spawn(second);
+    let first = async move {
+        let _ = first_rx.await;
+    };
+    let second = async move {
+        let _ = second.await;
+    };
+    (first, second)
 }
 
 /// Completes on Ctrl-C, or SIGTERM on Unix (what container runtimes send).

@@ -54,6 +54,9 @@ pub struct Services {
     pub limits: Arc<crate::slack::limits::Limits>,
     /// How approved list decisions are carried out (`[hygiene] list_*`).
     pub lists: list::ListSettings,
+    /// Cancelled when this replica starts stopping: decided work finishes the step in flight
+    /// and leaves the rest to another replica.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// The CPU percentage above which a sandbox of a template counts as busy (`[hygiene.idle]`). The

@@ -1,5 +1,5 @@
-//! `GET /healthz` (the process is alive) and `GET /readyz` (configuration is complete and
-//! Redis answers).
+//! `GET /healthz` (the process is alive) and `GET /readyz` (configuration is complete, Redis
+//! answers, and the replica is not draining after a stop signal).
 //!
 //! Readiness inspects settings and pings Redis (cheap, ours); it must not call Slack or E2B, so
 //! probes never spend their rate limits.
@@ -50,7 +50,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         "SLACK_SIGNING_SECRET",
         s.slack.signing_secret.is_some(),
     );
-    let mut checks = Vec::with_capacity(5);
+    let mut checks = Vec::with_capacity(6);
     match state.socket.as_ref().map(|socket| socket.state()) {
         None => checks.push(signing_secret),
         Some(SocketState::Disabled) => {
@@ -79,6 +79,15 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         "E2B_API_KEY",
         s.e2b.api_key.is_some() && state.e2b.is_some(),
     ));
+    // A replica that is stopping finishes what it holds; new traffic should go elsewhere.
+    let draining = state.draining.is_cancelled();
+    checks.push(Check {
+        name: "replica",
+        // Nothing to set: the replica is on its way out.
+        variable: "",
+        says: if draining { "draining" } else { "ok" },
+        ready: !draining,
+    });
     let redis = state.store.ping().await.is_ok();
     checks.push(Check {
         name: "redis",
@@ -92,16 +101,17 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         .collect();
     let missing: Vec<&str> = checks
         .iter()
-        .filter(|c| !c.ready)
+        .filter(|c| !c.ready && !c.variable.is_empty())
         .map(|c| c.variable)
         .collect();
-    let status = if missing.is_empty() {
+    let ready = checks.iter().all(|c| c.ready);
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (
         status,
-        Json(json!({ "ready": missing.is_empty(), "checks": report, "missing": missing })),
+        Json(json!({ "ready": ready, "checks": report, "missing": missing })),
     )
 }

@@ -22,6 +22,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use super::AppState;
+use crate::store::Lane;
 
 /// The content type of Prometheus' text exposition format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -35,20 +36,30 @@ pub struct SignatureRefused;
 
 /// `GET /metrics`.
 pub async fn scrape(State(state): State<AppState>) -> Response {
-    let sampled = tokio::time::timeout(QUEUE_SAMPLE_TIMEOUT, state.store.queue_stats()).await;
+    let lanes = async {
+        let mut stats = Vec::with_capacity(Lane::ALL.len());
+        for lane in Lane::ALL {
+            stats.push((lane, state.store.queue_stats(lane).await?));
+        }
+        Ok::<_, crate::store::StoreError>(stats)
+    };
+    let sampled = tokio::time::timeout(QUEUE_SAMPLE_TIMEOUT, lanes).await;
     crate::metrics::redis_reached(matches!(sampled, Ok(Ok(_))));
     match sampled {
-        Ok(Ok(stats)) => {
+        Ok(Ok(lanes)) => {
             let now = chrono::Utc::now();
             let age = |at: Option<chrono::DateTime<chrono::Utc>>| {
                 at.and_then(|at| (now - at).to_std().ok())
                     .unwrap_or(Duration::ZERO)
             };
-            crate::metrics::queue_sampled(
-                stats.depth,
-                age(stats.oldest_enqueued_at),
-                age(stats.oldest_waiting_at),
-            );
+            for (lane, stats) in lanes {
+                crate::metrics::queue_sampled(
+                    lane.as_str(),
+                    stats.depth,
+                    age(stats.oldest_enqueued_at),
+                    age(stats.oldest_waiting_at),
+                );
+            }
         }
         // Counted as a Redis error by the store; the gauges keep their last value.
         Ok(Err(e)) => tracing::debug!(error = %e, "queue figures unavailable for this scrape"),

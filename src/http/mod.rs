@@ -92,6 +92,9 @@ pub struct AppHandles {
     /// The Socket Mode connection's state, for `/readyz`; `None` in HTTP mode (no
     /// `SLACK_APP_TOKEN`).
     pub socket: Option<crate::slack::socket::SocketStatus>,
+    /// Cancelled at the first stop signal: `/readyz` says 503, workers take no new jobs and hand
+    /// back what they will not finish, while HTTP keeps answering until the replica stops.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -112,6 +115,7 @@ impl AppState {
                 .as_ref()
                 .map(|s| s.config.list_settings())
                 .unwrap_or_default(),
+            draining: self.draining.clone(),
         }
     }
 }

@@ -15,10 +15,13 @@ use crate::cases::{
     self, Case, CaseState, Event, Evidence, Step, StepOutcome, StepRecord, TransitionError,
 };
 use crate::ids::CaseId;
-use crate::store::{ClaimedJob, Job, JobId, Store, StoreError, Updated};
+use crate::store::{ClaimedJob, Job, JobId, Lane, Store, StoreError, Updated};
+use tokio_util::sync::CancellationToken;
 
-/// How long one worker may hold a case's execution lease before another may take over.
-pub const EXECUTION_LEASE: Duration = Duration::from_secs(10 * 60);
+/// How long one worker's hold on a case's execution lasts unless renewed; it is renewed before
+/// each step and every third of this during a long one, so a dead worker's case is taken over
+/// about this long after it died.
+pub const EXECUTION_LEASE: Duration = Duration::from_secs(60);
 /// Transient failures (E2B briefly unavailable) of one step in one attempt after which the
 /// case fails (with Retry) instead of waiting for another delivery. Deliveries that found
 /// another worker holding the case, or that lost the lease, do not count: only failed steps do.
@@ -37,6 +40,10 @@ pub enum JobError {
     /// acknowledged.
     #[error("gave up: {0}")]
     Permanent(String),
+    /// This replica is stopping and has left the rest of the work for another one: the job is
+    /// handed back at once ([`Store::hand_back`]), not left to go stale.
+    #[error("handed back: {0}")]
+    HandBack(String),
 }
 
 impl From<StoreError> for JobError {
@@ -133,16 +140,19 @@ where
     F: FnMut(Step, Vec<StepRecord>) -> Fut,
     Fut: Future<Output = Result<StepOutcome, StepFailure>>,
 {
-    execute_decision_leased(store, case_id, EXECUTION_LEASE, run_step).await
+    execute_decision_leased(store, case_id, EXECUTION_LEASE, None, run_step).await
 }
 
 /// [`execute_decision`] holding the case's execution lease for `lease` at a time (renewed before
 /// every step). A list's items use a short one, so a replica that dies mid-list hands its
-/// sandboxes over quickly; their steps are short.
+/// sandboxes over quickly; their steps are short. Once `draining` is cancelled (this replica
+/// is stopping), the step in flight finishes and the next is left to another replica
+/// ([`JobError::HandBack`]): the step log makes it resume right after the last finished step.
 pub async fn execute_decision_leased<F, Fut>(
     store: &Store,
     case_id: &CaseId,
     lease_ttl: Duration,
+    draining: Option<&CancellationToken>,
     mut run_step: F,
 ) -> Result<Case, JobError>
 where
@@ -160,6 +170,7 @@ where
         lease: &lease,
         holder: &holder,
         ttl: lease_ttl,
+        draining,
     };
     let result =
         execute_holding_lease(store, case_id, held, MAX_TRANSIENT_FAILURES, &mut run_step).await;
@@ -170,12 +181,13 @@ where
     result
 }
 
-/// The execution lease this worker holds.
+/// The execution lease this worker holds, and whether its replica is stopping.
 #[derive(Clone, Copy)]
 struct Held<'a> {
     lease: &'a str,
     holder: &'a str,
     ttl: Duration,
+    draining: Option<&'a CancellationToken>,
 }
 
 async fn execute_holding_lease<F, Fut>(
@@ -210,6 +222,12 @@ where
         let Some(step) = cases::remaining_steps(option, &done).first().copied() else {
             break;
         };
+        if held.draining.is_some_and(CancellationToken::is_cancelled) {
+            return Err(JobError::HandBack(format!(
+                "this replica is stopping; {} of case {case_id} is left to another replica",
+                step.as_str()
+            )));
+        }
         // A worker whose lease ran out may have been replaced: running the step too could
         // do it twice.
         if !store.renew_lease(held.lease, held.holder, held.ttl).await? {
@@ -218,7 +236,27 @@ where
             )));
         }
         let started = std::time::Instant::now();
-        let result = run_step(step, done).await;
+        let result = {
+            let work = run_step(step, done);
+            tokio::pin!(work);
+            let every = held.ttl / 3;
+            let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    result = &mut work => break result,
+                    _ = renew.tick() => {
+                        // A step under way is not abandoned (its E2B call may have landed);
+                        // the step log keeps a takeover from recording it twice.
+                        match store.renew_lease(held.lease, held.holder, held.ttl).await {
+                            Ok(true) => {}
+                            Ok(false) => tracing::warn!(case = %case_id, step = step.as_str(), "lost the execution lease during a step"),
+                            Err(error) => tracing::warn!(case = %case_id, %error, "could not renew the execution lease during a step"),
+                        }
+                    }
+                }
+            }
+        };
         crate::metrics::job_step(step.as_str(), step_outcome(&result), started.elapsed());
         match result {
             Ok(outcome) => {
@@ -311,22 +349,35 @@ async fn mirror_step(
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub consumer: String,
-    /// How long one claim waits for a job.
+    /// The lane this worker takes jobs from.
+    pub lane: Lane,
+    /// How long one claim waits for a job (also how long a stopping worker may take to notice).
     pub block: Duration,
     /// How often to look for jobs whose worker died.
     pub reclaim_every: Duration,
-    /// How long a claimed job must sit unacknowledged before another worker takes it.
+    /// How long a claimed job must go without a heartbeat before another worker takes it. A
+    /// worker touches the job it is working on every quarter of this, so only a dead one's
+    /// job goes stale, however long the work takes.
     pub stale_after: Duration,
 }
 
 impl WorkerConfig {
     pub fn new(consumer: impl Into<String>) -> Self {
+        Self::for_lane(consumer, Lane::Decisions)
+    }
+
+    pub fn for_lane(consumer: impl Into<String>, lane: Lane) -> Self {
         Self {
             consumer: consumer.into(),
-            block: Duration::from_secs(5),
-            reclaim_every: Duration::from_secs(30),
-            stale_after: Duration::from_secs(120),
+            lane,
+            block: Duration::from_secs(2),
+            reclaim_every: Duration::from_secs(5),
+            stale_after: Duration::from_secs(20),
         }
+    }
+
+    fn heartbeat_every(&self) -> Duration {
+        (self.stale_after / 4).max(Duration::from_millis(50))
     }
 }
 
@@ -341,11 +392,15 @@ pub enum WorkOutcome {
     GaveUp { id: JobId, error: String },
     /// The handler will be retried: the job stays pending for a reclaim.
     LeftForRetry { id: JobId, error: String },
+    /// This replica is stopping: the job was queued again for another worker.
+    HandedBack { id: JobId, to: JobId },
 }
 
-/// Runs `handler` on one claimed job and acknowledges it unless the failure was transient.
+/// Runs `handler` on one claimed job, touching it while the handler works, and acknowledges it
+/// unless the failure was transient; a job the handler hands back is queued again at once.
 pub async fn run_job<H, Fut>(
     store: &Store,
+    config: &WorkerConfig,
     claimed: ClaimedJob,
     handler: &H,
 ) -> Result<WorkOutcome, StoreError>
@@ -354,9 +409,25 @@ where
     Fut: Future<Output = Result<(), JobError>>,
 {
     let id = claimed.id.clone();
+    let job = claimed.job.clone();
     let kind = job_kind(&claimed.job);
     let started = std::time::Instant::now();
-    let result = handler(claimed).await;
+    let work = handler(claimed);
+    tokio::pin!(work);
+    let every = config.heartbeat_every();
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let result = loop {
+        tokio::select! {
+            result = &mut work => break result,
+            _ = beat.tick() => {
+                // A missed heartbeat only risks a takeover, which leases make harmless.
+                if let Err(error) = store.touch_job(&id, &config.consumer).await {
+                    tracing::warn!(job = %id, %error, "could not touch the job being worked on");
+                }
+            }
+        }
+    };
     crate::metrics::job(kind, job_outcome(&result), started.elapsed());
     match result {
         Ok(()) => {
@@ -372,7 +443,20 @@ where
             tracing::info!(job = %id, %error, "job left for a later retry");
             Ok(WorkOutcome::LeftForRetry { id, error })
         }
+        Err(JobError::HandBack(why)) => hand_back(store, &id, &job, &why).await,
     }
+}
+
+/// Queues `job` again for another worker and acknowledges its claimed entry `id`.
+async fn hand_back(
+    store: &Store,
+    id: &JobId,
+    job: &Job,
+    why: &str,
+) -> Result<WorkOutcome, StoreError> {
+    let to = store.hand_back(id, job).await?;
+    tracing::info!(job = %id, to = %to, why, "job handed back for another replica");
+    Ok(WorkOutcome::HandedBack { id: id.clone(), to })
 }
 
 /// The `kind` label of a job.
@@ -390,6 +474,7 @@ fn job_outcome(result: &Result<(), JobError>) -> &'static str {
         Ok(()) => "finished",
         Err(JobError::Permanent(_)) => "gave_up",
         Err(JobError::Transient(_)) => "left_for_retry",
+        Err(JobError::HandBack(_)) => "handed_back",
     }
 }
 
@@ -403,28 +488,40 @@ fn step_outcome(result: &Result<StepOutcome, StepFailure>) -> &'static str {
     }
 }
 
-/// One pass: claim at most one new job (waiting up to `block`) and run it.
+/// One pass: claim at most one new job of the worker's lane (waiting up to `block`) and run
+/// it; once `draining` is cancelled, a job the claim still brings is handed back unstarted.
 pub async fn work_once<H, Fut>(
     store: &Store,
-    consumer: &str,
-    block: Duration,
+    config: &WorkerConfig,
     handler: &H,
+    draining: &CancellationToken,
 ) -> Result<WorkOutcome, StoreError>
 where
     H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
-    match store.claim(consumer, block).await? {
+    match store
+        .claim(config.lane, &config.consumer, config.block)
+        .await?
+    {
         None => Ok(WorkOutcome::Idle),
-        Some(claimed) => run_job(store, claimed, handler).await,
+        Some(claimed) if draining.is_cancelled() => {
+            hand_back(
+                store,
+                &claimed.id,
+                &claimed.job,
+                "claimed while this replica was stopping",
+            )
+            .await
+        }
+        Some(claimed) => run_job(store, config, claimed, handler).await,
     }
 }
 
-/// One pass: take over every job idle for `stale_after` and run each.
+/// One pass: take over every job of the worker's lane idle for `stale_after` and run each.
 pub async fn reclaim_once<H, Fut>(
     store: &Store,
-    consumer: &str,
-    stale_after: Duration,
+    config: &WorkerConfig,
     handler: &H,
 ) -> Result<Vec<WorkOutcome>, StoreError>
 where
@@ -432,52 +529,54 @@ where
     Fut: Future<Output = Result<(), JobError>>,
 {
     let mut outcomes = Vec::new();
-    for claimed in store.reclaim_stale(consumer, stale_after).await? {
+    for claimed in store
+        .reclaim_stale(config.lane, &config.consumer, config.stale_after)
+        .await?
+    {
         tracing::info!(job = %claimed.id, deliveries = claimed.deliveries, "took over a stale job");
-        outcomes.push(run_job(store, claimed, handler).await?);
+        outcomes.push(run_job(store, config, claimed, handler).await?);
     }
     Ok(outcomes)
 }
 
-/// Claims and runs jobs until `shutdown` completes, taking over stale jobs every
-/// `reclaim_every`. Shutdown is noticed between passes: a running job finishes its steps and a
-/// waiting claim runs out its `block` first, because cancelling a claim mid-flight could strand
-/// a job that Redis had already handed over.
+/// Claims and runs jobs of the worker's lane until `draining` is cancelled, taking over stale
+/// jobs every `reclaim_every`. Draining is noticed between passes: a running job sees it
+/// through its handler (and finishes its step or hands the rest back), and a waiting claim runs
+/// out its `block` first, because cancelling a claim mid-flight could strand a job that Redis
+/// had already handed over; a job it still brings is handed back unstarted. To stop at once,
+/// the caller drops (aborts) this future: the job being worked on stays claimed, stops being
+/// touched and is taken over by another replica after `stale_after`.
 pub async fn run_queue<H, Fut>(
     store: Store,
     config: WorkerConfig,
     handler: H,
-    shutdown: impl Future<Output = ()>,
+    draining: CancellationToken,
 ) where
     H: Fn(ClaimedJob) -> Fut,
     Fut: Future<Output = Result<(), JobError>>,
 {
-    use futures::FutureExt;
-    tokio::pin!(shutdown);
     let mut next_reclaim = tokio::time::Instant::now();
     loop {
-        if (&mut shutdown).now_or_never().is_some() {
+        if draining.is_cancelled() {
             break;
         }
         let mut pass = Ok(());
         if tokio::time::Instant::now() >= next_reclaim {
             next_reclaim = tokio::time::Instant::now() + config.reclaim_every;
-            pass = reclaim_once(&store, &config.consumer, config.stale_after, &handler)
-                .await
-                .map(|_| ());
+            pass = reclaim_once(&store, &config, &handler).await.map(|_| ());
         }
-        if pass.is_ok() {
-            pass = work_once(&store, &config.consumer, config.block, &handler)
+        if pass.is_ok() && !draining.is_cancelled() {
+            pass = work_once(&store, &config, &handler, &draining)
                 .await
                 .map(|_| ());
         }
         if let Err(error) = pass {
             tracing::warn!(%error, consumer = %config.consumer, "worker pass failed");
             tokio::select! {
-                () = &mut shutdown => break,
+                () = draining.cancelled() => break,
                 () = tokio::time::sleep(ERROR_BACKOFF) => {}
             }
         }
     }
-    tracing::info!(consumer = %config.consumer, "worker stopped");
+    tracing::info!(consumer = %config.consumer, lane = config.lane.as_str(), "worker stopped");
 }

@@ -19,11 +19,15 @@ use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{self, OnFinish, Run, RunPolicy, RunStatus, Sample, Scrubber};
+use super::model::{
+    self, OnFinish, Run, RunPhase, RunPolicy, RunProcess, RunStatus, Sample, Scrubber,
+};
 use super::record::{self, RunInputs};
 use crate::cases::{RunOutcome, RunReport, Subject};
 use crate::e2b::{E2bClient, ListQuery, LogsDirection, LogsQuery, NewSandbox, StateFilter};
-use crate::envd::{EnvdAddress, EnvdClient, EnvdError, ProcessEvent, ProcessSpec, Signal};
+use crate::envd::{
+    EnvdAddress, EnvdClient, EnvdError, ProcessEvent, ProcessSpec, ProcessStream, Signal,
+};
 use crate::ids::{CaseId, RunId, SandboxId, TemplateId};
 use crate::jobs::JobError;
 use crate::store::{Actor, AuditEvent, ClaimedJob, Job, Store, StoreError};
@@ -121,9 +125,10 @@ pub struct RunEngine {
     worker: String,
     hand_over: HandOver,
     lease: Duration,
-    /// Cancelled when this replica is shutting down: a command still running is stopped and
-    /// the run failed with that cause, rather than holding the shutdown for up to `max_timeout`.
-    stopping: CancellationToken,
+    /// Cancelled when this replica's runs must move to another replica (near the end of its
+    /// shutdown grace): the command keeps running in its sandbox, and the run's job is handed
+    /// back so another replica re-attaches to it. Nothing is stopped or failed.
+    move_runs: CancellationToken,
 }
 
 /// The name of the lease a worker holds while it runs `run_id`.
@@ -139,15 +144,6 @@ struct Ended {
     error: Option<String>,
     tail: Vec<u8>,
     whole_tail: bool,
-}
-
-/// Which of a run's processes is streaming.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Steward's own step before the command (a push test's clone).
-    Setup,
-    /// The command asked for.
-    Command,
 }
 
 /// What the run's processes have produced so far (the setup's output and the command's are
@@ -175,6 +171,8 @@ impl Seen {
 
 /// Why a run stopped before its command ended.
 enum Stop {
+    /// This replica is stopping: the command keeps running and another replica re-attaches.
+    Moved,
     /// The run failed for good; the sentence says why.
     Failed(String),
     /// Try the whole job again later (nothing irreversible happened yet).
@@ -216,14 +214,14 @@ impl RunEngine {
             worker: worker.into(),
             hand_over,
             lease: RUN_LEASE,
-            stopping: CancellationToken::new(),
+            move_runs: CancellationToken::new(),
         }
     }
 
-    /// Ties running commands to this replica's shutdown: once `stopping` is cancelled, a
-    /// command still running gets SIGKILL, and its run fails with the cause and is handed over.
-    pub fn with_stopping(mut self, stopping: CancellationToken) -> Self {
-        self.stopping = stopping;
+    /// Ties running commands to this replica's shutdown: once `move_runs` is cancelled, a run
+    /// stops following its command (which keeps running) and is handed to another replica.
+    pub fn with_move_runs(mut self, move_runs: CancellationToken) -> Self {
+        self.move_runs = move_runs;
         self
     }
 
@@ -395,6 +393,10 @@ impl RunEngine {
                 Err(JobError::Transient(reason))
             }
             Err((_, Stop::Store(e))) => Err(e.into()),
+            Err((_, Stop::Moved)) => Err(JobError::HandBack(format!(
+                "replica {} is stopping; run {id} keeps running and moves to another replica",
+                self.worker
+            ))),
         }
     }
 
@@ -545,7 +547,7 @@ impl RunEngine {
                 .stream_process(
                     run,
                     envd,
-                    (Phase::Setup, &spec),
+                    (RunPhase::Setup, &spec),
                     scrubber,
                     deadline,
                     &mut seen,
@@ -555,6 +557,10 @@ impl RunEngine {
             if !succeeded {
                 return Ok(ended);
             }
+            // Moving now leaves the command for the replica that takes the run over.
+            if self.move_runs.is_cancelled() {
+                return Err(Stop::Moved);
+            }
         }
         let mut spec = ProcessSpec::shell(run.command.clone());
         spec.envs = inputs.env;
@@ -563,7 +569,7 @@ impl RunEngine {
         self.stream_process(
             run,
             envd,
-            (Phase::Command, &spec),
+            (RunPhase::Command, &spec),
             scrubber,
             deadline,
             &mut seen,
@@ -571,18 +577,17 @@ impl RunEngine {
         .await
     }
 
-    /// Starts one process and streams it to its end, stopping it at `deadline` (SIGTERM, then
-    /// SIGKILL), when the run is asked to stop, or when this replica stops.
+    /// Starts one process and streams it to its end (see [`RunEngine::follow`]).
     async fn stream_process(
         &self,
         run: &Run,
         envd: &EnvdClient,
-        (phase, spec): (Phase, &ProcessSpec),
-        mut scrubber: Scrubber,
+        (phase, spec): (RunPhase, &ProcessSpec),
+        scrubber: Scrubber,
         deadline: tokio::time::Instant,
         seen: &mut Seen,
     ) -> Result<Ended, Stop> {
-        let mut stream = envd.start(spec).await.map_err(|e| {
+        let stream = envd.start(spec).await.map_err(|e| {
             Stop::Failed(format!("the command did not start: {}", envd_sentence(&e)))
         })?;
         if !seen.started {
@@ -594,11 +599,29 @@ impl RunEngine {
             .await?;
         }
         // Inputs have reached the sandbox: file contents and env values leave Redis now (the
-        // setup's credential too, once the command itself has started).
-        if phase == Phase::Command {
-            self.store.delete_run_files(&run.id).await?;
+        // setup's credential too), but for the values of secret variables, which a replica
+        // that takes the run over still needs to scrub the rest of the output.
+        if phase == RunPhase::Command {
+            record::keep_only_secrets(&self.store, &run.id).await?;
         }
+        self.follow(run, envd, phase, stream, scrubber, deadline, seen)
+            .await
+    }
 
+    /// Streams a started (or re-attached) process to its end, stopping it at `deadline`
+    /// (SIGTERM, then SIGKILL) or when the run is asked to stop; when this replica's runs must
+    /// move, it stops following and leaves the process running ([`Stop::Moved`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn follow(
+        &self,
+        run: &Run,
+        envd: &EnvdClient,
+        phase: RunPhase,
+        mut stream: ProcessStream,
+        mut scrubber: Scrubber,
+        deadline: tokio::time::Instant,
+        seen: &mut Seen,
+    ) -> Result<Ended, Stop> {
         let limits = self.policy.limits;
         let cap = limits.output_cap_bytes as u64;
         let mut pid: Option<u32> = None;
@@ -614,7 +637,20 @@ impl RunEngine {
             };
             tokio::select! {
                 event = stream.next_event() => match event {
-                    Ok(Some(ProcessEvent::Start { pid: p })) => pid = Some(p),
+                    Ok(Some(ProcessEvent::Start { pid: p })) => {
+                        pid = Some(p);
+                        // Where the process is, for a replica that takes the run over.
+                        let process = RunProcess { phase, pid: p };
+                        self.write(&run.id, |current| {
+                            (!current.status.is_terminal() && current.process != Some(process))
+                                .then(|| {
+                                    let mut next = current.clone();
+                                    next.process = Some(process);
+                                    next
+                                })
+                        })
+                        .await?;
+                    }
                     Ok(Some(ProcessEvent::Stdout(bytes) | ProcessEvent::Stderr(bytes) | ProcessEvent::Pty(bytes))) => {
                         // Secret values never reach the store, the tail or the report.
                         let bytes = scrubber.push(&bytes);
@@ -655,15 +691,11 @@ impl RunEngine {
                         return Ok(seen.ended(None, false, Some(reason)));
                     }
                 }
-                () = self.stopping.cancelled(), if term_at.is_none() => {
-                    tracing::warn!(run = %run.id, "replica stopping; stopping the run's command");
-                    self.stop_process(envd, pid, Signal::Kill).await;
-                    self.keep(&run.id, seen, &scrubber.finish(), cap).await?;
-                    let why = format!(
-                        "replica {} was shut down while the command ran, so Steward stopped the command; its output up to then is kept",
-                        self.worker
-                    );
-                    return Ok(seen.ended(None, false, Some(why)));
+                () = self.move_runs.cancelled(), if term_at.is_none() => {
+                    // The process keeps running; what the scrubber still holds back (a possible
+                    // start of a secret) is dropped rather than stored unscrubbed.
+                    tracing::info!(run = %run.id, pid = ?pid, "this replica is stopping: the command keeps running and the run moves to another replica");
+                    return Err(Stop::Moved);
                 }
                 () = tokio::time::sleep_until(alarm) => {
                     match (term_at, kill_at) {

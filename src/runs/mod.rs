@@ -16,7 +16,7 @@ pub mod service;
 
 pub use engine::{HandOver, HandOverError, HandOverRequest, RunEngine};
 pub use model::{
-    FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPolicy, RunRequest, RunStatus, SCRUBBED,
-    Scrubber, SetupStep, ValidRun,
+    FileSpec, OnFinish, Run, RunInputError, RunLimits, RunPhase, RunPolicy, RunProcess, RunRequest,
+    RunStatus, SCRUBBED, Scrubber, SetupStep, ValidRun,
 };
 pub use service::{OutputChunk, RunError, Runner};

@@ -453,6 +453,29 @@ pub struct Run {
     pub handed_over: bool,
     /// Which replica is executing it (for the takeover's message).
     pub worker: Option<String>,
+    /// The process streaming now (the clone step or the command) and its pid in the sandbox, so
+    /// a replica that takes the run over re-attaches to it instead of failing it.
+    #[serde(default)]
+    pub process: Option<RunProcess>,
+    /// How many times another replica re-attached to the run's process (a deploy or a crash
+    /// moved it). Output printed while it moved (well under a second) may be missing.
+    #[serde(default)]
+    pub reattached: u32,
+}
+
+/// Which of a run's processes is running in its sandbox, by pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunProcess {
+    pub phase: RunPhase,
+    pub pid: u32,
+}
+
+/// A run's processes: Steward's setup step (a push test's clone), then the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunPhase {
+    Setup,
+    Command,
 }
 
 /// One metrics sample of a run's sandbox, as [`profile`] needs it.

@@ -26,6 +26,32 @@ pub(crate) struct RunInputs {
     pub setup: Option<SetupStep>,
 }
 
+/// Once the command has started, the run's inputs shrink to the values of its secret
+/// variables (kept so that a replica taking the run over can still scrub them from the rest of
+/// the output): file contents, other env values and the setup step's credential leave Redis.
+/// The rest goes when the run ends.
+pub(crate) async fn keep_only_secrets(store: &Store, id: &RunId) -> Result<(), StoreError> {
+    let Some(inputs) = inputs(store, id).await? else {
+        return Ok(());
+    };
+    let env: BTreeMap<String, String> = inputs
+        .secret_env
+        .iter()
+        .filter_map(|name| inputs.env.get(name).map(|v| (name.clone(), v.clone())))
+        .collect();
+    if env.is_empty() {
+        return store.delete_run_files(id).await;
+    }
+    let kept = RunInputs {
+        files: Vec::new(),
+        secret_env: env.keys().cloned().collect(),
+        env,
+        setup: None,
+    };
+    let json = serde_json::to_string(&kept).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    store.replace_run_files(id, &json).await
+}
+
 /// The stored run with its output counters filled in from the store.
 fn decode(id: &RunId, stored: StoredRun) -> Result<(Run, u64), StoreError> {
     let mut run: Run = serde_json::from_str(&stored.json)

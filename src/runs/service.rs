@@ -155,6 +155,8 @@ impl Runner {
             case_id: None,
             worker: None,
             handed_over: false,
+            process: None,
+            reattached: 0,
         };
         let inputs = RunInputs {
             files: request.files,

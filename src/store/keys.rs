@@ -24,7 +24,8 @@
 //!   before the case, never changes, and its TTL is refreshed (to a day more than the case's)
 //!   before every case write, so it always outlives its case.
 //! - `P:steps:{<case_id>}` (hash step -> record): the step log of a case's execution.
-//! - `P:jobs` (stream, group [`JOB_GROUP`]): the durable work queue.
+//! - `P:jobs` and `P:jobs:runs` (streams, group [`JOB_GROUP`]): the durable work queue's lanes
+//!   (decisions and restores; runs).
 //! - `P:audit` (stream): the append-only audit log.
 //! - `P:dedupe:<key>`, `P:lease:<name>` (strings with a TTL).
 //! - `P:click:{<case_id>}:<mark>` (string with a TTL): a click on the case's card was seen; in
@@ -53,6 +54,7 @@
 //! This file must not talk to Redis; it only names things.
 use std::time::Duration;
 
+use super::Lane;
 use crate::cases::Subject;
 use crate::ids::{CaseId, ListId, RunId};
 
@@ -152,8 +154,13 @@ impl Keys {
         format!("{}:decided:{}", self.prefix, tag(shard))
     }
 
-    pub fn jobs(&self) -> String {
-        format!("{}:jobs", self.prefix)
+    /// The stream of one lane of the job queue. Decisions keep the name the queue had before
+    /// lanes, so jobs queued by an older replica are still carried out.
+    pub fn jobs(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Decisions => format!("{}:jobs", self.prefix),
+            Lane::Runs => format!("{}:jobs:runs", self.prefix),
+        }
     }
 
     pub fn audit(&self) -> String {

@@ -13,11 +13,11 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::Job;
 use super::{
     AuditCursor, AuditEvent, AuditSlice, ClaimedJob, DecidedMark, FirstClick, IndexEntry, JobId,
     LeftMark, Opened, OutputCount, QueueStats, StoreError, StoredRun, Swap,
 };
+use super::{Job, Lane};
 use crate::cases::{Case, Step, StepRecord, Subject};
 use crate::ids::{CaseId, ListId, RunId};
 
@@ -43,7 +43,8 @@ struct State {
     last_sweep: Option<DateTime<Utc>>,
     sweep_digests: HashMap<DateTime<Utc>, String>,
     stale_cards: HashMap<CaseId, u32>,
-    queue: Queue,
+    /// One queue per lane, `Lane::Decisions` first.
+    queues: [Queue; 2],
     audit: Vec<AuditEvent>,
     runs: HashMap<RunId, MemoryRun>,
     push_tests: HashMap<RunId, String>,
@@ -97,12 +98,23 @@ fn whole_ms(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
 }
 
-fn job_id(seq: u64) -> JobId {
-    JobId(format!("{seq}-0"))
+fn job_id(lane: Lane, seq: u64) -> JobId {
+    JobId {
+        lane,
+        entry: format!("{seq}-0"),
+    }
 }
 
 fn parse_job_id(id: &JobId) -> Option<u64> {
-    id.0.split('-').next()?.parse().ok()
+    id.entry.split('-').next()?.parse().ok()
+}
+
+/// The index of a lane's queue in `State::queues`.
+fn lane_index(lane: Lane) -> usize {
+    match lane {
+        Lane::Decisions => 0,
+        Lane::Runs => 1,
+    }
 }
 
 impl MemoryStore {
@@ -581,21 +593,26 @@ impl MemoryStore {
     }
 
     pub(crate) async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
-        let id = {
-            let mut s = self.lock();
-            s.queue.next_seq += 1;
-            let seq = s.queue.next_seq;
-            s.queue.entries.insert(seq, job.clone());
-            s.queue.enqueued_at.insert(seq, Utc::now());
-            job_id(seq)
-        };
+        let id = self.push_job(job);
         self.job_added.notify_waiters();
         Ok(id)
     }
 
-    fn take_next(&self, consumer: &str) -> Option<ClaimedJob> {
+    /// Adds `job` to its lane; the caller wakes the waiting claims.
+    fn push_job(&self, job: &Job) -> JobId {
+        let lane = job.lane();
         let mut s = self.lock();
-        let q = &mut s.queue;
+        let q = &mut s.queues[lane_index(lane)];
+        q.next_seq += 1;
+        let seq = q.next_seq;
+        q.entries.insert(seq, job.clone());
+        q.enqueued_at.insert(seq, Utc::now());
+        job_id(lane, seq)
+    }
+
+    fn take_next(&self, lane: Lane, consumer: &str) -> Option<ClaimedJob> {
+        let mut s = self.lock();
+        let q = &mut s.queues[lane_index(lane)];
         let (seq, job) = q
             .entries
             .range(q.last_delivered + 1..)
@@ -611,7 +628,7 @@ impl MemoryStore {
             },
         );
         Some(ClaimedJob {
-            id: job_id(seq),
+            id: job_id(lane, seq),
             job,
             deliveries: 1,
         })
@@ -619,6 +636,7 @@ impl MemoryStore {
 
     pub(crate) async fn claim(
         &self,
+        lane: Lane,
         consumer: &str,
         block: Duration,
     ) -> Result<Option<ClaimedJob>, StoreError> {
@@ -628,7 +646,7 @@ impl MemoryStore {
             let added = self.job_added.notified();
             tokio::pin!(added);
             added.as_mut().enable();
-            if let Some(job) = self.take_next(consumer) {
+            if let Some(job) = self.take_next(lane, consumer) {
                 return Ok(Some(job));
             }
             if tokio::time::timeout_at(deadline, added).await.is_err() {
@@ -637,9 +655,9 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+    pub(crate) async fn queue_stats(&self, lane: Lane) -> Result<QueueStats, StoreError> {
         let s = self.lock();
-        let q = &s.queue;
+        let q = &s.queues[lane_index(lane)];
         Ok(QueueStats {
             depth: q.entries.len() as u64,
             oldest_enqueued_at: q.enqueued_at.values().next().copied(),
@@ -651,25 +669,78 @@ impl MemoryStore {
         })
     }
 
+    pub(crate) async fn queue_position(
+        &self,
+        id: &JobId,
+        up_to: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let Some(seq) = parse_job_id(id) else {
+            return Ok(None);
+        };
+        let s = self.lock();
+        let q = &s.queues[lane_index(id.lane)];
+        if seq <= q.last_delivered || !q.entries.contains_key(&seq) {
+            return Ok(None);
+        }
+        let ahead = q.entries.range(q.last_delivered + 1..=seq).count() as u64;
+        Ok(Some(ahead.min(up_to)))
+    }
+
     pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
         let Some(seq) = parse_job_id(id) else {
             return Ok(());
         };
         let mut s = self.lock();
-        s.queue.pending.remove(&seq);
-        s.queue.entries.remove(&seq);
-        s.queue.enqueued_at.remove(&seq);
+        let q = &mut s.queues[lane_index(id.lane)];
+        q.pending.remove(&seq);
+        q.entries.remove(&seq);
+        q.enqueued_at.remove(&seq);
         Ok(())
+    }
+
+    pub(crate) async fn touch_job(&self, id: &JobId, consumer: &str) -> Result<(), StoreError> {
+        let Some(seq) = parse_job_id(id) else {
+            return Ok(());
+        };
+        let mut s = self.lock();
+        if let Some(delivery) = s.queues[lane_index(id.lane)].pending.get_mut(&seq) {
+            delivery.consumer = consumer.to_owned();
+            delivery.at = Instant::now();
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn hand_back(&self, id: &JobId, job: &Job) -> Result<JobId, StoreError> {
+        // One lock for both, as the Redis transaction is one step.
+        let new = {
+            let lane = job.lane();
+            let mut s = self.lock();
+            if let Some(seq) = parse_job_id(id) {
+                let q = &mut s.queues[lane_index(id.lane)];
+                q.pending.remove(&seq);
+                q.entries.remove(&seq);
+                q.enqueued_at.remove(&seq);
+            }
+            let q = &mut s.queues[lane_index(lane)];
+            q.next_seq += 1;
+            let seq = q.next_seq;
+            q.entries.insert(seq, job.clone());
+            q.enqueued_at.insert(seq, Utc::now());
+            job_id(lane, seq)
+        };
+        self.job_added.notify_waiters();
+        Ok(new)
     }
 
     pub(crate) async fn reclaim_stale(
         &self,
+        lane: Lane,
         consumer: &str,
         min_idle: Duration,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         let mut s = self.lock();
         let now = Instant::now();
-        let State { queue, .. } = &mut *s;
+        let queue = &mut s.queues[lane_index(lane)];
         let mut taken = Vec::new();
         for (seq, delivery) in queue.pending.iter_mut() {
             if now.duration_since(delivery.at) < min_idle {
@@ -682,7 +753,7 @@ impl MemoryStore {
             delivery.at = now;
             delivery.count += 1;
             taken.push(ClaimedJob {
-                id: job_id(*seq),
+                id: job_id(lane, *seq),
                 job: job.clone(),
                 deliveries: delivery.count,
             });
@@ -828,6 +899,15 @@ impl MemoryStore {
 
     pub(crate) async fn run_files(&self, id: &RunId) -> Result<Option<String>, StoreError> {
         Ok(self.lock().runs.get(id).and_then(|run| run.files.clone()))
+    }
+
+    pub(crate) async fn replace_run_files(&self, id: &RunId, json: &str) -> Result<(), StoreError> {
+        if let Some(run) = self.lock().runs.get_mut(id)
+            && run.files.is_some()
+        {
+            run.files = Some(json.to_owned());
+        }
+        Ok(())
     }
 
     pub(crate) async fn delete_run_files(&self, id: &RunId) -> Result<(), StoreError> {

@@ -114,7 +114,38 @@ pub enum Job {
     Restore { case_id: CaseId },
 }
 
+/// Which queue a job waits in. Each lane is a stream of its own with its own workers, so a
+/// person's decision never waits behind runs that hold their workers for minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    /// Decided cases and restores: short steps a person is waiting for.
+    Decisions,
+    /// Governed runs and push tests: each holds its worker for the whole run.
+    Runs,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 2] = [Lane::Decisions, Lane::Runs];
+
+    /// The metrics label and the name in logs and settings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Decisions => "decisions",
+            Lane::Runs => "runs",
+        }
+    }
+}
+
 impl Job {
+    /// The lane this job waits in.
+    pub fn lane(&self) -> Lane {
+        match self {
+            Job::RunDecision { .. } | Job::Restore { .. } => Lane::Decisions,
+            Job::Run { .. } => Lane::Runs,
+        }
+    }
+
     /// The case a decision job carries out; `None` for other jobs.
     pub fn case_id(&self) -> Option<&CaseId> {
         match self {
@@ -143,13 +174,17 @@ pub struct OutputCount {
     pub total: u64,
 }
 
-/// A queue entry's id (a Redis stream id such as `1700000000000-0`).
+/// A queue entry's id: its lane and its entry there (a Redis stream id such as
+/// `1700000000000-0`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct JobId(pub String);
+pub struct JobId {
+    pub lane: Lane,
+    pub entry: String,
+}
 
 impl std::fmt::Display for JobId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{}/{}", self.lane.as_str(), self.entry)
     }
 }
 
@@ -705,26 +740,33 @@ impl Store {
 
     // ----- job queue and step logs -----
 
-    /// Appends a job to the durable queue.
+    /// Appends a job to its lane of the durable queue.
     pub async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
         delegate!(self.enqueue(job))
     }
 
-    /// Takes the next never-delivered job for `consumer`, waiting up to `block` (zero: no
-    /// wait). Undecodable entries are acknowledged, logged and skipped so they cannot jam the
-    /// queue. Don't cancel a waiting claim: on Redis, a job delivered as the claim is dropped
-    /// stays pending with this consumer until [`Store::reclaim_stale`] takes it over.
+    /// Takes the next never-delivered job of `lane` for `consumer`, waiting up to `block`
+    /// (zero: no wait). Undecodable entries are acknowledged, logged and skipped so they cannot
+    /// jam the queue. Don't cancel a waiting claim: on Redis, a job delivered as the claim is
+    /// dropped stays pending with this consumer until [`Store::reclaim_stale`] takes it over.
     pub async fn claim(
         &self,
+        lane: Lane,
         consumer: &str,
         block: Duration,
     ) -> Result<Option<ClaimedJob>, StoreError> {
-        delegate!(self.claim(consumer, block))
+        delegate!(self.claim(lane, consumer, block))
     }
 
-    /// How many jobs are not yet acknowledged, and when the oldest was enqueued.
-    pub async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
-        delegate!(self.queue_stats())
+    /// How many jobs of `lane` are not yet acknowledged, and when the oldest was enqueued.
+    pub async fn queue_stats(&self, lane: Lane) -> Result<QueueStats, StoreError> {
+        delegate!(self.queue_stats(lane))
+    }
+
+    /// How many jobs of `id`'s lane no worker has taken yet are ahead of it, counting it
+    /// (1: next); `None` once a worker has taken it (or it is gone). Counts at most `up_to`.
+    pub async fn queue_position(&self, id: &JobId, up_to: u64) -> Result<Option<u64>, StoreError> {
+        delegate!(self.queue_position(id, up_to))
     }
 
     /// Marks a job finished; it will not be handed out again.
@@ -732,14 +774,29 @@ impl Store {
         delegate!(self.ack(id))
     }
 
-    /// Takes over jobs that another consumer claimed but has not acknowledged for at least
-    /// `min_idle` (its worker probably died).
+    /// Says that `consumer` is still working on the job it claimed, so
+    /// [`Store::reclaim_stale`] does not take it over; a live worker calls it well within the
+    /// lane's `stale_after`.
+    pub async fn touch_job(&self, id: &JobId, consumer: &str) -> Result<(), StoreError> {
+        delegate!(self.touch_job(id, consumer))
+    }
+
+    /// Gives a claimed job back: the same work is queued again as a new entry, which any
+    /// worker may take at once, and the claimed entry is acknowledged, in one step. What a
+    /// stopping replica does with work it will not finish.
+    pub async fn hand_back(&self, id: &JobId, job: &Job) -> Result<JobId, StoreError> {
+        delegate!(self.hand_back(id, job))
+    }
+
+    /// Takes over jobs of `lane` that another consumer claimed and has not touched or
+    /// acknowledged for at least `min_idle` (its worker died).
     pub async fn reclaim_stale(
         &self,
+        lane: Lane,
         consumer: &str,
         min_idle: Duration,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
-        delegate!(self.reclaim_stale(consumer, min_idle))
+        delegate!(self.reclaim_stale(lane, consumer, min_idle))
     }
 
     /// Records that a step of the case's execution finished. The first record of a step wins:
@@ -822,6 +879,11 @@ impl Store {
     /// bytes between the head and the tail were counted, not kept.
     pub async fn run_output_tail(&self, id: &RunId, max: u64) -> Result<Vec<u8>, StoreError> {
         delegate!(self.run_output_tail(id, max))
+    }
+
+    /// Replaces a run's inputs (if they are still there), keeping their time to live.
+    pub async fn replace_run_files(&self, id: &RunId, json: &str) -> Result<(), StoreError> {
+        delegate!(self.replace_run_files(id, json))
     }
 
     /// The files of a run not uploaded yet (the JSON given to [`Store::create_run`]).

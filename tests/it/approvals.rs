@@ -3,6 +3,7 @@
 //! simulator, and the fake Slack shows what people would see. Real Redis, a fresh key prefix
 //! per test.
 
+use sandbox_steward::store::Lane;
 use std::time::Duration;
 
 use crate::common::{
@@ -426,7 +427,10 @@ async fn a_job_abandoned_after_its_snapshot_is_finished_by_another_replica_witho
         .await
         .unwrap();
     let claimed = wait_until("the decision is queued", || async {
-        store.claim("dying-worker", Duration::ZERO).await.unwrap()
+        store
+            .claim(Lane::Decisions, "dying-worker", Duration::ZERO)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(claimed.job.case_id(), Some(&case));
@@ -859,7 +863,10 @@ async fn a_decision_whose_job_was_lost_is_requeued_by_the_reconcile_pass_and_kil
 
     let store = &first.state.store;
     let queued = wait_until("the decision is queued", || async {
-        store.claim("lost-worker", Duration::ZERO).await.unwrap()
+        store
+            .claim(Lane::Decisions, "lost-worker", Duration::ZERO)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(queued.job.case_id(), Some(&case));

@@ -1,4 +1,5 @@
 //! Tests for README claims that had none: each test names the claim it holds the code to.
+use sandbox_steward::store::Lane;
 use std::process::Output;
 
 use sandbox_steward::cases::CaseState;
@@ -209,9 +210,9 @@ async fn pause_of_an_already_paused_sandbox_counts_as_done() {
     assert_eq!(calls.get("kill").copied().unwrap_or(0), 0, "{calls:?}");
 }
 
-/// README: a dead replica's job is taken over "once it has been unacknowledged for
-/// `stale_after` (2 minutes; up to 10 minutes when the dead worker still held the case's
-/// execution lease)", and resumes without a second kill.
+/// README: a dead replica's job is taken over once its worker has stopped touching it for
+/// `stale_after` (20 s), and not before the case's execution lease it held has run out (60 s,
+/// renewed during long steps), and resumes without a second kill.
 #[tokio::test]
 async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_execution_lease() {
     use sandbox_steward::approvals::worker::handle_job;
@@ -221,11 +222,8 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     use sandbox_steward::store::ClaimedJob;
     use std::time::Duration;
 
-    assert_eq!(
-        WorkerConfig::new("w").stale_after,
-        Duration::from_secs(2 * 60)
-    );
-    assert_eq!(EXECUTION_LEASE, Duration::from_secs(10 * 60));
+    assert_eq!(WorkerConfig::new("w").stale_after, Duration::from_secs(20));
+    assert_eq!(EXECUTION_LEASE, Duration::from_secs(60));
 
     // This replica records decisions but runs no worker: the test plays the dying one.
     let app = spawn_app_with(TestAppOptions {
@@ -241,7 +239,10 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     // The dying worker claims the job and takes the case's execution lease, then dies.
     let store = app.state.store.clone();
     let claimed = wait_until("the decision is queued", || async {
-        store.claim("dying-worker", Duration::ZERO).await.unwrap()
+        store
+            .claim(Lane::Decisions, "dying-worker", Duration::ZERO)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(claimed.job.case_id(), Some(&case));
@@ -259,10 +260,10 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
         let svc = svc.clone();
         async move { handle_job(&svc, claimed).await }
     };
+    let mut taker = WorkerConfig::new("taker");
+    taker.stale_after = Duration::from_millis(100);
     let take_over = || async {
-        let outcomes = reclaim_once(&store, "taker", Duration::from_millis(100), &handler)
-            .await
-            .unwrap();
+        let outcomes = reclaim_once(&store, &taker, &handler).await.unwrap();
         (!outcomes.is_empty()).then_some(outcomes)
     };
 
@@ -293,7 +294,7 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
 /// README: "Stopping a replica (SIGTERM, as in a rolling deploy) stops it taking requests, then
 /// lets ... the worker finish its current step."
 #[tokio::test]
-async fn stopping_a_replica_stops_new_requests_and_lets_the_current_step_finish() {
+async fn a_stopping_replica_drains_finishing_the_step_in_flight_and_handing_back_the_rest() {
     use sandbox_steward::cases::Step;
     // The first replica records decisions and runs no worker.
     let first = spawn_app_with(TestAppOptions {
@@ -323,30 +324,57 @@ async fn stopping_a_replica_stops_new_requests_and_lets_the_current_step_finish(
     })
     .await;
 
-    // SIGTERM, mid-step.
+    // SIGTERM, mid-step: the replica drains. It still answers HTTP, but says it is not ready,
+    // so traffic goes elsewhere.
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
     let stopping = tokio::spawn(worker.shutdown());
-    wait_until("the stopping replica refuses new connections", || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-            .then_some(())
+    let ready = wait_until("the draining replica says it is not ready", || async {
+        let resp = http.get(format!("{base}/readyz")).send().await.ok()?;
+        (resp.status() == 503).then_some(resp)
     })
     .await;
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["checks"]["replica"], "draining", "{body}");
+    let alive = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(alive.status(), 200, "it still answers while it drains");
     assert!(
         !stopping.is_finished(),
         "the replica stopped while its worker was mid-step"
     );
 
-    // The step completes, is recorded, and only then has the replica stopped.
+    // The step completes and is recorded; the next one is handed back, not started, and the
+    // replica stops.
     front.open();
-    tokio::time::timeout(std::time::Duration::from_secs(30), stopping)
+    tokio::time::timeout(std::time::Duration::from_secs(20), stopping)
         .await
         .expect("the replica stops once its step is done")
         .unwrap();
-    let steps = first.state.store.steps_done(&case).await.unwrap();
-    assert!(
-        steps.iter().any(|r| r.step == Step::Snapshot),
-        "the snapshot step was recorded: {steps:?}"
+    let store = &first.state.store;
+    let steps = store.steps_done(&case).await.unwrap();
+    assert_eq!(
+        steps.iter().map(|r| r.step).collect::<Vec<_>>(),
+        [Step::Snapshot],
+        "the step in flight finished, nothing after it: {steps:?}"
     );
     assert_eq!(front.arrived(), 1, "one snapshot");
+    let waiting = store
+        .queue_stats(sandbox_steward::store::Lane::Decisions)
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting.depth, 1,
+        "the rest of the case waits for another replica"
+    );
+
+    // Another replica takes it and resumes after the snapshot: no second one, one kill.
+    let next = first.spawn_peer(approvals_app()).await;
+    wait_until("the case is done", || async {
+        let case = store.get_case(&case).await.ok()?;
+        (case.state.name() == "done").then_some(())
+    })
+    .await;
+    let calls = next.e2b.hooks().calls().await.unwrap();
+    assert_eq!(calls.get("snapshot").copied().unwrap_or(0), 1, "{calls:?}");
+    assert_eq!(calls.get("kill").copied().unwrap_or(0), 1, "{calls:?}");
 }

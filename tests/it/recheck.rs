@@ -4,6 +4,7 @@
 //! not make Steward act twice or report a failure, and transient failures are counted per case
 //! and step rather than per delivery. Real Redis, the E2B simulator and the fake Slack.
 
+use sandbox_steward::store::Lane;
 use std::time::Duration;
 
 use crate::common::{
@@ -426,7 +427,7 @@ async fn claim(app: &TestApp, consumer: &str) -> sandbox_steward::store::Claimed
     crate::common::poll_until(PATIENCE, "the decision queued", || async {
         app.state
             .store
-            .claim(consumer, Duration::ZERO)
+            .claim(Lane::Decisions, consumer, Duration::ZERO)
             .await
             .unwrap()
     })
@@ -500,7 +501,7 @@ async fn deliveries_while_a_dead_workers_lease_held_do_not_count_as_failures() {
     for _ in 0..5 {
         assert!(handle_job(&svc, job).await.is_err());
         job = store
-            .reclaim_stale("hand", Duration::ZERO)
+            .reclaim_stale(Lane::Decisions, "hand", Duration::ZERO)
             .await
             .unwrap()
             .pop()
@@ -524,7 +525,7 @@ async fn deliveries_while_a_dead_workers_lease_held_do_not_count_as_failures() {
     assert_eq!(stored.retrying.as_ref().map(|r| r.failures), Some(1));
 
     let job = store
-        .reclaim_stale("hand", Duration::ZERO)
+        .reclaim_stale(Lane::Decisions, "hand", Duration::ZERO)
         .await
         .unwrap()
         .pop()

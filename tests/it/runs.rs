@@ -272,7 +272,10 @@ fn doomed_worker(
     store: sandbox_steward::store::Store,
     engine: sandbox_steward::runs::RunEngine,
 ) -> tokio::task::JoinHandle<()> {
-    let mut config = sandbox_steward::jobs::WorkerConfig::new(engine.worker().to_owned());
+    let mut config = sandbox_steward::jobs::WorkerConfig::for_lane(
+        engine.worker().to_owned(),
+        sandbox_steward::store::Lane::Runs,
+    );
     config.block = Duration::from_millis(200);
     tokio::spawn(sandbox_steward::jobs::run_queue(
         store,
@@ -281,7 +284,7 @@ fn doomed_worker(
             let engine = engine.clone();
             async move { engine.handle(claimed).await }
         },
-        std::future::pending::<()>(),
+        tokio_util::sync::CancellationToken::new(),
     ))
 }
 
@@ -676,7 +679,10 @@ async fn a_replica_killed_mid_run_leaves_a_run_another_replica_fails_with_the_ca
     )
     .with_lease(Duration::from_secs(1));
     let store = a.state.store.clone();
-    let mut config = sandbox_steward::jobs::WorkerConfig::new("replica-a-doomed");
+    let mut config = sandbox_steward::jobs::WorkerConfig::for_lane(
+        "replica-a-doomed",
+        sandbox_steward::store::Lane::Runs,
+    );
     config.block = Duration::from_millis(200);
     let doomed = tokio::spawn(sandbox_steward::jobs::run_queue(
         store,
@@ -685,7 +691,7 @@ async fn a_replica_killed_mid_run_leaves_a_run_another_replica_fails_with_the_ca
             let engine = engine.clone();
             async move { engine.handle(claimed).await }
         },
-        std::future::pending::<()>(),
+        tokio_util::sync::CancellationToken::new(),
     ));
     let run = runs
         .submit("agent-a", request("echo started; sleep 120"))

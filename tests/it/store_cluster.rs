@@ -6,6 +6,7 @@
 //! (the binary exited), so no node outlives the tests, then removes the node's file and tries
 //! the directory (the last node's removal succeeds): the cluster lives in a static that is never
 //! dropped, so nothing else would. Without the binaries the tests fail with a sentence saying so.
+use sandbox_steward::store::Lane;
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -251,7 +252,7 @@ async fn a_lazily_connected_cluster_store_connects_on_first_use() {
     };
     store.enqueue(&job).await.unwrap();
     let claimed = store
-        .claim("worker-a", Duration::from_secs(1))
+        .claim(Lane::Decisions, "worker-a", Duration::from_secs(1))
         .await
         .unwrap()
         .expect("the job is handed out");

@@ -4,6 +4,7 @@
 //! back as `StoreError::Unavailable` (and not hang: each call is bounded by the store's own short
 //! timeouts). And click batching, whose proof reads the server's own counters and flushes its
 //! scripts.
+use sandbox_steward::store::Lane;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -91,7 +92,9 @@ async fn operations_report_unavailable_after_redis_dies() {
     );
     assert_unavailable(
         "claim",
-        store.claim("worker", Duration::from_millis(100)).await,
+        store
+            .claim(Lane::Decisions, "worker", Duration::from_millis(100))
+            .await,
     );
     assert_unavailable("expire_due", store.expire_due(Utc::now()).await);
     assert_unavailable(

@@ -3,6 +3,7 @@
 //! redis://127.0.0.1:6379) and for a 3-node Redis Cluster started by the tests, each under a
 //! unique key prefix that is deleted afterwards.
 
+use sandbox_steward::store::Lane;
 use std::sync::Arc;
 
 use crate::common::{PrefixCleanup, TestApp, eventually, redis_url};
@@ -486,18 +487,24 @@ async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
     let job = job_for(&case, DecisionOption::Kill);
     let id = store.enqueue(&job).await.unwrap();
     let claimed = store
-        .claim("worker-a", Duration::ZERO)
+        .claim(Lane::Decisions, "worker-a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, id);
     assert_eq!(claimed.job, job);
     assert_eq!(claimed.deliveries, 1);
-    assert_eq!(store.claim("worker-b", Duration::ZERO).await.unwrap(), None);
+    assert_eq!(
+        store
+            .claim(Lane::Decisions, "worker-b", Duration::ZERO)
+            .await
+            .unwrap(),
+        None
+    );
     store.ack(&claimed.id).await.unwrap();
     assert!(
         store
-            .reclaim_stale("worker-b", Duration::ZERO)
+            .reclaim_stale(Lane::Decisions, "worker-b", Duration::ZERO)
             .await
             .unwrap()
             .is_empty()
@@ -506,7 +513,7 @@ async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
 
 /// What `/metrics` reports as queue depth and the oldest job's age.
 async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Store) {
-    let empty = store.queue_stats().await.unwrap();
+    let empty = store.queue_stats(Lane::Decisions).await.unwrap();
     assert_eq!(
         (
             empty.depth,
@@ -526,7 +533,7 @@ async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Stor
         .await
         .unwrap();
     let after = Utc::now() + chrono::Duration::seconds(1);
-    let two = store.queue_stats().await.unwrap();
+    let two = store.queue_stats(Lane::Decisions).await.unwrap();
     assert_eq!(two.depth, 2);
     let oldest = two.oldest_enqueued_at.expect("the oldest job has a time");
     assert!(before <= oldest && oldest <= after, "{oldest}");
@@ -534,28 +541,28 @@ async fn queue_figures_count_unacknowledged_jobs_and_date_the_oldest(store: Stor
     // A claimed job still counts until it is acknowledged, but no longer waits: the oldest
     // waiting job is the second one.
     let claimed = store
-        .claim("worker-a", Duration::ZERO)
+        .claim(Lane::Decisions, "worker-a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, first);
-    let taken = store.queue_stats().await.unwrap();
+    let taken = store.queue_stats(Lane::Decisions).await.unwrap();
     assert_eq!(taken.depth, 2);
     assert_eq!(taken.oldest_enqueued_at, Some(oldest));
     let second = taken.oldest_waiting_at.expect("the second job still waits");
     assert!(oldest <= second && second <= after, "{second}");
     store.ack(&claimed.id).await.unwrap();
-    let one = store.queue_stats().await.unwrap();
+    let one = store.queue_stats(Lane::Decisions).await.unwrap();
     assert_eq!(one.depth, 1);
     assert!(one.oldest_enqueued_at.unwrap() >= oldest);
     assert_eq!(one.oldest_waiting_at, Some(second));
     // Once the last one is taken too, nothing waits, though it is not done.
     let last = store
-        .claim("worker-a", Duration::ZERO)
+        .claim(Lane::Decisions, "worker-a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
-    let working = store.queue_stats().await.unwrap();
+    let working = store.queue_stats(Lane::Decisions).await.unwrap();
     assert_eq!((working.depth, working.oldest_waiting_at), (1, None));
     store.ack(&last.id).await.unwrap();
 }
@@ -564,7 +571,11 @@ async fn a_blocked_claim_wakes_up_when_a_job_arrives(store: Store) {
     let case = open(&store, &new_sandbox()).await;
     let waiting = {
         let store = store.clone();
-        tokio::spawn(async move { store.claim("worker-a", Duration::from_secs(8)).await })
+        tokio::spawn(async move {
+            store
+                .claim(Lane::Decisions, "worker-a", Duration::from_secs(8))
+                .await
+        })
     };
     // No job exists yet, so the claim can only finish by seeing the one enqueued next
     // (whether it is already waiting or starts reading just after the enqueue).
@@ -588,7 +599,7 @@ async fn a_job_whose_worker_died_is_taken_over_and_resumes_after_its_finished_st
 
     // Worker A claims, takes the snapshot, records it, and dies before the rest.
     let claimed_by_a = store
-        .claim("worker-a", Duration::ZERO)
+        .claim(Lane::Decisions, "worker-a", Duration::ZERO)
         .await
         .unwrap()
         .unwrap();
@@ -603,7 +614,7 @@ async fn a_job_whose_worker_died_is_taken_over_and_resumes_after_its_finished_st
 
     // Worker B takes the job over and finishes it without a second snapshot.
     let taken = store
-        .reclaim_stale("worker-b", Duration::ZERO)
+        .reclaim_stale(Lane::Decisions, "worker-b", Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
@@ -1077,13 +1088,16 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
         }
     };
     // One pass by hand first: the job runs and is acknowledged.
-    let outcome = jobs::work_once(&store, "worker-a", Duration::ZERO, &handler)
+    let mut by_hand = jobs::WorkerConfig::new("worker-a");
+    by_hand.block = Duration::ZERO;
+    let draining = tokio_util::sync::CancellationToken::new();
+    let outcome = jobs::work_once(&store, &by_hand, &handler, &draining)
         .await
         .unwrap();
     assert!(matches!(outcome, WorkOutcome::Finished(_)), "{outcome:?}");
     assert_eq!(store.get_case(&case.id).await.unwrap().state.name(), "done");
     assert_eq!(
-        jobs::work_once(&store, "worker-a", Duration::ZERO, &handler)
+        jobs::work_once(&store, &by_hand, &handler, &draining)
             .await
             .unwrap(),
         WorkOutcome::Idle
@@ -1091,12 +1105,15 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
 
     // Then the loop: it picks up a new job and stops when told.
     let second = decided(&store, DecisionOption::Kill).await;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = tokio_util::sync::CancellationToken::new();
     let mut config = jobs::WorkerConfig::new("worker-loop");
     config.block = Duration::from_millis(200);
-    let worker = tokio::spawn(jobs::run_queue(store.clone(), config, handler, async {
-        let _ = stop_rx.await;
-    }));
+    let worker = tokio::spawn(jobs::run_queue(
+        store.clone(),
+        config,
+        handler,
+        stop.clone(),
+    ));
     store
         .enqueue(&job_for(&second, DecisionOption::Kill))
         .await
@@ -1110,7 +1127,7 @@ async fn the_worker_loop_runs_jobs_until_shutdown(store: Store) {
         store.get_case(&second.id).await.unwrap().state.name(),
         "done"
     );
-    stop_tx.send(()).unwrap();
+    stop.cancel();
     worker.await.unwrap();
     let steps: Vec<StepRecord> = store.steps_done(&second.id).await.unwrap();
     assert_eq!(steps.len(), 1);

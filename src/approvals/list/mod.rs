@@ -825,6 +825,10 @@ async fn drive_holding(
 ) -> Result<(), StoreError> {
     let settings = svc.lists;
     loop {
+        // A stopping replica starts no more items; releasing the lease lets another carry on.
+        if svc.draining.is_cancelled() {
+            return Ok(());
+        }
         let mut list = svc.store.get_list(id).await?;
         let now = Utc::now();
         if list.expired_at.is_none()
@@ -875,6 +879,9 @@ async fn drive_holding(
             return Ok(());
         }
         let finished = results.iter().filter(|ok| **ok).count();
+        if svc.draining.is_cancelled() {
+            return Ok(());
+        }
         if finished == 0 && before > 0 {
             // Nothing moved (E2B down, items held by another replica's leases): wait a beat.
             tokio::time::sleep(settings.progress_every).await;
@@ -958,6 +965,9 @@ async fn act(svc: &Services, work: Work, item_lease: Duration) -> bool {
         option,
         approver,
     } = work;
+    if svc.draining.is_cancelled() {
+        return false;
+    }
     if case.state == CaseState::Pending {
         let event = Event::Decide {
             option,
@@ -990,7 +1000,7 @@ async fn act(svc: &Services, work: Work, item_lease: Duration) -> bool {
     match super::worker::execute_case(svc, &case.id, item_lease).await {
         Ok(_) => true,
         Err(crate::jobs::JobError::Permanent(_)) => true,
-        Err(crate::jobs::JobError::Transient(reason)) => {
+        Err(crate::jobs::JobError::Transient(reason) | crate::jobs::JobError::HandBack(reason)) => {
             tracing::debug!(case = %case.id, %reason, "a list item will be tried again");
             false
         }

@@ -562,13 +562,15 @@ pub async fn execute_case(
     lease: std::time::Duration,
 ) -> Result<Case, JobError> {
     let before = svc.store.get_case(case_id).await?;
-    let result = jobs::execute_decision_leased(&svc.store, case_id, lease, |step, done| {
-        let svc = svc.clone();
-        let case = before.clone();
-        async move { run_step(&svc, &case, step, &done).await }
-    })
-    .await;
-    if matches!(result, Err(JobError::Transient(_))) {
+    let draining = Some(&svc.draining);
+    let result =
+        jobs::execute_decision_leased(&svc.store, case_id, lease, draining, |step, done| {
+            let svc = svc.clone();
+            let case = before.clone();
+            async move { run_step(&svc, &case, step, &done).await }
+        })
+        .await;
+    if matches!(result, Err(JobError::Transient(_) | JobError::HandBack(_))) {
         return result;
     }
     let after = match svc.store.get_case(case_id).await {

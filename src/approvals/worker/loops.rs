@@ -8,24 +8,28 @@ use chrono::Utc;
 
 use super::{expire_once, handle_job, reconcile_once};
 use crate::approvals::{Services, repair};
+use crate::config::Workers;
 use crate::jobs::{self, JobError, WorkerConfig};
 use crate::runs::RunEngine;
-use crate::store::{ClaimedJob, Job};
-
-/// Queue workers per replica unless told otherwise (the store keeps this many blocking
-/// connections for their claims).
-pub const DEFAULT_WORKERS: usize = 4;
+use crate::store::{ClaimedJob, Job, Lane};
+use tokio_util::sync::CancellationToken;
 
 /// How the background loops of one replica run.
 #[derive(Debug, Clone)]
 pub struct LoopSettings {
     /// Start the queue workers (off only in tests that play a worker by hand).
     pub worker_enabled: bool,
-    /// The workers' settings; each worker's consumer name is this one's plus `-w<n>`.
+    /// The workers' settings; each worker's consumer name is this one's plus its lane and
+    /// number (`-d0`, `-r0`, …), and its lane is set per worker.
     pub worker: WorkerConfig,
-    /// Queue workers this replica runs at once. A run holds one worker for its whole length,
-    /// so several keep decisions moving while runs are under way.
-    pub workers: usize,
+    /// Queue workers of the decisions lane (decided cases, restores) this replica runs.
+    pub decision_workers: usize,
+    /// Queue workers of the runs lane: a run holds one for its whole length, so runs never
+    /// hold up decisions, which have their own.
+    pub run_workers: usize,
+    /// How long a stopping replica may finish what it is doing before it hands the rest over
+    /// (`[workers] shutdown_grace`).
+    pub shutdown_grace: Duration,
     /// How often to look for cases past their deadline and for decided work without a job.
     pub expire_every: Duration,
     /// How long this replica's hold on a run lasts unless renewed (see `runs::engine`).
@@ -41,32 +45,56 @@ impl LoopSettings {
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
+        let workers = Workers::default();
         Self {
             worker_enabled: true,
             worker: WorkerConfig::new(consumer),
-            workers: DEFAULT_WORKERS,
+            decision_workers: workers.decisions,
+            run_workers: workers.runs,
+            shutdown_grace: workers.shutdown_grace,
             expire_every: Duration::from_secs(30),
             run_lease: crate::runs::engine::RUN_LEASE,
         }
     }
-}
 
-impl LoopSettings {
-    /// The settings of worker `n` of this replica: its own consumer name.
-    pub fn worker_config(&self, n: usize) -> WorkerConfig {
+    /// The `[workers]` counts and grace.
+    pub fn with_workers(mut self, workers: Workers) -> Self {
+        self.decision_workers = workers.decisions;
+        self.run_workers = workers.runs;
+        self.shutdown_grace = workers.shutdown_grace;
+        self
+    }
+
+    /// The settings of worker `n` of `lane` on this replica: its own consumer name.
+    pub fn worker_config(&self, lane: Lane, n: usize) -> WorkerConfig {
         let mut config = self.worker.clone();
-        config.consumer = format!("{}-w{n}", self.worker.consumer);
+        let tag = match lane {
+            Lane::Decisions => 'd',
+            Lane::Runs => 'r',
+        };
+        config.consumer = format!("{}-{tag}{n}", self.worker.consumer);
+        config.lane = lane;
         config
+    }
+
+    /// Every worker this replica runs: its lane's count of each.
+    pub fn worker_configs(&self) -> Vec<WorkerConfig> {
+        let decisions =
+            (0..self.decision_workers.max(1)).map(|n| self.worker_config(Lane::Decisions, n));
+        let runs = (0..self.run_workers.max(1)).map(|n| self.worker_config(Lane::Runs, n));
+        decisions.chain(runs).collect()
     }
 }
 
-/// Runs this replica's queue worker until `shutdown`: decisions through [`handle_job`], runs
-/// through `runs` (`None` when E2B is not configured here).
+/// Runs one queue worker of this replica until `draining` is cancelled: decisions through
+/// [`handle_job`], runs through `runs` (`None` when E2B is not configured here). Whatever the
+/// lane, a job is handled by its kind (a run left in the decisions stream by a replica from
+/// before lanes is still run).
 pub async fn run_worker(
     svc: Services,
     runs: Option<RunEngine>,
     config: WorkerConfig,
-    shutdown: impl Future<Output = ()>,
+    draining: CancellationToken,
 ) {
     let store = svc.store.clone();
     let handler = move |claimed: ClaimedJob| {
@@ -84,7 +112,7 @@ pub async fn run_worker(
             }
         }
     };
-    jobs::run_queue(store, config, handler, shutdown).await;
+    jobs::run_queue(store, config, handler, draining).await;
 }
 
 /// Runs [`expire_once`], [`reconcile_once`] and the restore-window close (and repairs cards
@@ -124,11 +152,18 @@ mod tests {
             one.worker.consumer
         );
         assert_ne!(one.worker.consumer, two.worker.consumer);
-        let names: Vec<String> = (0..3).map(|n| one.worker_config(n).consumer).collect();
-        assert_eq!(names[1], format!("{}-w1", one.worker.consumer));
+        let configs = one.worker_configs();
+        assert_eq!(configs.len(), 8, "four of each lane");
+        assert_eq!(configs[1].consumer, format!("{}-d1", one.worker.consumer));
+        assert_eq!(configs[4].consumer, format!("{}-r0", one.worker.consumer));
+        assert_eq!(configs.iter().filter(|c| c.lane == Lane::Runs).count(), 4);
         assert_eq!(
-            names.iter().collect::<std::collections::HashSet<_>>().len(),
-            3
+            configs
+                .iter()
+                .map(|c| &c.consumer)
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            8
         );
     }
 }

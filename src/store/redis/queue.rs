@@ -1,6 +1,7 @@
-//! The job queue: one Redis stream with one consumer group, claims (blocking ones on a
-//! dedicated connection), takeovers of stale claims, and the per-case step logs that make a
-//! re-delivered job skip the steps it already did. It must not know what a job does.
+//! The job queue: one Redis stream per lane (decisions, runs) with one consumer group each,
+//! claims (blocking ones on a dedicated connection), heartbeats of claims being worked on,
+//! hand-backs, takeovers of stale claims, and the per-case step logs that make a re-delivered
+//! job skip the steps it already did. It must not know what a job does.
 use std::time::Duration;
 
 use redis::RedisError;
@@ -13,18 +14,25 @@ use super::{MAX_CLAIM_BLOCK, PAGE, RedisStore, field, map_err, ms};
 use crate::cases::StepRecord;
 use crate::ids::CaseId;
 use crate::store::keys::{CASE_RETENTION, JOB_GROUP};
-use crate::store::{ClaimedJob, Job, JobId, QueueStats, StoreError, decode, encode};
+use crate::store::{ClaimedJob, Job, JobId, Lane, QueueStats, StoreError, decode, encode};
 
 /// Field of a queue entry that holds the job's JSON.
 const JOB_FIELD: &str = "job";
 
 impl RedisStore {
-    /// Creates the consumer group (reading from the start, so jobs enqueued before the first
-    /// worker started are not skipped). An existing group is fine.
+    /// Creates every lane's consumer group (reading from the start, so jobs enqueued before the
+    /// first worker started are not skipped). An existing group is fine.
     pub(super) async fn ensure_group(&self) -> Result<(), StoreError> {
+        for lane in Lane::ALL {
+            self.ensure_lane_group(lane).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_lane_group(&self, lane: Lane) -> Result<(), StoreError> {
         let result: Result<(), RedisError> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(self.keys().jobs())
+            .arg(self.keys().jobs(lane))
             .arg(JOB_GROUP)
             .arg("0")
             .arg("MKSTREAM")
@@ -38,20 +46,22 @@ impl RedisStore {
     }
 
     pub(crate) async fn enqueue(&self, job: &Job) -> Result<JobId, StoreError> {
-        let id: String = self
+        let lane = job.lane();
+        let entry: String = self
             .query(
                 redis::cmd("XADD")
-                    .arg(self.keys().jobs())
+                    .arg(self.keys().jobs(lane))
                     .arg("*")
                     .arg(JOB_FIELD)
                     .arg(encode(job)?),
             )
             .await?;
-        Ok(JobId(id))
+        Ok(JobId { lane, entry })
     }
 
     pub(crate) async fn claim(
         &self,
+        lane: Lane,
         consumer: &str,
         block: Duration,
     ) -> Result<Option<ClaimedJob>, StoreError> {
@@ -66,7 +76,7 @@ impl RedisStore {
             if !block.is_zero() {
                 cmd.arg("BLOCK").arg(ms(block));
             }
-            cmd.arg("STREAMS").arg(self.keys().jobs()).arg(">");
+            cmd.arg("STREAMS").arg(self.keys().jobs(lane)).arg(">");
             let reply: Result<Option<StreamReadReply>, RedisError> = if block.is_zero() {
                 cmd.query_async(&mut self.conn()).await
             } else {
@@ -82,7 +92,7 @@ impl RedisStore {
                 Ok(reply) => reply,
                 // Someone deleted the stream (and its group): recreate and read again.
                 Err(e) if e.code() == Some("NOGROUP") => {
-                    self.ensure_group().await?;
+                    self.ensure_lane_group(lane).await?;
                     continue;
                 }
                 Err(e) => return Err(map_err(e)),
@@ -94,12 +104,15 @@ impl RedisStore {
             match self.decode_job(&entry) {
                 Ok(job) => {
                     return Ok(Some(ClaimedJob {
-                        id: JobId(entry.id),
+                        id: JobId {
+                            lane,
+                            entry: entry.id,
+                        },
                         job,
                         deliveries: 1,
                     }));
                 }
-                Err(e) => self.drop_poison(&entry.id, &e).await?,
+                Err(e) => self.drop_poison(lane, &entry.id, &e).await?,
             }
         }
     }
@@ -109,30 +122,134 @@ impl RedisStore {
     }
 
     /// Acknowledges an entry that can never be decoded, so it does not come back forever.
-    async fn drop_poison(&self, id: &str, error: &StoreError) -> Result<(), StoreError> {
-        tracing::error!(job = id, %error, "dropping a queue entry that cannot be decoded");
-        self.ack(&JobId(id.to_owned())).await
+    async fn drop_poison(
+        &self,
+        lane: Lane,
+        id: &str,
+        error: &StoreError,
+    ) -> Result<(), StoreError> {
+        tracing::error!(job = id, lane = lane.as_str(), %error, "dropping a queue entry that cannot be decoded");
+        self.ack(&JobId {
+            lane,
+            entry: id.to_owned(),
+        })
+        .await
     }
 
     pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {
         // Deleting after the ack keeps the stream short; the audit log is the history.
+        let key = self.keys().jobs(id.lane);
         self.query_pipe(
             redis::pipe()
                 .cmd("XACK")
-                .arg(self.keys().jobs())
+                .arg(&key)
                 .arg(JOB_GROUP)
-                .arg(&id.0)
+                .arg(&id.entry)
                 .ignore()
                 .cmd("XDEL")
-                .arg(self.keys().jobs())
-                .arg(&id.0)
+                .arg(&key)
+                .arg(&id.entry)
                 .ignore(),
         )
         .await
     }
 
+    pub(crate) async fn touch_job(&self, id: &JobId, consumer: &str) -> Result<(), StoreError> {
+        // XCLAIM to the holder itself resets the entry's idle time; JUSTID leaves its delivery
+        // count alone. An entry already acknowledged (or taken over) is simply not claimed.
+        let _: Vec<String> = self
+            .query(
+                redis::cmd("XCLAIM")
+                    .arg(self.keys().jobs(id.lane))
+                    .arg(JOB_GROUP)
+                    .arg(consumer)
+                    .arg(0)
+                    .arg(&id.entry)
+                    .arg("JUSTID"),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn hand_back(&self, id: &JobId, job: &Job) -> Result<JobId, StoreError> {
+        let lane = job.lane();
+        let old = self.keys().jobs(id.lane);
+        let new = self.keys().jobs(lane);
+        let mut pipe = redis::pipe();
+        // One transaction when both entries are in one stream (always, but for a job a replica
+        // before lanes queued in the decisions stream).
+        if old == new {
+            pipe.atomic();
+        }
+        pipe.cmd("XADD")
+            .arg(&new)
+            .arg("*")
+            .arg(JOB_FIELD)
+            .arg(encode(job)?)
+            .cmd("XACK")
+            .arg(&old)
+            .arg(JOB_GROUP)
+            .arg(&id.entry)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&old)
+            .arg(&id.entry)
+            .ignore();
+        let (entry,): (String,) = self.query_pipe(&pipe).await?;
+        Ok(JobId { lane, entry })
+    }
+
+    pub(crate) async fn queue_position(
+        &self,
+        id: &JobId,
+        up_to: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let key = self.keys().jobs(id.lane);
+        let Some(after) = self.last_delivered(id.lane).await? else {
+            // Nothing was ever handed out: everything up to it waits.
+            let ahead: StreamRangeReply = self
+                .query(
+                    redis::cmd("XRANGE")
+                        .arg(&key)
+                        .arg("-")
+                        .arg(&id.entry)
+                        .arg("COUNT")
+                        .arg(up_to),
+                )
+                .await?;
+            return Ok(ahead
+                .ids
+                .iter()
+                .any(|e| e.id == id.entry)
+                .then_some(ahead.ids.len() as u64)
+                .or_else(|| (ahead.ids.len() as u64 >= up_to).then_some(up_to)));
+        };
+        if stream_id_le(&id.entry, &after) {
+            return Ok(None);
+        }
+        let ahead: StreamRangeReply = self
+            .query(
+                redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg(format!("({after}"))
+                    .arg(&id.entry)
+                    .arg("COUNT")
+                    .arg(up_to),
+            )
+            .await?;
+        if ahead.ids.iter().any(|e| e.id == id.entry) {
+            Ok(Some(ahead.ids.len() as u64))
+        } else if ahead.ids.len() as u64 >= up_to {
+            Ok(Some(up_to))
+        } else {
+            // Acknowledged and deleted meanwhile.
+            Ok(None)
+        }
+    }
+
     pub(crate) async fn reclaim_stale(
         &self,
+        lane: Lane,
         consumer: &str,
         min_idle: Duration,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
@@ -141,7 +258,7 @@ impl RedisStore {
         let mut taken = Vec::new();
         loop {
             let reply: Result<StreamAutoClaimReply, RedisError> = redis::cmd("XAUTOCLAIM")
-                .arg(self.keys().jobs())
+                .arg(self.keys().jobs(lane))
                 .arg(JOB_GROUP)
                 .arg(consumer)
                 .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
@@ -155,7 +272,7 @@ impl RedisStore {
                 // No group yet (a lazily connected store, or the stream was deleted): nobody
                 // can have claimed anything, so there is nothing to take over.
                 Err(e) if e.code() == Some("NOGROUP") => {
-                    self.ensure_group().await?;
+                    self.ensure_lane_group(lane).await?;
                     return Ok(taken);
                 }
                 Err(e) => return Err(map_err(e)),
@@ -163,14 +280,17 @@ impl RedisStore {
             for entry in reply.claimed {
                 match self.decode_job(&entry) {
                     Ok(job) => {
-                        let deliveries = self.deliveries(&entry.id).await?;
+                        let deliveries = self.deliveries(lane, &entry.id).await?;
                         taken.push(ClaimedJob {
-                            id: JobId(entry.id),
+                            id: JobId {
+                                lane,
+                                entry: entry.id,
+                            },
                             job,
                             deliveries,
                         });
                     }
-                    Err(e) => self.drop_poison(&entry.id, &e).await?,
+                    Err(e) => self.drop_poison(lane, &entry.id, &e).await?,
                 }
             }
             if reply.next_stream_id == "0-0" {
@@ -183,14 +303,15 @@ impl RedisStore {
     /// Unacknowledged entries and the oldest one's enqueue time (from its stream id, which is
     /// the enqueue time in milliseconds). Acknowledged entries are deleted, so the stream holds
     /// exactly the jobs not yet done.
-    pub(crate) async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
+    pub(crate) async fn queue_stats(&self, lane: Lane) -> Result<QueueStats, StoreError> {
+        let key = self.keys().jobs(lane);
         let (depth, oldest): (u64, StreamRangeReply) = self
             .query_pipe(
                 redis::pipe()
                     .cmd("XLEN")
-                    .arg(self.keys().jobs())
+                    .arg(&key)
                     .cmd("XRANGE")
-                    .arg(self.keys().jobs())
+                    .arg(&key)
                     .arg("-")
                     .arg("+")
                     .arg("COUNT")
@@ -200,7 +321,7 @@ impl RedisStore {
         let oldest_enqueued_at = oldest.ids.first().and_then(|entry| enqueued_at(&entry.id));
         let oldest_waiting_at = match oldest_enqueued_at {
             None => None,
-            Some(_) => self.oldest_waiting().await?,
+            Some(_) => self.oldest_waiting(lane).await?,
         };
         Ok(QueueStats {
             depth,
@@ -209,28 +330,38 @@ impl RedisStore {
         })
     }
 
-    /// The enqueue time of the oldest job no worker has been handed yet: the first entry after
-    /// the consumer group's last delivered id (every entry, before the group exists).
-    async fn oldest_waiting(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+    /// The consumer group's last delivered id in `lane`; `None` before the group exists or
+    /// anything was handed out.
+    async fn last_delivered(&self, lane: Lane) -> Result<Option<String>, StoreError> {
         let groups: Result<StreamInfoGroupsReply, RedisError> = redis::cmd("XINFO")
             .arg("GROUPS")
-            .arg(self.keys().jobs())
+            .arg(self.keys().jobs(lane))
             .query_async(&mut self.conn())
             .await;
-        let after = match groups {
-            Ok(reply) => reply
+        match groups {
+            Ok(reply) => Ok(reply
                 .groups
                 .into_iter()
                 .find(|g| g.name == JOB_GROUP)
-                .map(|g| format!("({}", g.last_delivered_id)),
+                .map(|g| g.last_delivered_id)
+                .filter(|id| id != "0-0")),
             // The stream or its group does not exist yet: nothing was ever handed out.
-            Err(e) if e.code() == Some("ERR") => None,
-            Err(e) => return Err(map_err(e)),
-        };
+            Err(e) if e.code() == Some("ERR") => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// The enqueue time of the oldest job no worker has been handed yet: the first entry after
+    /// the consumer group's last delivered id (every entry, before the group exists).
+    async fn oldest_waiting(
+        &self,
+        lane: Lane,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let after = self.last_delivered(lane).await?.map(|id| format!("({id}"));
         let first: StreamRangeReply = self
             .query(
                 redis::cmd("XRANGE")
-                    .arg(self.keys().jobs())
+                    .arg(self.keys().jobs(lane))
                     .arg(after.as_deref().unwrap_or("-"))
                     .arg("+")
                     .arg("COUNT")
@@ -241,11 +372,11 @@ impl RedisStore {
     }
 
     /// How many times an entry has been delivered (XAUTOCLAIM counts a takeover).
-    async fn deliveries(&self, id: &str) -> Result<u64, StoreError> {
+    async fn deliveries(&self, lane: Lane, id: &str) -> Result<u64, StoreError> {
         let reply: StreamPendingCountReply = self
             .query(
                 redis::cmd("XPENDING")
-                    .arg(self.keys().jobs())
+                    .arg(self.keys().jobs(lane))
                     .arg(JOB_GROUP)
                     .arg(id)
                     .arg(id)
@@ -296,6 +427,15 @@ impl RedisStore {
             .await?;
         Ok(())
     }
+}
+
+/// Whether stream id `a` is at or before `b` (`ms-seq`, compared as numbers).
+fn stream_id_le(a: &str, b: &str) -> bool {
+    let parse = |id: &str| -> (u64, u64) {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+    };
+    parse(a) <= parse(b)
 }
 
 /// A stream id's enqueue time (its first part is the time in milliseconds).

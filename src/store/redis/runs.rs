@@ -221,6 +221,19 @@ impl RedisStore {
             .await
     }
 
+    pub(crate) async fn replace_run_files(&self, id: &RunId, json: &str) -> Result<(), StoreError> {
+        let _: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(self.keys().run_files(id))
+                    .arg(json)
+                    .arg("XX")
+                    .arg("KEEPTTL"),
+            )
+            .await?;
+        Ok(())
+    }
+
     pub(crate) async fn delete_run_files(&self, id: &RunId) -> Result<(), StoreError> {
         let _: i64 = self
             .query(redis::cmd("DEL").arg(self.keys().run_files(id)))
