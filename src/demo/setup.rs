@@ -228,10 +228,6 @@ pub fn slack_sim_options(
         steward_url: (!socket_mode).then(|| steward_url.to_owned()),
         signing_secret: Some(secrets.signing.clone()),
         app_token: socket_mode.then(|| secrets.app_token.clone()),
-        // The demo names every channel its policy uses, so the simulator can be as strict as
-        // Slack: another channel is `channel_not_found`, another bot token `invalid_auth`.
-        only_listed_channels: true,
-        bot_token: Some(secrecy::SecretString::from(BOT_TOKEN.to_owned())),
         ..SlackSimOptions::default()
     }
 }

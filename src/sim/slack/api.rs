@@ -267,7 +267,7 @@ impl SlackWorld {
                 .into_iter()
                 .flatten()
                 .filter_map(|f| self.files.get(f["id"].as_str()?))
-                .map(file_json)
+                .map(|f| file_json(&self.base_url, f))
                 .collect();
             out["files"] = json!(files);
             out["upload"] = json!(true);
@@ -322,10 +322,16 @@ fn block_id(ts: &str, index: usize) -> String {
     format!("s{tail}{index}")
 }
 
-fn file_json(file: &SimFile) -> Value {
-    json!({"id": file.id, "name": file.filename, "title": file.title, "size": file.length,
-           "mimetype": "application/octet-stream", "user": BOT_USER_ID,
-           "url_private": format!("/_sim/files/{}", file.id)})
+/// A file as Slack describes it. `url_private` is absolute, as clients parse it as a URL; a
+/// simulator served without `start` does not know its own address and leaves it out.
+fn file_json(base_url: &str, file: &SimFile) -> Value {
+    let mut out = json!({"id": file.id, "name": file.filename, "title": file.title,
+                         "size": file.length, "mimetype": "application/octet-stream",
+                         "user": BOT_USER_ID});
+    if !base_url.is_empty() {
+        out["url_private"] = json!(format!("{base_url}/_sim/files/{}", file.id));
+    }
+    out
 }
 
 /// One page of `messages` (newest or oldest first as given) from the `cursor` argument, and
@@ -799,7 +805,7 @@ fn complete_upload(
             file.channel = channel.clone();
             file.thread_ts = rec.thread_ts.clone();
             file.completed = true;
-            shared.push(file_json(file));
+            shared.push(file_json(&world.base_url, file));
         }
     }
     // Shared in a channel, the files appear as a message there (in the thread).
