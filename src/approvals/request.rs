@@ -14,7 +14,7 @@ use crate::cases::{Case, CaseDraft, DecisionOption, Evidence, Opener, Recommenda
 use crate::e2b::{E2bClient, E2bError};
 use crate::execute::sentence;
 use crate::ids::{SandboxId, SlackChannelId, SlackUserId, TemplateId};
-use crate::slack::render::{FailureParams, Message};
+use crate::slack::render::{FailureParams, MentionFailureParams, Message, Mrkdwn};
 use crate::store::{Opened, StoreError};
 
 /// Who asked, where, and why.
@@ -179,6 +179,7 @@ async fn request(
         channel: svc.approvals_channel.clone().unwrap_or(req.channel.clone()),
         thread_ts: None,
     };
+    let card_channel = target.channel.clone();
     let opener = Opener::Person {
         user: req.user.clone(),
     };
@@ -206,22 +207,70 @@ async fn request(
             failure(svc, format!("{what} was not found, so no case was opened."))
         }
         Err(AskError::E2b(e)) => failure(svc, sentence(&what, &e)),
-        Err(AskError::Post(e)) => post_failure(svc, e),
+        Err(AskError::Post(e)) => post_failure(svc, e, &card_channel).await,
     }
 }
 
-/// The sentence for a case whose card could not be posted; asking again posts it.
-fn post_failure(svc: &Services, e: ApprovalError) -> Message {
+/// The sentence for a case whose card could not be posted to `channel`; asking again posts it.
+async fn post_failure(svc: &Services, e: ApprovalError, channel: &SlackChannelId) -> Message {
     match e {
-        ApprovalError::Slack(e) if is_not_in_channel(&e) => failure(
-            svc,
-            "Steward could not post the case card: invite the Steward app to the approvals channel, then ask again and the card will be posted.".into(),
-        ),
-        e @ ApprovalError::Slack(_) => failure(
-            svc,
-            format!("{e} Ask again and Steward will post it."),
-        ),
+        ApprovalError::Slack(e) if is_not_in_channel(&e) => {
+            svc.templates.render_or_plain(&MentionFailureParams {
+                sentence: invite_advice(svc, channel, &e).await,
+            })
+        }
+        e @ ApprovalError::Slack(_) => {
+            failure(svc, format!("{e} Ask again and Steward will post it."))
+        }
         e => failure(svc, e.to_string()),
+    }
+}
+
+/// For how long after Steward told someone to invite it to a channel it does not tell again:
+/// a second card refused there soon after (someone asking again before the invite, another
+/// person's request) only says the card is still waiting, instead of repeating the advice.
+pub const INVITE_ADVICE_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// What to do about a card Slack refused because Steward is not in `channel`: the first time
+/// within [`INVITE_ADVICE_EVERY`] (across replicas, through the store), how to invite it; after
+/// that, that the card still waits for the invite.
+async fn invite_advice(
+    svc: &Services,
+    channel: &SlackChannelId,
+    e: &crate::slack::client::SlackError,
+) -> Mrkdwn {
+    let key = format!("invite-advice:{channel}");
+    // Redis not answering: better to give the advice again than to say nothing useful.
+    let first = svc
+        .store
+        .first_time(&key, INVITE_ADVICE_EVERY)
+        .await
+        .unwrap_or(true);
+    let here = || Mrkdwn::channel(channel.as_str());
+    if !first {
+        return Mrkdwn::text("The case card is still waiting: Steward is not in ")
+            .and(here())
+            .and(Mrkdwn::text(
+                " yet. Ask again once it has been invited there.",
+            ));
+    }
+    let not_found =
+        matches!(e, crate::slack::client::SlackError::Api { code } if code == "channel_not_found");
+    if not_found {
+        // Slack says `channel_not_found` for a private channel the app is not in, too.
+        Mrkdwn::text(&format!(
+            "Slack cannot find the channel `{channel}` for Steward, so the case card was not posted. If it is a private channel, type `/invite @Steward` in it, then ask again and the card will be posted; if not, set [channels] approvals in steward.toml to a channel that exists."
+        ))
+    } else {
+        Mrkdwn::text("Steward is not in ")
+            .and(here())
+            .and(Mrkdwn::text(
+                ", so the case card could not be posted there. Type `/invite @Steward` in ",
+            ))
+            .and(here())
+            .and(Mrkdwn::text(
+                ", then ask again and the card will be posted.",
+            ))
     }
 }
 
@@ -342,6 +391,7 @@ pub async fn request_by_agent(
     let reason = reason
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
+    let target_channel = channel.clone();
     let target = CardTarget {
         channel,
         thread_ts: None,
@@ -360,9 +410,10 @@ pub async fn request_by_agent(
         Err(AskError::Post(e)) => Err(match e {
             ApprovalError::StoreUnavailable(_) => AgentRequestError::StoreUnavailable,
             ApprovalError::Store(e) => AgentRequestError::Store(e.to_string()),
-            ApprovalError::Slack(e) if is_not_in_channel(&e) => AgentRequestError::Slack(
-                "the Steward app is not in the approvals channel; invite it there".into(),
-            ),
+            ApprovalError::Slack(e) if is_not_in_channel(&e) => AgentRequestError::Slack(format!(
+                "Steward is not in the approvals channel {}: someone must type `/invite @Steward` there",
+                target_channel
+            )),
             ApprovalError::Slack(e) => AgentRequestError::Slack(e.to_string()),
             ApprovalError::Render(e) => AgentRequestError::Slack(e),
             ApprovalError::Draft(e) => AgentRequestError::Store(e.to_string()),

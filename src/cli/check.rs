@@ -163,6 +163,15 @@ async fn reach_e2b(settings: &Settings, found: &mut Findings) {
     }
 }
 
+/// What Slack answers for a bot token it does not take: none sent, unknown, revoked, or of a
+/// deactivated account.
+const REFUSED_TOKEN: [&str; 4] = [
+    "not_authed",
+    "invalid_auth",
+    "token_revoked",
+    "account_inactive",
+];
+
 /// `auth.test`: proves the URL, the bot token and the network all work.
 async fn reach_slack(settings: &Settings, found: &mut Findings) {
     if settings.slack.bot_token.is_none() {
@@ -178,6 +187,13 @@ async fn reach_slack(settings: &Settings, found: &mut Findings) {
     };
     match tokio::time::timeout(REACH_TIMEOUT, client.auth_test()).await {
         Ok(Ok(_)) => {}
+        Ok(Err(crate::slack::client::SlackError::Api { code }))
+            if REFUSED_TOKEN.contains(&code.as_str()) =>
+        {
+            found.problems.push(format!(
+                "Slack refused SLACK_BOT_TOKEN ({code}): it must be the Bot User OAuth Token (xoxb-…) of this app, installed in the workspace, from the app's OAuth & Permissions page."
+            ))
+        }
         Ok(Err(e)) => found
             .problems
             .push(unreachable("Slack", &settings.slack.api_url, &e)),

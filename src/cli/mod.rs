@@ -80,7 +80,9 @@ pub enum SimCommand {
     /// Posts to `http://<listen>/hooks/<name>` stand in for response URLs and are recorded too.
     /// Seed users and user groups with `--users`, `--group` or `--seed`, or later with
     /// `POST /_sim/usergroups`, so approver groups can be tried without Slack; program failures
-    /// with `POST /_sim/faults`.
+    /// with `POST /_sim/faults`. It answers Slack's errors from what it holds: add channels with
+    /// `POST /_sim/channels` (`{"id", "name", "bot_member"}`), put the bot in one with
+    /// `POST /_sim/channels/<id>/invite`, limit a method with `POST /_sim/rate_limits`.
     Slack(crate::sim::slack::SlackSimOptions),
 }
 

@@ -228,6 +228,7 @@ pub fn slack_sim_options(
         steward_url: (!socket_mode).then(|| steward_url.to_owned()),
         signing_secret: Some(secrets.signing.clone()),
         app_token: socket_mode.then(|| secrets.app_token.clone()),
+        ..SlackSimOptions::default()
     }
 }
 

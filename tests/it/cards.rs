@@ -79,7 +79,7 @@ async fn a_card_refused_with_not_in_channel_is_posted_when_asked_again_after_the
 
     let (_, first) = command(&app, "kill lonely1 done").await;
     let text = visible_text(&first);
-    assert!(text.contains("invite the Steward app"), "{text}");
+    assert!(text.contains("/invite @Steward"), "{text}");
     assert!(case_of(&app, "lonely1").await.unwrap().card.is_none());
 
     // The app is invited (no more faults); asking again posts the card and links it.

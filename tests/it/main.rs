@@ -41,6 +41,7 @@ mod sim_envd;
 mod sim_slack_socket;
 mod sim_slack_web;
 mod slack_commands;
+mod slack_errors;
 mod slack_router;
 mod slack_signature;
 mod slack_sim;

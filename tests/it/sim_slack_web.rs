@@ -619,3 +619,68 @@ async fn replies_to_a_response_url_the_page_handed_out_land_where_slack_puts_the
     assert_eq!(page.world().await["seq"], seq);
     assert_eq!(app.slack.hook_posts("elsewhere").len(), 1);
 }
+
+/// `/invite @Steward` typed on the page is Slack's own command: the simulator puts the bot in
+/// the channel (no Steward is asked), shows who typed it that it was added, and the bot's posts
+/// there, refused with `not_in_channel` before, go through.
+#[tokio::test]
+async fn invite_typed_on_the_page_puts_the_bot_in_the_channel() {
+    let sim = SlackSim::start(SlackSimOptions {
+        channels_without_bot: vec![SimChannel {
+            id: "C0LONELY".into(),
+            name: "lonely".into(),
+        }],
+        people: vec![sandbox_steward::sim::slack::Person {
+            id: "U0ADA".into(),
+            label: "Ada".into(),
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap();
+    // Nothing listens there: an invite never reaches Steward.
+    sim.connect_steward("http://127.0.0.1:9", None).unwrap();
+    let page = Page::of(&sim);
+    let refused = page
+        .post(
+            "chat.postMessage",
+            json!({"channel": "C0LONELY", "text": "card"}),
+        )
+        .await;
+    assert_eq!(refused["error"], "not_in_channel", "{refused}");
+
+    let (status, answer) = page.command("U0ADA", "C0LONELY", "/invite @someone").await;
+    assert_eq!(
+        (status, &answer["shown"]),
+        (200, &json!("ephemeral")),
+        "{answer}"
+    );
+    let still = page
+        .post(
+            "chat.postMessage",
+            json!({"channel": "C0LONELY", "text": "card"}),
+        )
+        .await;
+    assert_eq!(
+        still["error"], "not_in_channel",
+        "only Steward can be invited: {still}"
+    );
+
+    let (status, answer) = page.command("U0ADA", "C0LONELY", "/invite @Steward").await;
+    assert_eq!(status, 200, "{answer}");
+    let world = page.world().await;
+    let said: Vec<&str> = world["ephemeral"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert!(said.contains(&"Steward was added to #lonely."), "{said:?}");
+    let posted = page
+        .post(
+            "chat.postMessage",
+            json!({"channel": "#lonely", "text": "card"}),
+        )
+        .await;
+    assert_eq!(posted["channel"], "C0LONELY", "{posted}");
+}

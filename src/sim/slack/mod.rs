@@ -5,28 +5,30 @@
 //! `users.list` for seeded users, and the file upload: `files.getUploadURLExternal` hands out
 //! an upload URL this fake serves, which stores the bytes, and `files.completeUploadExternal`
 //! shares the file as a message in the channel or thread; `GET /_sim/files/{id}` reads the
-//! bytes back) and `response_url`
-//! hooks with minimal valid bodies, records every call, keeps the current state of each posted
-//! message (so `chat.update` edits it), refuses what Slack would refuse for size
-//! (`invalid_blocks`, `msg_too_long`) and replies to a `thread_ts` that is not a message of the
-//! same channel (`thread_not_found`), and can be told to fail (`/_sim/faults`). All state
-//! lives in one [`SlackWorld`] value.
+//! bytes back), the ones a Slack client reads back with (`conversations.history`,
+//! `conversations.replies`, `conversations.info`, `chat.getPermalink`) and `response_url`
+//! hooks. The methods live in `api`, which answers them from the state it holds, as Slack
+//! does: which channels exist and whether the bot is in them, which messages exist, whose
+//! token it is, how often a method was called, and Slack's size limits. It records every call,
+//! keeps the current state of each posted message (so `chat.update` edits it), and can be told
+//! to fail (`/_sim/faults`). All state lives in one [`SlackWorld`] value.
 //!
 //! The web page (`web`) shows that world the way Slack shows it, live, and lets a person act as
 //! a Slack user: it asks this server, which signs and forwards slash commands, clicks and modal
 //! submissions to Steward (`--steward-url`), so the signing secret never reaches the browser.
 //! Replies to the response_urls it handed out are applied to the world as Slack applies them.
+//! `/invite @Steward` typed there puts the bot in the channel, as in Slack.
 //!
-//! It must never be used by production code paths, and it checks no real credentials: a
-//! `Bearer xoxb-…` header is enough.
+//! It must never be used by production code paths, and it checks no real credentials: any
+//! `xoxb-…` token is the bot's unless `--bot-token` pins one.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
@@ -36,8 +38,23 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, oneshot};
 
+mod api;
 mod socket;
 mod web;
+
+pub use api::RateLimit;
+
+/// The bot user the simulated app posts as; `auth.test` with a bot token answers it.
+pub const BOT_USER_ID: &str = "U0STEWARD";
+/// The simulated app's bot id, on every message it posts.
+pub const BOT_ID: &str = "B0STEWARD";
+/// The simulated app's id.
+pub const APP_ID: &str = "A0STEWARD";
+/// The simulated workspace.
+pub const TEAM_ID: &str = "T0SIM";
+/// The person a user token (`xoxp-…`) belongs to: the workspace's installer, who is in every
+/// channel.
+pub const INSTALLER_ID: &str = "U0INSTALLER";
 
 /// Options of `steward sim slack`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,10 +74,34 @@ pub struct SlackSimOptions {
     /// `{"users": {"U0ALICE01": "alice"}, "groups": {"S0SRE": ["U0ALICE01"]}}`.
     #[arg(long, value_name = "FILE")]
     pub seed: Option<std::path::PathBuf>,
-    /// A channel the page lists even before anything is posted there: `approvals=C0APPROVALS`
-    /// (repeat for more). Without any, the page offers `general=C0GENERAL` to type commands in.
+    /// A channel the bot is in, which the page lists even before anything is posted there:
+    /// `approvals=C0APPROVALS` (repeat for more). Without any, the page offers
+    /// `general=C0GENERAL` to type commands in.
     #[arg(long = "channel", value_name = "NAME=ID", value_parser = parse_channel)]
     pub channels: Vec<SimChannel>,
+    /// A channel the bot is not in (repeat for more): posting there answers `not_in_channel`
+    /// until someone types `/invite @Steward` in it on the page (or `POST
+    /// /_sim/channels/{id}/invite`).
+    #[arg(long = "channel-without-bot", value_name = "NAME=ID", value_parser = parse_channel)]
+    pub channels_without_bot: Vec<SimChannel>,
+    /// Only the channels given with `--channel` and `--channel-without-bot` (or added with
+    /// `POST /_sim/channels`) exist; any other channel is `channel_not_found`, as in Slack.
+    /// Without it, a well-formed channel id never given (`C…`, `G…`, `D…`) is taken as a
+    /// channel the bot was invited to, so Steward works with the simulator whatever channel
+    /// ids its steward.toml names.
+    #[arg(long)]
+    pub only_listed_channels: bool,
+    /// The bot token Web API calls must carry; another `xoxb-` token is `invalid_auth`.
+    /// Without it any `xoxb-` token is accepted. User tokens (`xoxp-`) act as the
+    /// workspace's installer.
+    /// (Checked at start, not by clap, whose error would echo the token.)
+    #[arg(long, value_parser = parse_app_token)]
+    pub bot_token: Option<SecretString>,
+    /// A rate limit, Slack's way: at most CALLS calls of METHOD every SECS seconds (per channel
+    /// for `chat.postMessage`), e.g. `chat.postMessage=1/1`; the call over it is answered with
+    /// HTTP 429, `Retry-After` and `ratelimited` (repeat for more methods). None by default.
+    #[arg(long = "rate-limit", value_name = "METHOD=CALLS/SECS", value_parser = api::parse_rate_limit)]
+    pub rate_limits: Vec<RateLimit>,
     /// A person the page can act as, with a label: `U0APPROVER=Ada (approver)` (repeat for more).
     /// Without any, the page offers the seeded users.
     #[arg(long = "person", value_name = "ID=LABEL", value_parser = parse_person)]
@@ -87,6 +128,10 @@ impl Default for SlackSimOptions {
             groups: Vec::new(),
             seed: None,
             channels: Vec::new(),
+            channels_without_bot: Vec::new(),
+            only_listed_channels: false,
+            bot_token: None,
+            rate_limits: Vec::new(),
             people: Vec::new(),
             steward_url: None,
             signing_secret: None,
@@ -248,8 +293,12 @@ pub struct Recorded {
     pub thread_ts: Option<String>,
     pub response_type: Option<String>,
     pub replace_original: Option<bool>,
-    /// Whether a `Bearer xoxb-…` Authorization header came with the call.
+    /// Whether the call carried a token the simulator accepts (a bot token, or a user token).
     pub authorized: bool,
+    /// Who posted the message: the bot user, or the installer for a user token (`None`: the
+    /// bot, for replies to response_urls and calls that posted nothing).
+    #[serde(default)]
+    pub user: Option<String>,
     /// The whole request body (JSON, or form fields as a JSON object).
     pub body: Value,
 }
@@ -362,8 +411,22 @@ pub struct SlackWorld {
     pub users: BTreeMap<String, Option<String>>,
     /// Files by id, in the order their upload URLs were handed out.
     pub files: BTreeMap<String, SimFile>,
-    /// Channels the page lists besides those that got messages, by id.
+    /// Channels that exist, by id, with their names; the page lists them besides those that
+    /// got messages.
     pub channels: BTreeMap<String, String>,
+    /// Channels that exist but the bot is not in: posting there is `not_in_channel`.
+    pub without_bot: BTreeSet<String>,
+    /// Whether only `channels` exist; otherwise a well-formed id never listed is a channel the
+    /// bot is in (`--only-listed-channels`).
+    pub only_listed_channels: bool,
+    /// Rate limits by method (`--rate-limit`, `POST /_sim/rate_limits`).
+    pub rate_limits: BTreeMap<String, RateLimit>,
+    /// When each method (and channel, for `chat.postMessage`) was last called, within its limit.
+    #[serde(skip)]
+    rate_windows: HashMap<(String, String), std::collections::VecDeque<std::time::Instant>>,
+    /// The one bot token accepted (`--bot-token`); any `xoxb-` token when unset.
+    #[serde(skip)]
+    bot_token: Option<SecretString>,
     /// People the page can act as, in menu order.
     pub people: Vec<Person>,
     /// Ephemeral messages (`chat.postEphemeral`, ephemeral replies), by ts; each is seen by one user.
@@ -490,12 +553,27 @@ impl SlackSim {
         if let Some(token) = &opts.app_token {
             socket::check_app_token(token).map_err(std::io::Error::other)?;
         }
+        if let Some(token) = &opts.bot_token {
+            api::check_bot_token(token).map_err(std::io::Error::other)?;
+        }
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let mut seeded = SlackWorld::new();
         seeded.base_url = format!("http://{addr}");
         seed(&mut seeded, &opts.users, &opts.groups);
-        seed_page(&mut seeded, &opts.channels, &opts.people);
+        seed_page(
+            &mut seeded,
+            &opts.channels,
+            &opts.channels_without_bot,
+            &opts.people,
+        );
+        seeded.only_listed_channels = opts.only_listed_channels;
+        seeded.bot_token = opts.bot_token.clone();
+        for limit in &opts.rate_limits {
+            seeded
+                .rate_limits
+                .insert(limit.method.clone(), limit.clone());
+        }
         let steward = opts.steward_url.clone().map(|url| StewardTarget {
             url,
             signing_secret: opts.signing_secret.clone(),
@@ -633,9 +711,30 @@ impl SlackSim {
         );
     }
 
-    /// Adds a channel the page lists (`--channel`).
+    /// Adds a channel the bot is in, which the page lists (`--channel`).
     pub fn add_channel(&self, id: &str, name: &str) {
-        self.world().channels.insert(id.to_owned(), name.to_owned());
+        let mut world = self.world();
+        world.channels.insert(id.to_owned(), name.to_owned());
+        world.without_bot.remove(id);
+    }
+
+    /// Adds a channel the bot is not in (`--channel-without-bot`): posting there is
+    /// `not_in_channel` until [`SlackSim::invite_bot`].
+    pub fn add_channel_without_bot(&self, id: &str, name: &str) {
+        let mut world = self.world();
+        world.channels.insert(id.to_owned(), name.to_owned());
+        world.without_bot.insert(id.to_owned());
+    }
+
+    /// Puts the bot in a channel, as `/invite @Steward` typed there does. False when no such
+    /// channel exists.
+    pub fn invite_bot(&self, channel: &str) -> bool {
+        api::invite_bot(&mut self.world(), channel)
+    }
+
+    /// Limits `limit.method` from now on (replacing an earlier limit of that method).
+    pub fn set_rate_limit(&self, limit: RateLimit) {
+        self.world().rate_limits.insert(limit.method.clone(), limit);
     }
 
     /// The web page's address.
@@ -671,13 +770,25 @@ fn seed(world: &mut SlackWorld, users: &[SeedUser], groups: &[UserGroup]) {
     }
 }
 
-/// Adds the page's channels and people; people become users too. Without channels the page
-/// offers `#general`; without people, the seeded users (or one stand-in) to act as.
-fn seed_page(world: &mut SlackWorld, channels: &[SimChannel], people: &[Person]) {
+/// Adds the page's channels (those the bot is in, then those it is not in) and people; people
+/// become users too. Without channels the page offers `#general`; without people, the seeded
+/// users (or one stand-in) to act as.
+fn seed_page(
+    world: &mut SlackWorld,
+    channels: &[SimChannel],
+    without_bot: &[SimChannel],
+    people: &[Person],
+) {
     for channel in channels {
         world
             .channels
             .insert(channel.id.clone(), channel.name.clone());
+    }
+    for channel in without_bot {
+        world
+            .channels
+            .insert(channel.id.clone(), channel.name.clone());
+        world.without_bot.insert(channel.id.clone());
     }
     if world.channels.is_empty() {
         world.channels.insert("C0GENERAL".into(), "general".into());
@@ -735,7 +846,11 @@ fn lock(state: &Shared) -> MutexGuard<'_, SlackWorld> {
 /// The fake's routes: `/api/{method}`, `/hooks/{*name}`, the `/_sim/*` controls and the page.
 fn router(world: Shared) -> Router {
     web::routes()
-        .route("/api/{method}", any(api))
+        .route("/api/{method}", any(api::api))
+        .route("/archives/{channel}/{message}", get(api::permalink))
+        .route("/_sim/channels", post(api::add_channel))
+        .route("/_sim/channels/{id}/invite", post(api::invite))
+        .route("/_sim/rate_limits", post(api::add_rate_limit))
         .route("/hooks/{*name}", post(hook))
         .route("/_sim/messages", get(list_calls))
         .route("/_sim/messages/{channel}/{ts}", get(one_message))
@@ -766,8 +881,21 @@ fn body_value(headers: &HeaderMap, query: &HashMap<String, String>, body: &[u8])
     for (k, v) in form_urlencoded::parse(body) {
         fields.insert(k.into_owned(), Value::String(v.into_owned()));
     }
+    // Like Slack, a form-encoded call sends structured arguments as JSON strings (`blocks`,
+    // `attachments`, `view`, and `files` of `files.completeUploadExternal`): read them as JSON.
+    for key in JSON_STRING_FIELDS {
+        if let Some(Value::String(text)) = fields.get(key)
+            && text.trim_start().starts_with(['[', '{'])
+            && let Ok(parsed) = serde_json::from_str::<Value>(text)
+        {
+            fields.insert(key.to_owned(), parsed);
+        }
+    }
     Value::Object(fields)
 }
+
+/// The arguments Slack takes as JSON strings in a form-encoded call.
+const JSON_STRING_FIELDS: [&str; 5] = ["blocks", "attachments", "view", "files", "metadata"];
 
 fn str_field(body: &Value, key: &str) -> Option<String> {
     body.get(key).and_then(Value::as_str).map(str::to_owned)
@@ -775,6 +903,7 @@ fn str_field(body: &Value, key: &str) -> Option<String> {
 
 fn record(method: &str, body: &Value, authorized: bool) -> Recorded {
     Recorded {
+        user: None,
         method: method.to_owned(),
         channel: str_field(body, "channel"),
         ts: str_field(body, "ts"),
@@ -859,263 +988,6 @@ pub fn refusal(body: &Value) -> Option<&'static str> {
 
 fn api_error(code: &str) -> Response {
     Json(json!({"ok": false, "error": code})).into_response()
-}
-
-async fn api(
-    State(world): State<Shared>,
-    Path(method): Path<String>,
-    _http_method: Method,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if method == "apps.connections.open" {
-        return socket::open(&world, &headers);
-    }
-    let authorized = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("Bearer xoxb-"));
-    let value = body_value(&headers, &query, &body);
-    let mut world = lock(&world);
-    let mut rec = record(&method, &value, authorized);
-    if !authorized {
-        world.calls.push(rec);
-        return api_error("not_authed");
-    }
-    if let Some(fault) = world.take_fault(&method) {
-        world.calls.push(rec);
-        return fault_response(fault);
-    }
-    if matches!(
-        method.as_str(),
-        "chat.postMessage" | "chat.update" | "chat.postEphemeral"
-    ) && let Some(code) = refusal(&value)
-    {
-        world.calls.push(rec);
-        return api_error(code);
-    }
-    let reply = match method.as_str() {
-        "chat.postMessage" => {
-            let Some(channel) = rec.channel.clone() else {
-                world.calls.push(rec);
-                return api_error("channel_not_found");
-            };
-            // Like Slack, a reply must name a message of the same channel: a `thread_ts` from
-            // another channel (or none at all) is `thread_not_found`.
-            if let Some(parent) = &rec.thread_ts
-                && !world
-                    .messages
-                    .contains_key(&(channel.clone(), parent.clone()))
-            {
-                world.calls.push(rec);
-                return api_error("thread_not_found");
-            }
-            let ts = world.next_ts();
-            rec.ts = Some(ts.clone());
-            world
-                .messages
-                .insert((channel.clone(), ts.clone()), rec.clone());
-            world.publish_message(&channel, &ts);
-            json!({"ok": true, "channel": channel, "ts": ts,
-                   "message": {"ts": ts, "text": rec.text.clone().unwrap_or_default()}})
-        }
-        "chat.update" => {
-            let key = (
-                rec.channel.clone().unwrap_or_default(),
-                rec.ts.clone().unwrap_or_default(),
-            );
-            let Some(stored) = world.messages.get_mut(&key) else {
-                world.calls.push(rec);
-                return api_error("message_not_found");
-            };
-            stored.text = rec.text.clone();
-            // Like Slack, omitting `blocks` keeps the old ones.
-            if rec.blocks.is_some() {
-                stored.blocks = rec.blocks.clone();
-            }
-            // Attachments too: left out, they stay.
-            if rec.attachments.is_some() {
-                stored.attachments = rec.attachments.clone();
-            }
-            world.edited.insert(key.clone());
-            world.publish_message(&key.0, &key.1);
-            json!({"ok": true, "channel": key.0, "ts": key.1, "text": rec.text.clone().unwrap_or_default(),
-                   "message": {"text": rec.text.clone().unwrap_or_default()}})
-        }
-        "chat.postEphemeral" => {
-            let ts = world.next_ts();
-            // Kept for the page, which shows it to its one user.
-            if let (Some(channel), Some(user)) = (rec.channel.clone(), str_field(&value, "user")) {
-                let ephemeral = Ephemeral {
-                    ts: ts.clone(),
-                    channel,
-                    user,
-                    text: rec.text.clone(),
-                    blocks: rec.blocks.clone(),
-                    attachments: rec.attachments.clone(),
-                    thread_ts: rec.thread_ts.clone(),
-                };
-                world.ephemeral.insert(ts.clone(), ephemeral);
-                world.publish_ephemeral(&ts);
-            }
-            json!({"ok": true, "message_ts": ts})
-        }
-        "views.open" => {
-            world.views_opened += 1;
-            let mut view = match value.get("view").cloned().unwrap_or(Value::Null) {
-                // A form-encoded call sends the view as a JSON string.
-                Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::Null),
-                v => v,
-            };
-            let id = format!("V{:08}", world.views_opened);
-            if let Some(obj) = view.as_object_mut() {
-                obj.insert("id".into(), json!(id));
-                obj.insert("team_id".into(), json!("T0SIM"));
-                obj.insert("hash".into(), json!(format!("h{}", world.views_opened)));
-            }
-            if view.is_object() {
-                let user =
-                    str_field(&value, "trigger_id").and_then(|t| world.triggers.get(&t).cloned());
-                let modal = Modal {
-                    id: id.clone(),
-                    user,
-                    view: view.clone(),
-                    errors: BTreeMap::new(),
-                };
-                world.modals.insert(id, modal.clone());
-                world.publish(json!({"kind": "modal", "modal": modal}));
-            }
-            json!({"ok": true, "view": view})
-        }
-        "usergroups.users.list" => {
-            let group = str_field(&value, "usergroup").unwrap_or_default();
-            match world.usergroups.get(&group) {
-                Some(users) => json!({"ok": true, "users": users}),
-                None => {
-                    world.calls.push(rec);
-                    return api_error("no_such_subteam");
-                }
-            }
-        }
-        "users.info" => {
-            let id = str_field(&value, "user").unwrap_or_default();
-            match world.users.get(&id) {
-                Some(name) => json!({"ok": true, "user": user_json(&id, name)}),
-                None => {
-                    world.calls.push(rec);
-                    return api_error("user_not_found");
-                }
-            }
-        }
-        "users.list" => {
-            let members: Vec<Value> = world
-                .users
-                .iter()
-                .map(|(id, name)| user_json(id, name))
-                .collect();
-            json!({"ok": true, "members": members, "response_metadata": {"next_cursor": ""}})
-        }
-        "files.getUploadURLExternal" => {
-            let filename = str_field(&value, "filename").unwrap_or_default();
-            let length = str_field(&value, "length").and_then(|l| l.parse::<usize>().ok());
-            let Some(length) = length.filter(|_| !filename.trim().is_empty()) else {
-                world.calls.push(rec);
-                return api_error("invalid_arguments");
-            };
-            let id = format!("F{:09}", world.files.len() + 1);
-            let base = if world.base_url.is_empty() {
-                // A router served without `start` (a test's own listener): use the Host header.
-                let host = headers
-                    .get(header::HOST)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("127.0.0.1");
-                format!("http://{host}")
-            } else {
-                world.base_url.clone()
-            };
-            world.files.insert(
-                id.clone(),
-                SimFile {
-                    id: id.clone(),
-                    filename,
-                    length,
-                    bytes: None,
-                    title: None,
-                    channel: None,
-                    thread_ts: None,
-                    completed: false,
-                },
-            );
-            json!({"ok": true, "upload_url": format!("{base}/_sim/upload/{id}"), "file_id": id})
-        }
-        "files.completeUploadExternal" => {
-            let channel = str_field(&value, "channel_id");
-            rec.channel = channel.clone();
-            let files: Vec<(String, Option<String>)> = value["files"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[])
-                .iter()
-                .map(|f| {
-                    (
-                        str_field(f, "id").unwrap_or_default(),
-                        str_field(f, "title"),
-                    )
-                })
-                .collect();
-            if files.is_empty() {
-                world.calls.push(rec);
-                return api_error("invalid_arguments");
-            }
-            // Like Slack: every file must have been uploaded, and a thread must exist.
-            if files
-                .iter()
-                .any(|(id, _)| world.files.get(id).is_none_or(|f| f.bytes.is_none()))
-            {
-                world.calls.push(rec);
-                return api_error("file_not_found");
-            }
-            if let (Some(channel), Some(parent)) = (&channel, &rec.thread_ts)
-                && !world
-                    .messages
-                    .contains_key(&(channel.clone(), parent.clone()))
-            {
-                world.calls.push(rec);
-                return api_error("thread_not_found");
-            }
-            let mut shared = Vec::new();
-            for (id, title) in &files {
-                if let Some(file) = world.files.get_mut(id) {
-                    file.title = title.clone().or_else(|| Some(file.filename.clone()));
-                    file.channel = channel.clone();
-                    file.thread_ts = rec.thread_ts.clone();
-                    file.completed = true;
-                    shared.push(json!({"id": file.id, "name": file.filename, "title": file.title}));
-                }
-            }
-            // Shared in a channel, the files appear as a message there (in the thread).
-            if let Some(channel) = &channel {
-                let ts = world.next_ts();
-                rec.ts = Some(ts.clone());
-                rec.text = str_field(&value, "initial_comment");
-                world
-                    .messages
-                    .insert((channel.clone(), ts.clone()), rec.clone());
-                world.publish_message(channel, &ts);
-            }
-            json!({"ok": true, "files": shared})
-        }
-        "auth.test" => json!({"ok": true, "url": "https://sim.slack.com/", "team": "Simulated",
-                              "user": "steward", "team_id": "T0SIM", "user_id": "U0STEWARD",
-                              "bot_id": "B0STEWARD"}),
-        _ => {
-            world.calls.push(rec);
-            return api_error("unknown_method");
-        }
-    };
-    world.calls.push(rec);
-    Json(reply).into_response()
 }
 
 async fn hook(

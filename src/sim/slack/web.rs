@@ -624,6 +624,10 @@ async fn act_command(State(state): State<Shared>, Json(act): Json<CommandAct>) -
             "Type a command name after '/', such as /sandbox list.",
         );
     }
+    // `/invite` is Slack's own command, not an app's: it puts the app in the channel.
+    if command == "invite" {
+        return invite(&state, &act, text);
+    }
     let (form, hook) = {
         let mut world = lock(&state);
         if !known_user(&world, &act.user) {
@@ -685,6 +689,46 @@ async fn act_command(State(state): State<Shared>, Json(act): Json<CommandAct>) -
         }
     }
     Json(json!({"ok": true, "status": answer.status.as_u16(), "shown": shown})).into_response()
+}
+
+/// `/invite @Steward` typed on the page: Slack itself puts the app in the channel, and tells the
+/// person who typed it. Any other user is not the simulator's to invite.
+fn invite(state: &Shared, act: &CommandAct, text: &str) -> Response {
+    let mut world = lock(state);
+    if !known_user(&world, &act.user) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{:?} is not one of this simulator's users.", act.user),
+        );
+    }
+    let whom = text.trim().trim_start_matches('@').to_lowercase();
+    let app = whom == "steward" || whom == format!("<@{}>", super::BOT_USER_ID).to_lowercase();
+    let said = if !app {
+        "Only the Steward app can be invited in this simulator: type /invite @Steward.".to_owned()
+    } else if super::api::invite_bot(&mut world, &act.channel) {
+        format!(
+            "Steward was added to #{}.",
+            channel_name(&world, &act.channel)
+        )
+    } else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{:?} is not a channel of this simulator.", act.channel),
+        );
+    };
+    let ts = world.next_ts();
+    let shown = Ephemeral {
+        ts: ts.clone(),
+        channel: act.channel.clone(),
+        user: act.user.clone(),
+        text: Some(said),
+        blocks: None,
+        attachments: None,
+        thread_ts: None,
+    };
+    world.ephemeral.insert(ts.clone(), shown);
+    world.publish_ephemeral(&ts);
+    Json(json!({"ok": true, "status": 200, "shown": "ephemeral"})).into_response()
 }
 
 /// What the page sends for a button click: which message and where the button is in it.
