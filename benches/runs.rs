@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_steward::config::Settings;
 use sandbox_steward::e2b::{E2bClient, E2bSettings, NewSandbox};
-use sandbox_steward::envd::{EnvdAddress, EnvdClient, ProcessEvent, ProcessSpec};
+use sandbox_steward::envd::{EnvdAddress, EnvdClient, EnvdVersion, ProcessEvent, ProcessSpec};
 use sandbox_steward::ids::TemplateId;
 use sandbox_steward::sim::e2b::{ExecMode, SimOptions, SimServer};
 use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
@@ -168,6 +168,7 @@ async fn direct_run(e2b: &E2bClient, envd_url: &str) -> anyhow::Result<Duration>
         created.sandbox_id.clone(),
         address,
         created.envd_access_token.clone(),
+        EnvdVersion::announced(&created.envd_version),
     )?;
     let mut stream = envd.start(&ProcessSpec::shell(COMMAND)).await?;
     let mut first = None;

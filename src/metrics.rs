@@ -181,7 +181,7 @@ pub const SERIES: &[Series] = &[
         ENVD_REQUESTS,
         Kind::Counter,
         &["call", "status"],
-        "Requests to envd inside a sandbox (governed runs, push tests) by call (process_start, send_signal, upload, download, other) and HTTP status (transport: no answer).",
+        "Requests to envd inside a sandbox (governed runs, push tests) by call (process_start, process_connect, send_signal, upload, download, other) and HTTP status (transport: no answer).",
     ),
     series(
         ENVD_REQUEST_DURATION,
@@ -543,7 +543,7 @@ pub fn e2b_request(action: &'static str, status: &'static str, took: Duration) {
     histogram!(E2B_REQUEST_DURATION, "action" => action).record(took.as_secs_f64());
 }
 
-/// One request to envd: `call` is `process_start`, `send_signal`, `upload` or `download`,
+/// One request to envd: `call` is `process_start`, `process_connect`, `send_signal`, `upload` or `download`,
 /// `status` from [`e2b_status`], `took` until the answer's head.
 pub fn envd_request(call: &'static str, status: &'static str, took: Duration) {
     counter!(ENVD_REQUESTS, "call" => call, "status" => status).increment(1);

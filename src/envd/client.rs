@@ -2,9 +2,12 @@
 //!
 //! With `E2B_SANDBOX_URL` set, every call goes to that base URL with `E2b-Sandbox-Id` and
 //! `E2b-Sandbox-Port` headers; otherwise to `https://49983-{sandboxID}.{domain}`. Process calls are
-//! Connect RPCs with the JSON codec: `Start` streams envelope frames (decoded by `connect`), and
-//! `SendSignal` is a unary call with a plain JSON body. Files go through envd's `/files` endpoint.
-//! The access token travels only in a header marked sensitive and is redacted from `Debug`.
+//! Connect RPCs with the JSON codec, as the SDKs make them: `Start` and `Connect` (re-attach to a
+//! running process by pid) stream envelope frames (decoded by `connect`), and `SendSignal` is a
+//! unary call with a plain JSON body. Files go through envd's `/files` endpoint, in the encoding
+//! the sandbox's envd version reads (the SDKs' rule: `application/octet-stream` from 0.5.7 on,
+//! `multipart/form-data` before). The access token travels only in a header marked sensitive and
+//! is redacted from `Debug`.
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -17,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::connect::{self, Decoder, Frame};
 use super::error::{EnvdError, snippet};
+use super::version::EnvdVersion;
 use crate::ids::SandboxId;
 
 /// The port envd listens on inside every sandbox.
@@ -87,6 +91,7 @@ pub struct EnvdClient {
     sandbox_id: SandboxId,
     address: EnvdAddress,
     access_token: Option<SecretString>,
+    version: EnvdVersion,
     max_frame_bytes: usize,
 }
 
@@ -100,6 +105,7 @@ impl fmt::Debug for EnvdClient {
                 "access_token",
                 &self.access_token.as_ref().map(|_| "[redacted]"),
             )
+            .field("version", &self.version)
             .field("max_frame_bytes", &self.max_frame_bytes)
             .finish()
     }
@@ -179,6 +185,16 @@ struct StartRequest<'a> {
     stdin: bool,
 }
 
+#[derive(Serialize)]
+struct ConnectRequest {
+    process: PidSelector,
+}
+
+#[derive(Serialize)]
+struct PidSelector {
+    pid: u32,
+}
+
 #[derive(Deserialize)]
 struct StartResponse {
     #[serde(default)]
@@ -229,6 +245,7 @@ struct UnaryError {
 }
 
 const START: &str = "process.Process/Start";
+const CONNECT: &str = "process.Process/Connect";
 const SEND_SIGNAL: &str = "process.Process/SendSignal";
 const UPLOAD: &str = "files upload";
 const DOWNLOAD: &str = "files download";
@@ -237,6 +254,7 @@ const DOWNLOAD: &str = "files download";
 fn call_label(call: &'static str) -> &'static str {
     match call {
         START => "process_start",
+        CONNECT => "process_connect",
         SEND_SIGNAL => "send_signal",
         UPLOAD => "upload",
         DOWNLOAD => "download",
@@ -262,12 +280,14 @@ async fn send_counted(
 }
 
 impl EnvdClient {
-    /// A client for `sandbox_id` at `address`; `access_token` is the create response's
-    /// `envdAccessToken`, sent as `X-Access-Token` when present.
+    /// A client for `sandbox_id` at `address`; `access_token` is the create (or connect)
+    /// answer's `envdAccessToken`, sent as `X-Access-Token` when present, and `version` its
+    /// `envdVersion`, which decides how files are uploaded.
     pub fn new(
         sandbox_id: SandboxId,
         address: EnvdAddress,
         access_token: Option<SecretString>,
+        version: EnvdVersion,
     ) -> Result<Self, EnvdError> {
         let parsed = url::Url::parse(address.base_url())
             .map_err(|e| EnvdError::Address(format!("{}: {e}", address.base_url())))?;
@@ -289,8 +309,14 @@ impl EnvdClient {
             sandbox_id,
             address,
             access_token,
+            version,
             max_frame_bytes: connect::DEFAULT_MAX_FRAME_BYTES,
         })
+    }
+
+    /// The envd version this client speaks to.
+    pub fn version(&self) -> EnvdVersion {
+        self.version
     }
 
     /// Lowers the cap on one stream frame (tests use it to force the refusal).
@@ -330,25 +356,49 @@ impl EnvdClient {
     /// Starts `spec` and returns its event stream; the first event is normally `Start { pid }`.
     #[tracing::instrument(skip(self, spec), fields(sandbox_id = %self.sandbox_id, cmd = %spec.cmd))]
     pub async fn start(&self, spec: &ProcessSpec) -> Result<ProcessStream, EnvdError> {
-        let message = serde_json::to_vec(&StartRequest {
+        let message = StartRequest {
             process: spec,
             stdin: false,
-        })
-        .map_err(|e| EnvdError::Decode {
-            call: START,
+        };
+        self.open_stream(START, &message).await
+    }
+
+    /// Re-attaches to process `pid`, started earlier (by this replica or another), as the SDKs'
+    /// `commands.connect` does: the stream opens with `Start { pid }`, then carries the output
+    /// the process writes from now on (what it wrote while nobody was attached is not replayed,
+    /// as envd keeps none) and its `End`. A process that ended lately (envd keeps ends for about
+    /// 30 s) answers with its start and end alone; an unknown pid ends the stream with
+    /// [`EnvdError::Rpc`] `not_found`.
+    #[tracing::instrument(skip(self), fields(sandbox_id = %self.sandbox_id))]
+    pub async fn connect(&self, pid: u32) -> Result<ProcessStream, EnvdError> {
+        let message = ConnectRequest {
+            process: PidSelector { pid },
+        };
+        self.open_stream(CONNECT, &message).await
+    }
+
+    /// Opens the server stream `call` with its one request `message`.
+    async fn open_stream(
+        &self,
+        call: &'static str,
+        message: &impl Serialize,
+    ) -> Result<ProcessStream, EnvdError> {
+        let message = serde_json::to_vec(message).map_err(|e| EnvdError::Decode {
+            call,
             reason: e.to_string(),
         })?;
         let request = self
             .http
-            .post(self.url(START))
+            .post(self.url(call))
             .headers(self.headers()?)
             .header(CONTENT_TYPE, "application/connect+json")
             .header("Connect-Protocol-Version", "1")
             .header("Keepalive-Ping-Interval", KEEPALIVE_PING_INTERVAL_SECS)
             .body(connect::encode(0, &message));
-        let response = send_counted(START, request).await?;
-        let response = self.check_status(START, response).await?;
+        let response = send_counted(call, request).await?;
+        let response = self.check_status(call, response).await?;
         Ok(ProcessStream {
+            call,
             response,
             decoder: Decoder::new(self.max_frame_bytes),
             done: false,
@@ -375,17 +425,25 @@ impl EnvdClient {
         Ok(())
     }
 
-    /// Writes `content` to `path` in the sandbox (parents created, an existing file replaced).
+    /// Writes `content` to `path` in the sandbox (parents created, an existing file replaced),
+    /// in the encoding the sandbox's envd reads: the raw bytes from envd 0.5.7 on, else one
+    /// `multipart/form-data` part named `file` whose filename is the path (both as the SDKs send
+    /// them; the `path` parameter goes along either way).
     #[tracing::instrument(skip(self, content), fields(sandbox_id = %self.sandbox_id, bytes = content.len()))]
     pub async fn upload(&self, path: &str, content: Vec<u8>) -> Result<Vec<FileEntry>, EnvdError> {
+        let (content_type, body) = if self.version.takes_octet_stream() {
+            ("application/octet-stream".to_owned(), content)
+        } else {
+            multipart_body(path, &content)
+        };
         let request = self
             .http
             .post(self.url("files"))
             .query(&[("path", path)])
             .headers(self.headers()?)
-            .header(CONTENT_TYPE, "application/octet-stream")
+            .header(CONTENT_TYPE, content_type)
             .timeout(UNARY_TIMEOUT)
-            .body(content);
+            .body(body);
         let response = send_counted(UPLOAD, request).await?;
         let response = self.check_status(UPLOAD, response).await?;
         let body = read_capped(UPLOAD, response, MAX_UNARY_BYTES).await?;
@@ -452,6 +510,37 @@ impl EnvdClient {
     }
 }
 
+/// One file as a `multipart/form-data` body, as httpx builds the SDKs' upload: a part named `file`
+/// whose filename is the sandbox path. The boundary is random and checked against the content;
+/// the filename is quoted as Go's `mime` package reads it, with control characters (which could
+/// end the header line) replaced, since the `path` parameter is what envd writes to.
+fn multipart_body(path: &str, content: &[u8]) -> (String, Vec<u8>) {
+    let boundary = loop {
+        let candidate = format!("steward{}", uuid::Uuid::new_v4().simple());
+        if memchr::memmem::find(content, candidate.as_bytes()).is_none() {
+            break candidate;
+        }
+    };
+    let filename: String = path
+        .chars()
+        .map(|c| if c.is_control() { '_' } else { c })
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    let mut body = Vec::with_capacity(content.len() + 256);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
 /// Reads a whole body, refusing to hold more than `cap` bytes.
 async fn read_capped(
     call: &'static str,
@@ -479,9 +568,11 @@ async fn read_capped(
     Ok(body)
 }
 
-/// The events of one started process, read as they arrive.
+/// The events of one started (or re-attached) process, read as they arrive.
 #[derive(Debug)]
 pub struct ProcessStream {
+    /// `Start` or `Connect`, for errors and decoding.
+    call: &'static str,
     response: Response,
     decoder: Decoder,
     done: bool,
@@ -499,12 +590,12 @@ impl ProcessStream {
                 .decoder
                 .next_frame()
                 .map_err(|source| EnvdError::Frame {
-                    call: START,
+                    call: self.call,
                     source,
                 })?;
             match frame {
                 Some(Frame::Message(body)) => {
-                    if let Some(event) = decode_event(&body)? {
+                    if let Some(event) = decode_event(self.call, &body)? {
                         return Ok(Some(event));
                     }
                 }
@@ -513,7 +604,7 @@ impl ProcessStream {
                     return match error {
                         None => Ok(None),
                         Some(error) => Err(EnvdError::Rpc {
-                            call: START,
+                            call: self.call,
                             code: error.code,
                             message: snippet(error.message.as_bytes()),
                         }),
@@ -525,7 +616,7 @@ impl ProcessStream {
                             .chunk()
                             .await
                             .map_err(|source| EnvdError::Transport {
-                                call: START,
+                                call: self.call,
                                 source,
                             })?;
                     match chunk {
@@ -533,10 +624,10 @@ impl ProcessStream {
                         None => {
                             self.done = true;
                             self.decoder.finish().map_err(|source| EnvdError::Frame {
-                                call: START,
+                                call: self.call,
                                 source,
                             })?;
-                            return Err(EnvdError::StreamCut { call: START });
+                            return Err(EnvdError::StreamCut { call: self.call });
                         }
                     }
                 }
@@ -554,13 +645,10 @@ impl ProcessStream {
     }
 }
 
-/// One `StartResponse` message into an event; `None` for a message with no event we know
+/// One `StartResponse` (or `ConnectResponse`, the same shape) message into an event; `None` for a message with no event we know
 /// (a newer envd may add kinds, and skipping them is safer than failing a run).
-fn decode_event(body: &[u8]) -> Result<Option<ProcessEvent>, EnvdError> {
-    let bad = |reason: String| EnvdError::Decode {
-        call: START,
-        reason,
-    };
+fn decode_event(call: &'static str, body: &[u8]) -> Result<Option<ProcessEvent>, EnvdError> {
+    let bad = |reason: String| EnvdError::Decode { call, reason };
     let message: StartResponse = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
     let Some(event) = message.event else {
         return Ok(None);
@@ -642,6 +730,7 @@ mod tests {
             id(),
             EnvdAddress::resolve(None, &id(), None),
             Some(SecretString::from("tok-very-secret".to_owned())),
+            EnvdVersion::new(0, 5, 7),
         )
         .unwrap();
         let shown = format!("{client:?}");
@@ -650,8 +739,23 @@ mod tests {
     }
 
     #[test]
+    fn a_multipart_upload_is_one_file_part_named_as_the_sdks_name_it() {
+        let (content_type, body) = multipart_body("/home/user/a \"q\".txt\n", b"hi --x");
+        let boundary = content_type
+            .strip_prefix("multipart/form-data; boundary=")
+            .unwrap();
+        let text = String::from_utf8(body).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/a \\\"q\\\".txt_\"\r\nContent-Type: application/octet-stream\r\n\r\nhi --x\r\n--{boundary}--\r\n"
+            )
+        );
+    }
+
+    #[test]
     fn events_decode_with_proto3_zero_values_omitted() {
-        let event = |json: &str| decode_event(json.as_bytes()).unwrap();
+        let event = |json: &str| decode_event(START, json.as_bytes()).unwrap();
         assert_eq!(
             event(r#"{"event":{"start":{"pid":42}}}"#),
             Some(ProcessEvent::Start { pid: 42 })
@@ -674,6 +778,6 @@ mod tests {
             Some(ProcessEvent::Keepalive)
         );
         assert_eq!(event(r#"{"event":{"somethingNew":{}}}"#), None);
-        assert!(decode_event(br#"{"event":{"data":{"stdout":"%%%"}}}"#).is_err());
+        assert!(decode_event(START, br#"{"event":{"data":{"stdout":"%%%"}}}"#).is_err());
     }
 }

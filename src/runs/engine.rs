@@ -26,7 +26,8 @@ use super::record::{self, RunInputs};
 use crate::cases::{RunOutcome, RunReport, Subject};
 use crate::e2b::{E2bClient, ListQuery, LogsDirection, LogsQuery, NewSandbox, StateFilter};
 use crate::envd::{
-    EnvdAddress, EnvdClient, EnvdError, ProcessEvent, ProcessSpec, ProcessStream, Signal,
+    EnvdAddress, EnvdClient, EnvdError, EnvdVersion, ProcessEvent, ProcessSpec, ProcessStream,
+    Signal,
 };
 use crate::ids::{CaseId, RunId, SandboxId, TemplateId};
 use crate::jobs::JobError;
@@ -418,7 +419,7 @@ impl RunEngine {
                 ));
             }
         };
-        let (sandbox_id, domain, token) = self
+        let (sandbox_id, domain, token, version) = self
             .sandbox_for(run, deliveries)
             .await
             .map_err(|stop| (None, stop))?;
@@ -430,7 +431,7 @@ impl RunEngine {
         .map_err(|e| (sandbox.clone(), e.into()))?;
         let address =
             EnvdAddress::resolve(self.sandbox_url.as_deref(), &sandbox_id, domain.as_deref());
-        let envd = EnvdClient::new(sandbox_id.clone(), address, token)
+        let envd = EnvdClient::new(sandbox_id.clone(), address, token, version)
             .map_err(|e| (sandbox.clone(), Stop::Failed(envd_sentence(&e))))?;
         for file in &inputs.files {
             let path = match (&run.cwd, file.path.trim()) {
@@ -461,7 +462,7 @@ impl RunEngine {
         &self,
         run: &Run,
         deliveries: u64,
-    ) -> Result<(SandboxId, Option<String>, Option<SecretString>), Stop> {
+    ) -> Result<(SandboxId, Option<String>, Option<SecretString>, EnvdVersion), Stop> {
         let timeout = Duration::from_secs(run.timeout_secs) + self.policy.limits.sandbox_margin;
         if deliveries > 1
             && let Some(found) = self.find_sandbox(&run.id).await
@@ -469,7 +470,8 @@ impl RunEngine {
             match self.e2b.connect_sandbox(&found, timeout).await {
                 Ok(connected) => {
                     let s = connected.sandbox;
-                    return Ok((s.sandbox_id, s.domain, s.envd_access_token));
+                    let version = EnvdVersion::announced(&s.envd_version);
+                    return Ok((s.sandbox_id, s.domain, s.envd_access_token, version));
                 }
                 Err(e) => {
                     tracing::warn!(run = %run.id, sandbox = %found, error = %e, "could not adopt the sandbox an earlier attempt created");
@@ -491,6 +493,7 @@ impl RunEngine {
                 created.sandbox_id,
                 created.domain,
                 created.envd_access_token,
+                EnvdVersion::announced(&created.envd_version),
             )),
             Err(e) if e.is_transient() => Err(Stop::Retry(format!(
                 "E2B could not create the sandbox yet: {e}"

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sandbox_steward::envd::connect::{END_STREAM_FLAG, encode};
 use sandbox_steward::envd::{
-    EnvdAddress, EnvdClient, EnvdError, ProcessEnd, ProcessEvent, ProcessSpec, Signal,
+    EnvdAddress, EnvdClient, EnvdError, EnvdVersion, ProcessEnd, ProcessEvent, ProcessSpec, Signal,
 };
 use sandbox_steward::ids::SandboxId;
 use secrecy::SecretString;
@@ -122,10 +122,21 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Seen {
     }
 }
 
+/// A client for a current envd (0.5.7: uploads as `application/octet-stream`).
 fn client_through(base: &str, token: Option<&str>) -> EnvdClient {
+    client_for(base, token, EnvdVersion::new(0, 5, 7))
+}
+
+fn client_for(base: &str, token: Option<&str>, version: EnvdVersion) -> EnvdClient {
     let id = SandboxId::parse("sbx-envd-1").unwrap();
     let address = EnvdAddress::resolve(Some(base), &id, Some("unused.example"));
-    EnvdClient::new(id, address, token.map(|t| SecretString::from(t.to_owned()))).unwrap()
+    EnvdClient::new(
+        id,
+        address,
+        token.map(|t| SecretString::from(t.to_owned())),
+        version,
+    )
+    .unwrap()
 }
 
 async fn next_seen(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
@@ -370,6 +381,116 @@ async fn a_unary_connect_error_keeps_its_code_and_message() {
         error.to_string(),
         "envd ended process.Process/SendSignal with error not_found: process with pid 42 not found"
     );
+}
+
+#[tokio::test]
+async fn connect_reattaches_to_a_pid_over_a_connect_stream_and_names_its_errors() {
+    let mut wire = Vec::new();
+    wire.extend(frame(r#"{"event":{"start":{"pid":31}}}"#));
+    wire.extend(frame(r#"{"event":{"data":{"stdout":"bGF0ZXIK"}}}"#));
+    wire.extend(frame(
+        r#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}}"#,
+    ));
+    wire.extend(encode(END_STREAM_FLAG, b"{}"));
+    let unknown = encode(
+        END_STREAM_FLAG,
+        br#"{"error":{"code":"not_found","message":"process with pid 32 not found"}}"#,
+    );
+    let (base, mut seen) = stand_in(vec![
+        Answer::Chunks(vec![wire]),
+        Answer::Chunks(vec![unknown]),
+    ])
+    .await;
+    let client = client_through(&base, Some(TOKEN));
+
+    let events = client
+        .connect(31)
+        .await
+        .expect("stream opens")
+        .collect()
+        .await
+        .expect("stream ends cleanly");
+    assert_eq!(
+        events,
+        [
+            ProcessEvent::Start { pid: 31 },
+            ProcessEvent::Stdout(b"later\n".to_vec()),
+            ProcessEvent::End(ProcessEnd {
+                exit_code: 3,
+                exited: true,
+                status: "exit status 3".into(),
+                error: Some("exit status 3".into()),
+            }),
+        ]
+    );
+    let request = next_seen(&mut seen).await;
+    assert_eq!(
+        request.request_line,
+        "POST /process.Process/Connect HTTP/1.1"
+    );
+    assert_eq!(
+        request.header("content-type"),
+        Some("application/connect+json")
+    );
+    assert_eq!(request.header("keepalive-ping-interval"), Some("50"));
+    assert_eq!(request.header("x-access-token"), Some(TOKEN));
+    assert_eq!(request.body[0], 0);
+    let message: serde_json::Value = serde_json::from_slice(&request.body[5..]).unwrap();
+    assert_eq!(message, serde_json::json!({"process": {"pid": 31}}));
+
+    let mut gone = client.connect(32).await.expect("stream opens");
+    let error = gone.next_event().await.expect_err("not found");
+    assert_eq!(
+        error.to_string(),
+        "envd ended process.Process/Connect with error not_found: process with pid 32 not found"
+    );
+}
+
+#[tokio::test]
+async fn an_envd_older_than_0_5_7_gets_the_upload_as_multipart_form_data() {
+    let entry = br#"[{"path":"/home/user/run.sh","name":"run.sh","type":"file"}]"#.to_vec();
+    let (base, mut seen) = stand_in(vec![
+        Answer::Whole(200, "application/json", entry.clone()),
+        Answer::Whole(200, "application/json", entry),
+    ])
+    .await;
+    let content = b"echo one\r\n--not-a-boundary\n\x00\xff".to_vec();
+
+    let old = client_for(&base, Some(TOKEN), EnvdVersion::announced("0.4.1"));
+    let written = old
+        .upload("/home/user/run.sh", content.clone())
+        .await
+        .expect("uploaded");
+    assert_eq!(written[0].path, "/home/user/run.sh");
+    let upload = next_seen(&mut seen).await;
+    assert_eq!(
+        upload.request_line,
+        "POST /files?path=%2Fhome%2Fuser%2Frun.sh HTTP/1.1"
+    );
+    let content_type = upload.header("content-type").unwrap();
+    let boundary = content_type
+        .strip_prefix("multipart/form-data; boundary=")
+        .unwrap_or_else(|| panic!("not multipart: {content_type}"));
+    // One part named `file`, its filename the sandbox path (as httpx sends the SDK's), the
+    // content byte for byte, then the closing boundary.
+    let mut expected = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/run.sh\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    expected.extend_from_slice(&content);
+    expected.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    assert_eq!(upload.body, expected);
+
+    let new = client_for(&base, Some(TOKEN), EnvdVersion::announced("0.5.7"));
+    new.upload("/home/user/run.sh", content.clone())
+        .await
+        .expect("uploaded");
+    let upload = next_seen(&mut seen).await;
+    assert_eq!(
+        upload.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(upload.body, content);
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sandbox_steward::config::Settings;
 use sandbox_steward::e2b::RetryPolicy;
-use sandbox_steward::envd::{EnvdAddress, EnvdClient};
+use sandbox_steward::envd::{EnvdAddress, EnvdClient, EnvdVersion};
 use sandbox_steward::http::AppState;
 use sandbox_steward::ids::SandboxId;
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
@@ -40,13 +40,25 @@ pub async fn seed_envd_sandbox(sim: &SimServer, extra: Value) -> (SandboxId, Opt
     (id, token)
 }
 
-/// An envd client for sandbox `id` of `sim`, through the simulator's envd address.
+/// An envd client for sandbox `id` of `sim`, through the simulator's envd address, speaking
+/// to a current envd (uploads as `application/octet-stream`).
 pub fn envd_client(sim: &SimServer, id: &SandboxId, token: Option<&str>) -> EnvdClient {
+    envd_client_for(sim, id, token, EnvdVersion::new(0, 5, 7))
+}
+
+/// [`envd_client`] for an envd of `version`.
+pub fn envd_client_for(
+    sim: &SimServer,
+    id: &SandboxId,
+    token: Option<&str>,
+    version: EnvdVersion,
+) -> EnvdClient {
     let address = EnvdAddress::resolve(Some(&sim.envd_url()), id, None);
     EnvdClient::new(
         id.clone(),
         address,
         token.map(|t| secrecy::SecretString::from(t.to_owned())),
+        version,
     )
     .expect("a client")
 }
