@@ -291,7 +291,13 @@ impl RunEngine {
                     lost = self.keep_lease(&lease) => Err(lost),
                 }
             }
-            _ => self.take_over(run, deliveries).await,
+            _ => {
+                let lease = run_lease(run_id);
+                tokio::select! {
+                    result = self.take_over(run, deliveries) => result,
+                    lost = self.keep_lease(&lease) => Err(lost),
+                }
+            }
         }
     }
 
@@ -529,23 +535,12 @@ impl RunEngine {
     ) -> Result<Ended, Stop> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(run.timeout_secs);
         let mut seen = Seen::default();
-        let mut secrets: Vec<String> = inputs
-            .secret_env
-            .iter()
-            .filter_map(|name| inputs.env.get(name).cloned())
-            .collect();
+        let secrets = secret_values(&inputs);
         if let Some(setup) = inputs.setup {
-            let setup_secrets: Vec<String> = setup
-                .secret_env
-                .iter()
-                .filter_map(|name| setup.env.get(name).cloned())
-                .collect();
-            // Scrubbed from the command's output too: belt and braces, the command never had them.
-            secrets.extend(setup_secrets.iter().cloned());
             let mut spec = ProcessSpec::shell(setup.command);
             spec.envs = setup.env;
             spec.cwd = run.cwd.clone();
-            let scrubber = Scrubber::new(setup_secrets);
+            let scrubber = Scrubber::new(secrets.clone());
             let ended = self
                 .stream_process(
                     run,
@@ -556,26 +551,48 @@ impl RunEngine {
                     &mut seen,
                 )
                 .await?;
-            let succeeded = ended.exit_code == Some(0) && ended.error.is_none() && !ended.timed_out;
-            if !succeeded {
+            if let Some(ended) = self.after_setup(ended)? {
                 return Ok(ended);
             }
-            // Moving now leaves the command for the replica that takes the run over.
-            if self.move_runs.is_cancelled() {
-                return Err(Stop::Moved);
-            }
         }
+        self.start_command(run, envd, inputs.env, secrets, deadline, &mut seen)
+            .await
+    }
+
+    /// What follows the setup step: its end, when it did not succeed (the command never
+    /// starts); a move, when this replica's runs must move now; else nothing (start the command).
+    fn after_setup(&self, ended: Ended) -> Result<Option<Ended>, Stop> {
+        let succeeded = ended.exit_code == Some(0) && ended.error.is_none() && !ended.timed_out;
+        if !succeeded {
+            return Ok(Some(ended));
+        }
+        // Moving now leaves the command for the replica that takes the run over.
+        if self.move_runs.is_cancelled() {
+            return Err(Stop::Moved);
+        }
+        Ok(None)
+    }
+
+    /// Starts the command with `env` and streams it to its end, scrubbing `secrets`.
+    async fn start_command(
+        &self,
+        run: &Run,
+        envd: &EnvdClient,
+        env: BTreeMap<String, String>,
+        secrets: Vec<String>,
+        deadline: tokio::time::Instant,
+        seen: &mut Seen,
+    ) -> Result<Ended, Stop> {
         let mut spec = ProcessSpec::shell(run.command.clone());
-        spec.envs = inputs.env;
+        spec.envs = env;
         spec.cwd = run.cwd.clone();
-        let scrubber = Scrubber::new(secrets);
         self.stream_process(
             run,
             envd,
             (RunPhase::Command, &spec),
-            scrubber,
+            Scrubber::new(secrets),
             deadline,
-            &mut seen,
+            seen,
         )
         .await
     }
@@ -894,6 +911,113 @@ impl RunEngine {
     /// A run that was started by a worker whose lease ran out: that replica stopped. The run
     /// fails with the cause, keeps its output, and its sandbox (if any) is handed over.
     async fn take_over(&self, run: Run, deliveries: u64) -> Result<(), JobError> {
+        // A run whose process is known is re-attached to: its command went on running in the
+        // sandbox while the run changed replicas (a deploy handed it over, or its replica died).
+        let mut why_not = None;
+        if let (RunStatus::Running, Some(sandbox), Some(process)) =
+            (run.status, run.sandbox_id.clone(), run.process)
+        {
+            match self.reattach(&run, &sandbox, process).await {
+                Ok(ended) => return self.finish(&run.id, Some(sandbox), ended, deliveries).await,
+                Err(Stop::Moved) => {
+                    return Err(JobError::HandBack(format!(
+                        "replica {} is stopping; run {} keeps running and moves to another replica",
+                        self.worker, run.id
+                    )));
+                }
+                Err(Stop::Store(e)) => return Err(e.into()),
+                Err(Stop::Failed(why) | Stop::Retry(why)) => why_not = Some(why),
+            }
+        }
+        self.fail_taken_over(run, why_not, deliveries).await
+    }
+
+    /// Follows the process of a run another replica was following (and then the command, when
+    /// that was the setup step), from where the store's output ends. Output printed between
+    /// the two replicas (well under a second when a deploy hands the run over) may be missing;
+    /// the end of a process that exited meanwhile is still had from envd, which keeps it for a
+    /// while (30 s), and from the simulator likewise.
+    async fn reattach(
+        &self,
+        run: &Run,
+        sandbox: &SandboxId,
+        process: RunProcess,
+    ) -> Result<Ended, Stop> {
+        let detail = match self.e2b.get_sandbox(sandbox).await {
+            Ok(detail) if detail.listed.state == crate::e2b::SandboxState::Running => detail,
+            Ok(_) => return Err(Stop::Failed("its sandbox is paused".into())),
+            Err(crate::e2b::E2bError::NotFound { .. }) => {
+                return Err(Stop::Failed("its sandbox is gone".into()));
+            }
+            Err(e) => return Err(Stop::Failed(format!("E2B did not show its sandbox: {e}"))),
+        };
+        let address = EnvdAddress::resolve(
+            self.sandbox_url.as_deref(),
+            sandbox,
+            detail.domain.as_deref(),
+        );
+        let envd = EnvdClient::new(
+            sandbox.clone(),
+            address,
+            detail.envd_access_token.clone(),
+            EnvdVersion::announced(&detail.listed.envd_version),
+        )
+        .map_err(|e| Stop::Failed(envd_sentence(&e)))?;
+        let stream = envd.connect(process.pid).await.map_err(|e| {
+            Stop::Failed(format!(
+                "its process (pid {}) could not be re-attached to: {}",
+                process.pid,
+                envd_sentence(&e)
+            ))
+        })?;
+        let worker = self.worker.clone();
+        self.write(&run.id, |current| {
+            (!current.status.is_terminal()).then(|| {
+                let mut next = current.clone();
+                next.reattached += 1;
+                next.worker = Some(worker.clone());
+                next
+            })
+        })
+        .await?;
+        tracing::info!(run = %run.id, pid = process.pid, phase = ?process.phase, "re-attached to a run's process");
+        let inputs = record::inputs(&self.store, &run.id).await?.unwrap_or_default();
+        let secrets = secret_values(&inputs);
+        let started = run.started_at.unwrap_or_else(Utc::now);
+        let left = (started + chrono::Duration::seconds(run.timeout_secs as i64) - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        let deadline = tokio::time::Instant::now() + left;
+        let mut seen = Seen {
+            started: true,
+            tail: self.output_tail(run).await.into(),
+            produced: run.output_bytes,
+        };
+        let scrubber = Scrubber::new(secrets.clone());
+        let ended = self
+            .follow(run, &envd, process.phase, stream, scrubber, deadline, &mut seen)
+            .await?;
+        match process.phase {
+            RunPhase::Command => Ok(ended),
+            RunPhase::Setup => {
+                if let Some(ended) = self.after_setup(ended)? {
+                    return Ok(ended);
+                }
+                self.start_command(run, &envd, inputs.env, secrets, deadline, &mut seen)
+                    .await
+            }
+        }
+    }
+
+    /// A run that was started by a worker whose lease ran out (that replica stopped) and that
+    /// could not be re-attached to: it fails with the cause (and `why_not`), keeps its output,
+    /// and its sandbox (if any) is handed over.
+    async fn fail_taken_over(
+        &self,
+        run: Run,
+        why_not: Option<String>,
+        deliveries: u64,
+    ) -> Result<(), JobError> {
         let replica = run.worker.clone().unwrap_or_else(|| "unknown".to_owned());
         let mut sandbox = run.sandbox_id.clone();
         if sandbox.is_none() {
@@ -903,7 +1027,7 @@ impl RunEngine {
         // Consumer names are unique per process: the same name means this replica lost track
         // of the run (its database failed mid-run), not that it stopped.
         let same = run.worker.as_deref() == Some(self.worker.as_str());
-        let cause = match (same, sandbox.is_some()) {
+        let mut cause = match (same, sandbox.is_some()) {
             (true, _) => "Steward lost track of the run (its database did not answer) while it was running; its output up to then is kept".to_owned(),
             (false, true) => format!(
                 "replica {replica} stopped while the run was running; its output up to then is kept"
@@ -912,6 +1036,9 @@ impl RunEngine {
                 format!("replica {replica} stopped before the run's sandbox was created")
             }
         };
+        if let Some(why) = why_not {
+            cause.push_str(&format!(", and {why}"));
+        }
         tracing::warn!(run = %run.id, %replica, "taking over a run whose replica stopped");
         let ended = Ended {
             exit_code: None,
@@ -1042,6 +1169,19 @@ impl RunEngine {
             tracing::error!(run = %run.id, error = %e, "could not write the run's audit event");
         }
     }
+}
+
+/// The values scrubbed from a run's output: its secret variables' and its setup step's.
+fn secret_values(inputs: &RunInputs) -> Vec<String> {
+    let of = |names: &[String], env: &BTreeMap<String, String>| -> Vec<String> {
+        names.iter().filter_map(|name| env.get(name).cloned()).collect()
+    };
+    let mut secrets = of(&inputs.secret_env, &inputs.env);
+    if let Some(setup) = &inputs.setup {
+        // Scrubbed from the command's output too: belt and braces, the command never had them.
+        secrets.extend(of(&setup.secret_env, &setup.env));
+    }
+    secrets
 }
 
 /// Keeps the last [`TAIL_BYTES`] of the output.
