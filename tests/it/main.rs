@@ -38,6 +38,7 @@ mod runs;
 mod shortening;
 mod sim_e2b;
 mod sim_envd;
+mod sim_envd_fs;
 mod sim_slack_socket;
 mod sim_slack_web;
 mod slack_commands;

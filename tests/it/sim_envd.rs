@@ -80,7 +80,8 @@ async fn a_command_streams_its_start_output_and_exit_code_in_order() {
             exit_code: 3,
             exited: true,
             status: "exit status 3".into(),
-            error: None
+            // envd's end carries Go's `Wait` error for any exit but 0.
+            error: Some("exit status 3".into())
         }
     );
 
@@ -93,6 +94,7 @@ async fn a_command_streams_its_start_output_and_exit_code_in_order() {
         .unwrap();
     assert_eq!(end_of(&ok).exit_code, 0);
     assert_eq!(end_of(&ok).status, "exit status 0");
+    assert_eq!(end_of(&ok).error, None);
 
     // On the wire, exit code 0 is left out as proto3 JSON leaves out zero values.
     let message = json!({"process": {"cmd": "/bin/true", "args": [], "envs": {}}, "stdin": false});
@@ -583,4 +585,263 @@ async fn the_sim_help_mentions_exec() {
     assert!(out.status.success(), "{help}");
     assert!(help.contains("--exec"), "{help}");
     assert!(help.contains("THIS MACHINE"), "{help}");
+}
+
+/// A raw `Start` whose request Steward's client does not make (stdin on, a tag, a deadline):
+/// the response, to be read as a Connect stream.
+async fn start_raw(
+    sim: &SimServer,
+    id: &SandboxId,
+    message: Value,
+    timeout_ms: Option<u64>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/process.Process/Start", sim.envd_url()))
+        .header("E2b-Sandbox-Id", id.as_str())
+        .header("E2b-Sandbox-Port", "49983")
+        .header("Content-Type", "application/connect+json");
+    if let Some(ms) = timeout_ms {
+        request = request.header("Connect-Timeout-Ms", ms.to_string());
+    }
+    let response = request
+        .body(encode(0, message.to_string().as_bytes()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
+}
+
+/// Reads Connect frames from `response` until `until` holds for the messages so far, or the end.
+async fn read_until(
+    response: &mut reqwest::Response,
+    decoder: &mut Decoder,
+    messages: &mut Vec<Value>,
+    until: impl Fn(&[Value]) -> bool,
+) -> Option<Option<String>> {
+    loop {
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            match frame {
+                Frame::Message(body) => messages.push(serde_json::from_slice(&body).unwrap()),
+                Frame::End { error } => return Some(error.map(|e| e.code)),
+            }
+            if until(messages) {
+                return None;
+            }
+        }
+        match response.chunk().await.unwrap() {
+            Some(chunk) => decoder.push(&chunk),
+            None => panic!("the stream stopped without its end frame: {messages:?}"),
+        }
+    }
+}
+
+async fn unary(sim: &SimServer, id: &SandboxId, method: &str, message: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/{method}", sim.envd_url()))
+        .header("E2b-Sandbox-Id", id.as_str())
+        .header("E2b-Sandbox-Port", "49983")
+        .header("Content-Type", "application/json")
+        .body(message.to_string())
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+fn stdout_of(messages: &[Value]) -> String {
+    let bytes: Vec<u8> = messages
+        .iter()
+        .filter_map(|m| m["event"]["data"]["stdout"].as_str())
+        .flat_map(|b| {
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).unwrap()
+        })
+        .collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn a_running_process_is_listed_fed_on_stdin_reattached_and_closed() {
+    let sim = sim(ExecMode::Local).await;
+    let (id, _) = sandbox(&sim, json!({})).await;
+    let envd = client(&sim, &id, None);
+    let message = json!({
+        "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat"], "envs": {"K": "v"}, "cwd": "/home/user"},
+        "stdin": true,
+        "tag": "feeder",
+    });
+    let mut started = start_raw(&sim, &id, message, None).await;
+    let (mut decoder, mut messages) = (Decoder::default(), Vec::new());
+    read_until(&mut started, &mut decoder, &mut messages, |m| !m.is_empty()).await;
+    let pid = messages[0]["event"]["start"]["pid"].as_u64().unwrap() as u32;
+
+    let listed = unary(&sim, &id, "process.Process/List", json!({})).await;
+    assert_eq!(listed.0, 200);
+    assert_eq!(
+        listed.1,
+        json!({"processes": [{
+            "config": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat"], "envs": {"K": "v"}, "cwd": "/home/user"},
+            "pid": pid,
+            "tag": "feeder",
+        }]})
+    );
+
+    let fed = unary(
+        &sim,
+        &id,
+        "process.Process/SendInput",
+        json!({"process": {"pid": pid}, "input": {"stdin": "aGVsbG8K"}}),
+    )
+    .await;
+    assert_eq!(fed, (200, json!({})));
+    read_until(&mut started, &mut decoder, &mut messages, |m| {
+        stdout_of(m) == "hello\n"
+    })
+    .await;
+
+    // A second reader re-attaches by pid: its stream opens with the start, then gets what the
+    // process writes from then on, as the first does.
+    let mut attached = envd.connect(pid).await.expect("connected");
+    assert_eq!(
+        attached.next_event().await.unwrap(),
+        Some(ProcessEvent::Start { pid })
+    );
+    let by_tag = unary(
+        &sim,
+        &id,
+        "process.Process/SendInput",
+        json!({"process": {"tag": "feeder"}, "input": {"stdin": "YWdhaW4K"}}),
+    )
+    .await;
+    assert_eq!(by_tag.0, 200);
+    assert_eq!(
+        attached.next_event().await.unwrap(),
+        Some(ProcessEvent::Stdout(b"again\n".to_vec()))
+    );
+    let closed = unary(
+        &sim,
+        &id,
+        "process.Process/CloseStdin",
+        json!({"process": {"pid": pid}}),
+    )
+    .await;
+    assert_eq!(closed, (200, json!({})));
+    let rest = attached
+        .collect()
+        .await
+        .expect("the re-attached stream ends cleanly");
+    assert_eq!(end_of(&rest).exit_code, 0);
+    assert_eq!(
+        read_until(&mut started, &mut decoder, &mut messages, |_| false).await,
+        Some(None)
+    );
+    assert_eq!(stdout_of(&messages), "hello\nagain\n");
+
+    // Once ended, the process is gone from the list, and a late Connect still learns its end.
+    let listed = unary(&sim, &id, "process.Process/List", json!({})).await;
+    assert_eq!(listed, (200, json!({})));
+    let late = envd.connect(pid).await.unwrap().collect().await.unwrap();
+    assert_eq!(late.first(), Some(&ProcessEvent::Start { pid }));
+    assert_eq!(end_of(&late).status, "exit status 0");
+    assert_eq!(late.len(), 2, "{late:?}");
+
+    for (method, message) in [
+        (
+            "process.Process/SendInput",
+            json!({"process": {"pid": pid}, "input": {"stdin": "eA=="}}),
+        ),
+        (
+            "process.Process/CloseStdin",
+            json!({"process": {"tag": "feeder"}}),
+        ),
+        (
+            "process.Process/SendSignal",
+            json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}),
+        ),
+    ] {
+        let answer = unary(&sim, &id, method, message).await;
+        assert_eq!(answer.0, 404, "{method} {answer:?}");
+        assert_eq!(answer.1["code"], "not_found");
+    }
+    match envd.connect(999_999).await.unwrap().next_event().await {
+        Err(EnvdError::Rpc { code, message, .. }) => {
+            assert_eq!(code, "not_found");
+            assert_eq!(message, "process with pid 999999 not found");
+        }
+        other => panic!("expected not_found, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn input_to_a_process_without_stdin_and_odd_signals_fail_as_envd_fails_them() {
+    let sim = sim(ExecMode::Local).await;
+    let (id, _) = sandbox(&sim, json!({})).await;
+    let envd = client(&sim, &id, None);
+    // Steward's client starts processes without stdin, as the SDKs do by default.
+    let (stream, pid) = start_and_get_pid(&envd, &ProcessSpec::shell("sleep 600")).await;
+
+    let fed = unary(
+        &sim,
+        &id,
+        "process.Process/SendInput",
+        json!({"process": {"pid": pid}, "input": {"stdin": "eA=="}}),
+    )
+    .await;
+    assert_eq!(fed.0, 500, "{fed:?}");
+    assert_eq!(fed.1["code"], "internal");
+    assert!(
+        fed.1["message"]
+            .as_str()
+            .unwrap()
+            .contains("stdin not enabled or closed")
+    );
+    let unspecified = unary(
+        &sim,
+        &id,
+        "process.Process/SendSignal",
+        json!({"process": {"pid": pid}}),
+    )
+    .await;
+    assert_eq!(unspecified.0, 501);
+    assert_eq!(unspecified.1["code"], "unimplemented");
+    assert_eq!(
+        unspecified.1["message"],
+        "invalid signal: SIGNAL_UNSPECIFIED"
+    );
+    let no_selector = unary(&sim, &id, "process.Process/CloseStdin", json!({})).await;
+    assert_eq!(no_selector.1["code"], "unimplemented");
+
+    let killed = unary(
+        &sim,
+        &id,
+        "process.Process/SendSignal",
+        json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}),
+    )
+    .await;
+    assert_eq!(killed, (200, json!({})));
+    let end = end_of(&stream.collect().await.unwrap());
+    assert_eq!(
+        end,
+        ProcessEnd {
+            exit_code: -1,
+            exited: false,
+            status: "signal: killed".into(),
+            error: Some("signal: killed".into())
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_process_is_killed_when_the_deadline_its_starter_gave_runs_out() {
+    let sim = sim(ExecMode::Local).await;
+    let (id, _) = sandbox(&sim, json!({})).await;
+    let message = json!({"process": {"cmd": "/bin/sleep", "args": ["600"]}, "stdin": false});
+    let mut started = start_raw(&sim, &id, message, Some(300)).await;
+    let (mut decoder, mut messages) = (Decoder::default(), Vec::new());
+    let ended = read_until(&mut started, &mut decoder, &mut messages, |_| false).await;
+    assert_eq!(ended, Some(None), "{messages:?}");
+    let end = &messages.last().unwrap()["event"]["end"];
+    assert_eq!(end["status"], "signal: killed", "{messages:?}");
+    assert_eq!(end["error"], "signal: killed");
+    assert_eq!(end["exitCode"], -1);
 }

@@ -1,19 +1,25 @@
 //! What the simulated sandboxes hold on this machine: one scratch directory per sandbox (its
 //! filesystem, `/` of the sandbox mapped under it), the local processes started through envd
-//! (`--exec local`), and live metric samples read from `/proc` while they run.
+//! (`--exec local`) with who reads their output, the ends of those that exited lately, directory
+//! watchers, and live metric samples read from `/proc` while processes run.
 //!
 //! `Exec` is plain state behind one mutex, plus the few blocking or process-spawning helpers that
 //! act on it. It knows nothing of HTTP, Connect or the world's rules; the envd handlers drive it,
 //! and the world guard in `mod.rs` tells it when a sandbox is paused (its processes are killed)
-//! or killed (its processes and scratch directory go). Lock order: the world's lock may be held
-//! while this one is taken, never the other way round.
+//! or killed (its processes, watchers and scratch directory go). Lock order: the world's lock may
+//! be held while this one is taken, never the other way round; a process's audience lock is taken
+//! only after this one, or alone.
 //!
 //! It must never run a command with the host's environment, outside the sandbox's scratch
-//! directory, or let a sandbox path with `..` reach the host filesystem.
-use std::collections::{BTreeMap, HashMap, HashSet};
+//! directory, or let a sandbox path reach the host filesystem outside that directory: `..` is
+//! refused, and [`resolve`] follows symlinks as the sandbox would see them (an absolute target
+//! starts again at the sandbox's `/`, a `..` in a target stops at it), never as the host would.
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::mpsc;
 
 use super::series::Ms;
 
@@ -29,6 +35,13 @@ pub(crate) const MAX_NOTES: usize = 10_000;
 const CLOCK_TICKS_PER_SEC: f64 = 100.0;
 /// RSS in `/proc/<pid>/stat` is counted in pages.
 const PAGE_BYTES: i64 = 4096;
+/// How long the end of an exited process is kept, so a late `Connect` still learns how it ended
+/// (envd's `terminatedRetentionTTL`).
+const ENDED_KEPT_MS: Ms = 30_000;
+/// Symlinks followed while resolving one path before giving up (Linux's `MAXSYMLINKS`).
+const MAX_SYMLINK_HOPS: usize = 40;
+/// Directory watchers one sandbox may hold at once.
+pub(crate) const MAX_WATCHERS: usize = 64;
 
 /// Whether envd's `Start` runs commands (`--exec local`) or refuses them (the default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -48,16 +61,145 @@ pub(crate) struct LiveSample {
     pub disk_used: i64,
 }
 
+/// What a process was started with, as envd's `List` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ProcConfig {
+    pub cmd: String,
+    pub args: Vec<String>,
+    pub envs: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+}
+
+/// How a process ended, worded as envd words it (Go's `ProcessState` and `Wait` error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProcEnd {
+    pub exit_code: i32,
+    pub exited: bool,
+    pub status: String,
+    pub error: Option<String>,
+}
+
+/// What a process's readers receive, in order: output chunks, then its end.
+#[derive(Clone, Debug)]
+pub(crate) enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    End(ProcEnd),
+}
+
+/// A process's stdin pipe, shared by the handlers that write to or close it (`None` once closed).
+pub(crate) type Stdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
+
+/// Who reads a process's output: the stream that started it and every one that connected since.
+/// Output nobody reads is dropped, as envd drops it; `end` is set once, when the process ended.
+#[derive(Default)]
+pub(crate) struct Audience {
+    readers: Vec<mpsc::Sender<Output>>,
+    end: Option<ProcEnd>,
+}
+
+pub(crate) type SharedAudience = Arc<Mutex<Audience>>;
+
+fn audience(shared: &SharedAudience) -> MutexGuard<'_, Audience> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The readers output goes to now.
+pub(crate) fn readers(shared: &SharedAudience) -> Vec<mpsc::Sender<Output>> {
+    audience(shared).readers.clone()
+}
+
+/// Adds a reader (the stream that starts the process) before the process is registered.
+pub(crate) fn add_reader(shared: &SharedAudience, reader: mpsc::Sender<Output>) {
+    audience(shared).readers.push(reader);
+}
+
+/// Forgets a reader that went away (its stream was closed).
+pub(crate) fn drop_reader(shared: &SharedAudience, gone: &mpsc::Sender<Output>) {
+    audience(shared).readers.retain(|r| !r.same_channel(gone));
+}
+
+/// How a request names a process: by pid, or by the tag it was started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Selector {
+    Pid(u32),
+    Tag(String),
+}
+
+/// A process a sandbox started, as `register` records it.
+pub(crate) struct NewProc {
+    pub config: ProcConfig,
+    pub tag: Option<String>,
+    pub stdin: Option<Stdin>,
+    pub audience: SharedAudience,
+}
+
 /// A started process, as envd knows it.
 struct Proc {
     /// Its process group (the same number as its pid: it leads its own group).
     pgid: u32,
+    config: ProcConfig,
+    tag: Option<String>,
+    stdin: Option<Stdin>,
+    audience: SharedAudience,
+}
+
+/// A process that ended lately, kept for [`ENDED_KEPT_MS`].
+struct Ended {
+    tag: Option<String>,
+    end: ProcEnd,
+    at: Ms,
+}
+
+/// What `subscribe` found for a selector.
+pub(crate) enum Subscribed {
+    /// A running process; the reader now receives its output and end.
+    Live {
+        pid: u32,
+    },
+    /// A process that ended lately: only its end is left to tell.
+    Ended {
+        pid: u32,
+        end: ProcEnd,
+    },
+    NotFound,
+}
+
+/// A running process as `List` shows it.
+pub(crate) struct Listed {
+    pub pid: u32,
+    pub tag: Option<String>,
+    pub config: ProcConfig,
+}
+
+/// One entry of a watched directory, as far as telling changes apart needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EntrySig {
+    pub is_dir: bool,
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub mode: u32,
+}
+
+/// A directory watcher (`CreateWatcher`): what it watches and what it saw last.
+#[derive(Clone, Debug)]
+pub(crate) struct Watcher {
+    /// The watched directory as the request named it, and as resolved in the sandbox.
+    pub shown_dir: String,
+    pub real_dir: String,
+    pub recursive: bool,
+    pub include_entry: bool,
+    /// Entries by path relative to the watched directory, at the last look.
+    pub seen: BTreeMap<String, EntrySig>,
 }
 
 /// One sandbox's footprint on this machine.
 struct Workspace {
     dir: PathBuf,
     procs: HashMap<u32, Proc>,
+    ended: HashMap<u32, Ended>,
+    watchers: HashMap<String, Watcher>,
     /// When its first process started: from then on its metrics are live, not generated.
     exec_since: Option<Ms>,
     /// Live samples by grid second (a multiple of 5).
@@ -130,6 +272,8 @@ impl Exec {
             Workspace {
                 dir: dir.clone(),
                 procs: HashMap::new(),
+                ended: HashMap::new(),
+                watchers: HashMap::new(),
                 exec_since: None,
                 buckets: BTreeMap::new(),
                 last_ticks: HashMap::new(),
@@ -140,26 +284,181 @@ impl Exec {
         Ok(dir)
     }
 
-    /// Records a started process; its sandbox's metrics are live from `now` on.
-    pub fn register(&self, sandbox: &str, pid: u32, now: Ms) {
+    /// Records a started process; its sandbox's metrics are live from `now` on. A pid the
+    /// system reuses forgets the end of the process that had it before.
+    pub fn register(&self, sandbox: &str, pid: u32, new: NewProc, now: Ms) {
         if let Some(ws) = self.state().get_mut(sandbox) {
-            ws.procs.insert(pid, Proc { pgid: pid });
+            ws.ended.remove(&pid);
+            if let Some(tag) = &new.tag {
+                ws.ended.retain(|_, e| e.tag.as_ref() != Some(tag));
+            }
+            ws.procs.insert(
+                pid,
+                Proc {
+                    pgid: pid,
+                    config: new.config,
+                    tag: new.tag,
+                    stdin: new.stdin,
+                    audience: new.audience,
+                },
+            );
             ws.exec_since.get_or_insert(now);
         }
     }
 
-    pub fn unregister(&self, sandbox: &str, pid: u32) {
-        if let Some(ws) = self.state().get_mut(sandbox) {
-            ws.procs.remove(&pid);
+    /// A process ended: it leaves the table (unless a newer one has its pid), its end is kept
+    /// for a late `Connect`, and the readers it had are returned to be told. Done under this
+    /// lock, so a `subscribe` either joins before the end or finds it kept, never neither.
+    pub fn finish(
+        &self,
+        sandbox: &str,
+        pid: u32,
+        shared: &SharedAudience,
+        end: ProcEnd,
+        now: Ms,
+    ) -> Vec<mpsc::Sender<Output>> {
+        let mut state = self.state();
+        if let Some(ws) = state.get_mut(sandbox) {
+            let ours = ws
+                .procs
+                .get(&pid)
+                .is_some_and(|p| Arc::ptr_eq(&p.audience, shared));
+            if ours && let Some(proc) = ws.procs.remove(&pid) {
+                ws.ended.insert(
+                    pid,
+                    Ended {
+                        tag: proc.tag,
+                        end: end.clone(),
+                        at: now,
+                    },
+                );
+            }
+            ws.ended.retain(|_, e| now - e.at < ENDED_KEPT_MS);
+        }
+        let mut audience = audience(shared);
+        audience.end = Some(end);
+        std::mem::take(&mut audience.readers)
+    }
+
+    /// The pid of the running process `selector` names (the lowest pid when several share a tag).
+    fn find(ws: &Workspace, selector: &Selector) -> Option<u32> {
+        match selector {
+            Selector::Pid(pid) => ws.procs.contains_key(pid).then_some(*pid),
+            Selector::Tag(tag) => ws
+                .procs
+                .iter()
+                .filter(|(_, p)| p.tag.as_ref() == Some(tag))
+                .map(|(pid, _)| *pid)
+                .min(),
         }
     }
 
-    /// The process group of a process this sandbox started and that is still running.
-    pub fn group_of(&self, sandbox: &str, pid: u32) -> Option<u32> {
-        self.state()
+    /// Adds `reader` to the audience of the process `selector` names, or says how it ended.
+    pub fn subscribe(
+        &self,
+        sandbox: &str,
+        selector: &Selector,
+        reader: mpsc::Sender<Output>,
+        now: Ms,
+    ) -> Subscribed {
+        let state = self.state();
+        let Some(ws) = state.get(sandbox) else {
+            return Subscribed::NotFound;
+        };
+        if let Some(pid) = Self::find(ws, selector)
+            && let Some(proc) = ws.procs.get(&pid)
+        {
+            let mut audience = audience(&proc.audience);
+            return match &audience.end {
+                Some(end) => Subscribed::Ended {
+                    pid,
+                    end: end.clone(),
+                },
+                None => {
+                    audience.readers.push(reader);
+                    Subscribed::Live { pid }
+                }
+            };
+        }
+        let kept = ws
+            .ended
+            .iter()
+            .filter(|(_, e)| now - e.at < ENDED_KEPT_MS)
+            .find(|(pid, e)| match selector {
+                Selector::Pid(wanted) => *pid == wanted,
+                Selector::Tag(tag) => e.tag.as_ref() == Some(tag),
+            });
+        match kept {
+            Some((pid, e)) => Subscribed::Ended {
+                pid: *pid,
+                end: e.end.clone(),
+            },
+            None => Subscribed::NotFound,
+        }
+    }
+
+    /// The sandbox's running processes, by pid.
+    pub fn processes(&self, sandbox: &str) -> Vec<Listed> {
+        let state = self.state();
+        let mut listed: Vec<Listed> = state
             .get(sandbox)
-            .and_then(|ws| ws.procs.get(&pid))
-            .map(|p| p.pgid)
+            .map(|ws| {
+                ws.procs
+                    .iter()
+                    .map(|(pid, p)| Listed {
+                        pid: *pid,
+                        tag: p.tag.clone(),
+                        config: p.config.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        listed.sort_by_key(|l| l.pid);
+        listed
+    }
+
+    /// The process `selector` names: its pid, its group and its stdin (`None` when started
+    /// without one).
+    pub fn process(&self, sandbox: &str, selector: &Selector) -> Option<(u32, u32, Option<Stdin>)> {
+        let state = self.state();
+        let ws = state.get(sandbox)?;
+        let pid = Self::find(ws, selector)?;
+        let proc = ws.procs.get(&pid)?;
+        Some((pid, proc.pgid, proc.stdin.clone()))
+    }
+
+    /// Starts keeping `watcher` under `id`; `false` when the sandbox holds [`MAX_WATCHERS`].
+    pub fn add_watcher(&self, sandbox: &str, id: String, watcher: Watcher) -> bool {
+        let mut state = self.state();
+        let Some(ws) = state.get_mut(sandbox) else {
+            return false;
+        };
+        if ws.watchers.len() >= MAX_WATCHERS {
+            return false;
+        }
+        ws.watchers.insert(id, watcher);
+        true
+    }
+
+    pub fn watcher(&self, sandbox: &str, id: &str) -> Option<Watcher> {
+        self.state().get(sandbox)?.watchers.get(id).cloned()
+    }
+
+    /// Records what a watcher saw at its latest look (unless it was removed meanwhile).
+    pub fn set_seen(&self, sandbox: &str, id: &str, seen: BTreeMap<String, EntrySig>) {
+        if let Some(w) = self
+            .state()
+            .get_mut(sandbox)
+            .and_then(|ws| ws.watchers.get_mut(id))
+        {
+            w.seen = seen;
+        }
+    }
+
+    pub fn remove_watcher(&self, sandbox: &str, id: &str) -> bool {
+        self.state()
+            .get_mut(sandbox)
+            .is_some_and(|ws| ws.watchers.remove(id).is_some())
     }
 
     /// Sandboxes were paused (`remove == false`) or killed (`true`): their processes are killed,
@@ -320,7 +619,14 @@ pub(crate) fn sandbox_path(raw: &str) -> Result<String, String> {
     if raw.is_empty() {
         return Err("the path is empty".to_owned());
     }
-    let full = if raw.starts_with('/') {
+    // `~` is the user's home, as envd expands it; another user's (`~root`) is refused, as there.
+    let full = if raw == "~" || raw.starts_with("~/") {
+        format!("{HOME}/{}", &raw[1..])
+    } else if raw.starts_with('~') {
+        return Err(format!(
+            "path '{raw}': cannot expand user-specific home dir"
+        ));
+    } else if raw.starts_with('/') {
         raw.to_owned()
     } else {
         format!("{HOME}/{raw}")
@@ -362,6 +668,90 @@ pub(crate) fn map_home(arg: &str, host_home: &str) -> String {
 /// Where a canonical sandbox path lives on this machine.
 pub(crate) fn host_path(dir: &Path, sandbox_path: &str) -> PathBuf {
     dir.join(sandbox_path.trim_start_matches('/'))
+}
+
+/// A sandbox path resolved on this machine: where it is, and what the sandbox calls it after its
+/// symlinks were followed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    pub host: PathBuf,
+    pub sandbox: String,
+}
+
+/// Why a path could not be resolved.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ResolveError {
+    /// More than [`MAX_SYMLINK_HOPS`] symlinks (a cycle, most likely).
+    Loop,
+    /// A symlink whose target is not UTF-8, or that could not be read.
+    BadLink(String),
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::Loop => write!(
+                f,
+                "more than {MAX_SYMLINK_HOPS} symlinks on the way (a cycle?)"
+            ),
+            ResolveError::BadLink(why) => write!(f, "a symlink on the way cannot be read: {why}"),
+        }
+    }
+}
+
+/// Resolves the canonical sandbox path `path` (from [`sandbox_path`]) inside the scratch
+/// directory `dir`, following its symlinks as the sandbox sees them: an absolute target starts
+/// again at the sandbox's `/` (the scratch directory), and a `..` in a target never climbs above
+/// it. The last component is followed only when `follow_last` (a `Stat` or `Remove` acts on a
+/// link itself). The host is never asked to follow a link, so a link pointing "out" (`/etc`,
+/// `../../..`) lands inside the scratch directory.
+///
+/// What resolution checked can change before the caller acts on the result; only a process of
+/// the sandbox could change it, and with `--exec local` such a process already runs on the host
+/// as the same user, so the check keeps envd's own requests inside, not the sandbox's processes.
+pub(crate) fn resolve(dir: &Path, path: &str, follow_last: bool) -> Result<Resolved, ResolveError> {
+    let mut todo: VecDeque<String> = path
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut done: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(part) = todo.pop_front() {
+        match part.as_str() {
+            "" | "." => continue,
+            ".." => {
+                done.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let host = dir.join(done.join("/")).join(&part);
+        let last = todo.is_empty();
+        let is_link = std::fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link || (last && !follow_last) {
+            done.push(part);
+            continue;
+        }
+        hops += 1;
+        if hops > MAX_SYMLINK_HOPS {
+            return Err(ResolveError::Loop);
+        }
+        let target = std::fs::read_link(&host).map_err(|e| ResolveError::BadLink(e.to_string()))?;
+        let target = target
+            .to_str()
+            .ok_or_else(|| ResolveError::BadLink("its target is not UTF-8".to_owned()))?;
+        if target.starts_with('/') {
+            done.clear();
+        }
+        for piece in target.split('/').rev().filter(|p| !p.is_empty()) {
+            todo.push_front(piece.to_owned());
+        }
+    }
+    Ok(Resolved {
+        host: dir.join(done.join("/")),
+        sandbox: format!("/{}", done.join("/")),
+    })
 }
 
 /// Reads `/proc` once for every target: CPU ticks and RSS of each member of its process groups,
@@ -483,12 +873,51 @@ mod tests {
         assert_eq!(sandbox_path("main.py").unwrap(), "/home/user/main.py");
         assert_eq!(sandbox_path("/tmp//x/./y").unwrap(), "/tmp/x/y");
         assert_eq!(sandbox_path("/").unwrap(), "/");
+        assert_eq!(sandbox_path("~").unwrap(), "/home/user");
+        assert_eq!(sandbox_path("~/a/b").unwrap(), "/home/user/a/b");
+        assert!(sandbox_path("~root/x").is_err());
         assert!(sandbox_path("../etc/passwd").is_err());
         assert!(sandbox_path("/home/user/../../etc").is_err());
         assert!(sandbox_path("  ").is_err());
         assert_eq!(
             host_path(Path::new("/s"), "/home/user/a"),
             PathBuf::from("/s/home/user/a")
+        );
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_the_scratch_directory_whatever_they_point_at() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("home/user/real")).unwrap();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        symlink("/etc", root.join("home/user/abs")).unwrap();
+        symlink("../../../../../../etc", root.join("home/user/climb")).unwrap();
+        symlink("real", root.join("home/user/rel")).unwrap();
+        symlink("loop", root.join("home/user/loop")).unwrap();
+        let at = |p: &str, follow| resolve(root, p, follow);
+
+        let abs = at("/home/user/abs/passwd", true).unwrap();
+        assert_eq!(abs.sandbox, "/etc/passwd");
+        assert_eq!(abs.host, root.join("etc/passwd"));
+        assert_eq!(at("/home/user/climb", true).unwrap().host, root.join("etc"));
+        assert_eq!(
+            at("/home/user/rel/x", true).unwrap().sandbox,
+            "/home/user/real/x"
+        );
+        // The last component is the link itself unless asked to follow it.
+        assert_eq!(
+            at("/home/user/abs", false).unwrap().host,
+            root.join("home/user/abs")
+        );
+        assert_eq!(at("/home/user/loop", true), Err(ResolveError::Loop));
+        assert_eq!(at("/", true).unwrap().host, root.join(""));
+        assert!(
+            at("/home/user/missing/deeper", true)
+                .unwrap()
+                .host
+                .starts_with(root)
         );
     }
 
