@@ -981,7 +981,9 @@ impl RunEngine {
         })
         .await?;
         tracing::info!(run = %run.id, pid = process.pid, phase = ?process.phase, "re-attached to a run's process");
-        let inputs = record::inputs(&self.store, &run.id).await?.unwrap_or_default();
+        let inputs = record::inputs(&self.store, &run.id)
+            .await?
+            .unwrap_or_default();
         let secrets = secret_values(&inputs);
         let started = run.started_at.unwrap_or_else(Utc::now);
         let left = (started + chrono::Duration::seconds(run.timeout_secs as i64) - Utc::now())
@@ -995,7 +997,15 @@ impl RunEngine {
         };
         let scrubber = Scrubber::new(secrets.clone());
         let ended = self
-            .follow(run, &envd, process.phase, stream, scrubber, deadline, &mut seen)
+            .follow(
+                run,
+                &envd,
+                process.phase,
+                stream,
+                scrubber,
+                deadline,
+                &mut seen,
+            )
             .await?;
         match process.phase {
             RunPhase::Command => Ok(ended),
@@ -1174,7 +1184,10 @@ impl RunEngine {
 /// The values scrubbed from a run's output: its secret variables' and its setup step's.
 fn secret_values(inputs: &RunInputs) -> Vec<String> {
     let of = |names: &[String], env: &BTreeMap<String, String>| -> Vec<String> {
-        names.iter().filter_map(|name| env.get(name).cloned()).collect()
+        names
+            .iter()
+            .filter_map(|name| env.get(name).cloned())
+            .collect()
     };
     let mut secrets = of(&inputs.secret_env, &inputs.env);
     if let Some(setup) = &inputs.setup {

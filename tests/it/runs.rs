@@ -790,9 +790,8 @@ async fn a_finished_run_hands_its_sandbox_to_a_run_case_in_the_runs_channel() {
 #[tokio::test]
 async fn a_replica_stopped_mid_run_leaves_the_command_running_and_another_replica_finishes_it() {
     // A short grace, so the run moves at once rather than 22 s into the stop.
-    let policy = Some(
-        "[channels]\nruns = \"C0RUNS\"\n[workers]\nshutdown_grace = \"2s\"\n".to_owned(),
-    );
+    let policy =
+        Some("[channels]\nruns = \"C0RUNS\"\n[workers]\nshutdown_grace = \"2s\"\n".to_owned());
     // The first replica only watches (and owns the key prefix); the second runs the job.
     let app = exec_app(TestAppOptions {
         policy: policy.clone(),
