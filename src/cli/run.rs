@@ -29,6 +29,10 @@ use crate::mcp::client::ApiClient;
 pub const EXIT_TIMED_OUT: u8 = 124;
 /// How long one output read waits for new bytes.
 const OUTPUT_WAIT: &str = "20s";
+/// How often a queued run is asked where it waits.
+const QUEUE_POLL: Duration = Duration::from_secs(1);
+/// A run next in line is said to wait once it has waited this long.
+const WORKER_PATIENCE: Duration = Duration::from_secs(2);
 /// How long to wait for the run case after the run ended (it is opened right after).
 const CASE_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -90,6 +94,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         "{}",
         visible::cell(&format!("Run {id} queued (template {}).", args.template))
     );
+    wait_for_worker(&client, &id, run).await?;
     let shown = if args.raw || !std::io::stdout().is_terminal() {
         Shown::Raw
     } else {
@@ -176,6 +181,45 @@ enum Shown {
     Raw,
     /// Control characters visible, lines and tabs kept: a terminal.
     Visible,
+}
+
+/// While the run waits for a worker (every runs worker of every replica is busy), says where
+/// it waits, again each time that changes: `Run run_x waits for a worker: 2 runs ahead of it.`
+/// Returns once a worker has it.
+async fn wait_for_worker(client: &ApiClient, id: &str, mut run: Value) -> anyhow::Result<()> {
+    let mut said: Option<u64> = None;
+    let started = tokio::time::Instant::now();
+    while run["status"].as_str() == Some("queued") {
+        let position = run["queue_position"].as_u64();
+        // Next in line is said only once it has waited a while: usually a worker takes it at once.
+        let worth_saying = match position {
+            Some(1) => started.elapsed() >= WORKER_PATIENCE,
+            Some(_) => true,
+            None => false,
+        };
+        if worth_saying && position != said {
+            eprintln!(
+                "{}",
+                visible::cell(&waiting_line(id, position.unwrap_or(1)))
+            );
+            said = position;
+        }
+        tokio::time::sleep(QUEUE_POLL).await;
+        run = client
+            .json(Method::GET, &format!("/runs/{id}"), &[], None)
+            .await
+            .map_err(|f| anyhow::anyhow!(super::sentence(&f.to_string())))?;
+    }
+    Ok(())
+}
+
+/// `Run run_x waits for a worker: 2 runs ahead of it.`
+fn waiting_line(id: &str, position: u64) -> String {
+    match position.saturating_sub(1) {
+        0 => format!("Run {id} waits for a worker: it is next."),
+        1 => format!("Run {id} waits for a worker: 1 run ahead of it."),
+        ahead => format!("Run {id} waits for a worker: {ahead} runs ahead of it."),
+    }
 }
 
 /// Copies the run's output to stdout as it arrives, until the run ended and all was read.
@@ -294,6 +338,22 @@ mod tests {
             r"python -c 'print('\''hi there'\'')'"
         );
         assert_eq!(shell_join(&words(&["ls", "-la", "/tmp"])), "ls -la /tmp");
+    }
+
+    #[test]
+    fn a_waiting_run_says_how_many_runs_are_ahead_of_it() {
+        assert_eq!(
+            waiting_line("run_a", 1),
+            "Run run_a waits for a worker: it is next."
+        );
+        assert_eq!(
+            waiting_line("run_a", 2),
+            "Run run_a waits for a worker: 1 run ahead of it."
+        );
+        assert_eq!(
+            waiting_line("run_a", 4),
+            "Run run_a waits for a worker: 3 runs ahead of it."
+        );
     }
 
     #[test]

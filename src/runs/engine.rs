@@ -34,7 +34,7 @@ use crate::jobs::JobError;
 use crate::store::{Actor, AuditEvent, ClaimedJob, Job, Store, StoreError};
 
 /// How long a worker's hold on a run lasts unless renewed.
-pub const RUN_LEASE: Duration = Duration::from_secs(60);
+pub const RUN_LEASE: Duration = Duration::from_secs(15);
 /// Metadata keys every run's sandbox carries.
 pub const RUN_METADATA_KEY: &str = "steward.run";
 pub const REQUESTER_METADATA_KEY: &str = "steward.requester";

@@ -28,6 +28,8 @@ pub const DEFAULT_SECRET_MIN_CHARS: usize = 8;
 /// reads nothing; offsets are cut to it so the store is never asked for a range it cannot
 /// express (Redis takes signed 64-bit offsets).
 const FURTHEST_OFFSET: u64 = 1 << 40;
+/// How far back in the runs queue [`Runner::queue_position`] looks for a run.
+pub const QUEUE_POSITION_UP_TO: u64 = 1000;
 
 /// The names of `env` whose values are scrubbed from the output: `named` when the request has a
 /// `secret_env` (even an empty one), else every variable whose value has at least
@@ -196,6 +198,22 @@ impl Runner {
         record::load(&self.store, id)
             .await?
             .ok_or_else(|| RunError::NotFound(id.clone()))
+    }
+
+    /// Where a queued run waits for a runs worker: 1 when it is next, 2 with one run ahead of
+    /// it, …; `None` once a worker has it (or it is further back than
+    /// [`QUEUE_POSITION_UP_TO`], or not queued).
+    pub async fn queue_position(&self, run: &Run) -> Result<Option<u64>, RunError> {
+        if run.status != RunStatus::Queued {
+            return Ok(None);
+        }
+        let job = Job::Run {
+            run_id: run.id.clone(),
+        };
+        Ok(self
+            .store
+            .queue_position(&job, QUEUE_POSITION_UP_TO)
+            .await?)
     }
 
     /// Returns once the run has ended, or when `up_to` has passed (the run as it is then).

@@ -671,19 +671,16 @@ impl MemoryStore {
 
     pub(crate) async fn queue_position(
         &self,
-        id: &JobId,
+        job: &Job,
         up_to: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let Some(seq) = parse_job_id(id) else {
-            return Ok(None);
-        };
         let s = self.lock();
-        let q = &s.queues[lane_index(id.lane)];
-        if seq <= q.last_delivered || !q.entries.contains_key(&seq) {
-            return Ok(None);
-        }
-        let ahead = q.entries.range(q.last_delivered + 1..=seq).count() as u64;
-        Ok(Some(ahead.min(up_to)))
+        let q = &s.queues[lane_index(job.lane())];
+        Ok(q.entries
+            .range(q.last_delivered + 1..)
+            .take(usize::try_from(up_to).unwrap_or(usize::MAX))
+            .position(|(_, queued)| queued == job)
+            .map(|n| n as u64 + 1))
     }
 
     pub(crate) async fn ack(&self, id: &JobId) -> Result<(), StoreError> {

@@ -763,10 +763,11 @@ impl Store {
         delegate!(self.queue_stats(lane))
     }
 
-    /// How many jobs of `id`'s lane no worker has taken yet are ahead of it, counting it
-    /// (1: next); `None` once a worker has taken it (or it is gone). Counts at most `up_to`.
-    pub async fn queue_position(&self, id: &JobId, up_to: u64) -> Result<Option<u64>, StoreError> {
-        delegate!(self.queue_position(id, up_to))
+    /// Where `job` waits in its lane: 1 when it is the next a worker takes, 2 with one job
+    /// ahead of it, …; `None` once a worker has taken it (or it is not queued, or it is not
+    /// among the first `up_to` waiting jobs).
+    pub async fn queue_position(&self, job: &Job, up_to: u64) -> Result<Option<u64>, StoreError> {
+        delegate!(self.queue_position(job, up_to))
     }
 
     /// Marks a job finished; it will not be handed out again.

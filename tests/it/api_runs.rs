@@ -389,3 +389,156 @@ async fn steward_run_without_a_token_or_with_a_bad_one_says_so_and_starts_nothin
     assert!(!stderr.contains("stw_not_a_token"), "{stderr}");
     assert_eq!(creates(&app).await, 0);
 }
+
+/// A command that waits until `gate` exists (the test opens it), so a run holds its worker for
+/// exactly as long as the test needs.
+fn held_command(gate: &std::path::Path) -> String {
+    format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; echo released",
+        gate.display()
+    )
+}
+
+async fn run_status(app: &TestApp, id: &str) -> Value {
+    app.http
+        .get(app.url(&format!("/api/v1/runs/{id}")))
+        .bearer_auth(AGENT_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Issue 41: a run waiting for a worker says so (`queued`, its position) in the API and on
+/// `steward run`.
+#[tokio::test]
+async fn a_run_waiting_for_a_worker_says_where_it_waits_in_the_api_and_on_steward_run() {
+    let app = spawn_app_with(TestAppOptions {
+        policy: Some(format!("{}\n[workers]\nruns = 1\n", api_policy())),
+        exec_local: true,
+        ..TestAppOptions::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("open");
+    let held = json!({"template": "base", "command": held_command(&gate), "timeout": "60s"});
+    let first: Value = post_run(&app, AGENT_TOKEN, &held)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let first = first["id"].as_str().unwrap().to_owned();
+    crate::common::eventually("the first run holds the only runs worker", || async {
+        run_status(&app, &first).await["status"] == "running"
+    })
+    .await;
+
+    let second = post_run(&app, AGENT_TOKEN, &held).await;
+    assert_eq!(second.status(), StatusCode::ACCEPTED);
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(second["status"], "queued");
+    assert_eq!(second["queue_position"], 1, "{second}");
+    let third: Value = post_run(&app, AGENT_TOKEN, &held)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(third["queue_position"], 2, "{third}");
+    let shown = run_status(&app, second["id"].as_str().unwrap()).await;
+    assert_eq!(shown["queue_position"], 1, "{shown}");
+    assert!(
+        run_status(&app, &first)
+            .await
+            .get("queue_position")
+            .is_none(),
+        "a running run has no queue position"
+    );
+
+    // `steward run` behind both says how many runs are ahead of it, then runs to its end.
+    let mut cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--template", "base", "--", "echo mine"])
+        .env("STEWARD_URL", &app.address)
+        .env("STEWARD_API_TOKEN", AGENT_TOKEN)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(cli.stderr.take().unwrap());
+    let mut said = String::new();
+    let waiting = tokio::time::timeout(crate::common::PATIENCE, async {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).await.unwrap() == 0 {
+                return false;
+            }
+            said.push_str(&line);
+            if line.contains("waits for a worker: 2 runs ahead of it.") {
+                return true;
+            }
+        }
+    })
+    .await;
+    assert_eq!(waiting, Ok(true), "steward run said: {said}");
+
+    std::fs::write(&gate, b"").unwrap();
+    let out = cli.wait_with_output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "mine\n");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// Issue 41: runs and decisions have workers of their own, so a person's decision is carried
+/// out while every runs worker is held by a long run (on a shared pool it waited for them).
+#[tokio::test]
+async fn a_decision_is_carried_out_while_every_runs_worker_is_busy() {
+    let app = spawn_exec_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("open");
+    let held = json!({"template": "base", "command": held_command(&gate), "timeout": "60s"});
+    // One more than the default runs workers (4), and as many as the old shared pool had.
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let run: Value = post_run(&app, AGENT_TOKEN, &held)
+            .await
+            .json()
+            .await
+            .unwrap();
+        runs.push(run["id"].as_str().unwrap().to_owned());
+    }
+    crate::common::eventually("four runs hold every runs worker", || async {
+        let mut running = 0;
+        for id in &runs {
+            running += usize::from(run_status(&app, id).await["status"] == "running");
+        }
+        running == 4
+    })
+    .await;
+
+    app.seed_sandbox(json!({"sandboxID": "busykill1", "templateID": "base", "state": "running"}))
+        .await;
+    let case: Value = app
+        .http
+        .post(app.url("/api/v1/cases"))
+        .bearer_auth(AGENT_TOKEN)
+        .json(&json!({"action": "kill_sandbox", "sandbox_id": "busykill1", "reason": "done"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    crate::api_cases::person_kills(&app, case["id"].as_str().unwrap()).await;
+    app.wait_for_e2b_calls("kill", 1).await;
+    for id in &runs {
+        let status = run_status(&app, id).await;
+        assert!(
+            matches!(status["status"].as_str(), Some("running" | "queued")),
+            "the runs still hold their workers while the kill is carried out: {status}"
+        );
+    }
+    std::fs::write(&gate, b"").unwrap();
+}

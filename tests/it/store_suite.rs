@@ -93,6 +93,7 @@ suite!(
     a_run_record_is_swapped_only_at_its_version_and_keeps_its_output_under_the_cap,
     queue_figures_count_unacknowledged_jobs_and_date_the_oldest,
     a_first_click_reads_its_case_and_a_repeat_or_a_missing_case_says_so,
+    a_waiting_job_knows_its_place_in_its_lane_until_a_worker_takes_it,
 );
 
 /// A click: the first one with a mark reads the case (for subjects in every shard, since the
@@ -509,6 +510,40 @@ async fn a_job_is_claimed_once_and_gone_after_its_ack(store: Store) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Where a run waits for a worker: its place among the waiting jobs of its own lane (decisions
+/// do not count), and none once a worker took it.
+async fn a_waiting_job_knows_its_place_in_its_lane_until_a_worker_takes_it(store: Store) {
+    let run = |n: u32| Job::Run {
+        run_id: sandbox_steward::ids::RunId::parse(format!(
+            "run_{n}{}",
+            uuid::Uuid::new_v4().simple()
+        ))
+        .unwrap(),
+    };
+    let (first, second, third) = (run(1), run(2), run(3));
+    store.enqueue(&first).await.unwrap();
+    let case = open(&store, &new_sandbox()).await;
+    store
+        .enqueue(&job_for(&case, DecisionOption::Kill))
+        .await
+        .unwrap();
+    store.enqueue(&second).await.unwrap();
+    store.enqueue(&third).await.unwrap();
+    assert_eq!(store.queue_position(&first, 100).await.unwrap(), Some(1));
+    assert_eq!(store.queue_position(&third, 100).await.unwrap(), Some(3));
+    // Only the first `up_to` waiting jobs are looked at.
+    assert_eq!(store.queue_position(&third, 2).await.unwrap(), None);
+    let taken = store
+        .claim(Lane::Runs, "worker-a", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.job, first);
+    assert_eq!(store.queue_position(&first, 100).await.unwrap(), None);
+    assert_eq!(store.queue_position(&second, 100).await.unwrap(), Some(1));
+    assert_eq!(store.queue_position(&run(4), 100).await.unwrap(), None);
 }
 
 /// What `/metrics` reports as queue depth and the oldest job's age.

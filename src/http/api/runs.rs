@@ -1,5 +1,6 @@
 //! Runs for agents: `POST /api/v1/runs` (202 with the queued run), `GET /api/v1/runs/{id}`
 //! (`?wait=30s` long-polls until the run ends) and `GET /api/v1/runs/{id}/output?from=N`.
+//! While a run waits for a worker, both answers also carry `queue_position` (1: next).
 //!
 //! The output route answers one chunk at a time as `text/plain`, with `X-Next-Offset` (ask
 //! again from there), `X-Run-Finished` (`true` once the run ended and every kept byte was sent)
@@ -83,11 +84,18 @@ pub async fn submit(
     ApiJson(request): ApiJson<RunRequest>,
 ) -> Result<(StatusCode, Json<Value>), ApiFailure> {
     caller.require(ApiAction::Run)?;
-    let run = runner(&state)?
+    let runner = runner(&state)?;
+    let run = runner
         .submit(&caller.name, request)
         .await
         .map_err(run_failure)?;
-    Ok((StatusCode::ACCEPTED, Json(json!(run))))
+    // The run is queued either way: a position Redis cannot give now is left out.
+    let position = runner.queue_position(&run).await.ok().flatten();
+    let mut shown = json!(run);
+    if let Some(position) = position {
+        shown["queue_position"] = json!(position);
+    }
+    Ok((StatusCode::ACCEPTED, Json(shown)))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,11 +119,22 @@ pub async fn get(
     let runner = runner(&state)?;
     let run = visible_run(runner, &caller, &id).await?;
     if run.status.is_terminal() || wait.is_zero() {
-        return Ok(Json(json!(run)));
+        return Ok(Json(with_queue_position(runner, run).await?));
     }
     // The requester never changes, so the check above holds for the run as it ends.
     let run = runner.wait(&id, wait).await.map_err(run_failure)?;
-    Ok(Json(json!(run)))
+    Ok(Json(with_queue_position(runner, run).await?))
+}
+
+/// The run as the API shows it: a queued run also says where it waits for a worker
+/// (`queue_position`: 1 when it is next), while it waits.
+async fn with_queue_position(runner: &Runner, run: Run) -> Result<Value, ApiFailure> {
+    let position = runner.queue_position(&run).await.map_err(run_failure)?;
+    let mut shown = json!(run);
+    if let Some(position) = position {
+        shown["queue_position"] = json!(position);
+    }
+    Ok(shown)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -201,50 +201,35 @@ impl RedisStore {
 
     pub(crate) async fn queue_position(
         &self,
-        id: &JobId,
+        job: &Job,
         up_to: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let key = self.keys().jobs(id.lane);
-        let Some(after) = self.last_delivered(id.lane).await? else {
-            // Nothing was ever handed out: everything up to it waits.
-            let ahead: StreamRangeReply = self
-                .query(
-                    redis::cmd("XRANGE")
-                        .arg(&key)
-                        .arg("-")
-                        .arg(&id.entry)
-                        .arg("COUNT")
-                        .arg(up_to),
-                )
-                .await?;
-            return Ok(ahead
-                .ids
-                .iter()
-                .any(|e| e.id == id.entry)
-                .then_some(ahead.ids.len() as u64)
-                .or_else(|| (ahead.ids.len() as u64 >= up_to).then_some(up_to)));
+        let lane = job.lane();
+        let wanted = encode(job)?;
+        // Waiting entries are those after the group's last delivered id (all, before any).
+        let from = match self.last_delivered(lane).await? {
+            Some(after) => format!("({after}"),
+            None => "-".to_owned(),
         };
-        if stream_id_le(&id.entry, &after) {
-            return Ok(None);
-        }
-        let ahead: StreamRangeReply = self
+        let waiting: StreamRangeReply = self
             .query(
                 redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg(format!("({after}"))
-                    .arg(&id.entry)
+                    .arg(self.keys().jobs(lane))
+                    .arg(from)
+                    .arg("+")
                     .arg("COUNT")
                     .arg(up_to),
             )
             .await?;
-        if ahead.ids.iter().any(|e| e.id == id.entry) {
-            Ok(Some(ahead.ids.len() as u64))
-        } else if ahead.ids.len() as u64 >= up_to {
-            Ok(Some(up_to))
-        } else {
-            // Acknowledged and deleted meanwhile.
-            Ok(None)
+        for (n, entry) in waiting.ids.iter().enumerate() {
+            let same = entry
+                .get::<String>(JOB_FIELD)
+                .is_some_and(|field| field == wanted);
+            if same {
+                return Ok(Some(n as u64 + 1));
+            }
         }
+        Ok(None)
     }
 
     pub(crate) async fn reclaim_stale(
@@ -427,15 +412,6 @@ impl RedisStore {
             .await?;
         Ok(())
     }
-}
-
-/// Whether stream id `a` is at or before `b` (`ms-seq`, compared as numbers).
-fn stream_id_le(a: &str, b: &str) -> bool {
-    let parse = |id: &str| -> (u64, u64) {
-        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-        (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
-    };
-    parse(a) <= parse(b)
 }
 
 /// A stream id's enqueue time (its first part is the time in milliseconds).
