@@ -19,7 +19,7 @@ use crate::approvals::ApprovalError;
 use crate::approvals::BusyThreshold;
 use crate::approvals::Services;
 use crate::approvals::push_case::{PushCaseSettings, push_run_ended};
-use crate::approvals::run_case::{RunCaseSettings, open_run_case};
+use crate::approvals::run_case::{RunCaseSettings, end_unstarted_run_sandbox, open_run_case};
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
@@ -456,7 +456,8 @@ fn run_engine(
 
 /// Where a finished run's sandbox goes: for a run a GitHub push started, the push-test outcome
 /// (`approvals::push_case::push_run_ended`: an alert in the entry's channel or `[channels]
-/// engineering`); for any other run, the run case (`approvals::run_case::open_run_case`) in
+/// engineering`); for any other run, the run case (`approvals::run_case::open_run_case`; a run
+/// that failed before its command started has its sandbox killed by rule instead) in
 /// `[channels] runs` (or the approvals channel), under `[runs] on_finish`.
 fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow::Result<HandOver> {
     let channel_setting = |name: &str, value: Option<&str>| {
@@ -512,12 +513,16 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
                 )
                 .await
                 .map_err(retry_or_give_up)?;
-                // Its slot is free: the next pushes waiting start.
+                // Its slot is free: the next pushes waiting start. When that cannot be recorded
+                // the hand-over is tried again (the outcome above is safe to repeat), rather than
+                // leaving the next push to the catch-up loop.
                 if let Some(runner) = &runner
                     && let Err(e) =
                         crate::github::run_ended(&svc.store, runner, &github, &run_id).await
                 {
-                    tracing::warn!(error = %e, "could not start the push tests waiting; the next push or run end will");
+                    return Err(HandOverError::Retry(format!(
+                        "the push test's slot could not be freed for the pushes waiting: {e}"
+                    )));
                 }
                 return Ok(ended);
             }
@@ -525,17 +530,20 @@ fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow:
             let Some(sandbox) = &req.sandbox else {
                 return Ok(None);
             };
-            open_run_case(
-                &svc,
-                sandbox,
-                req.report,
-                req.on_finish,
-                &settings,
-                Utc::now(),
-            )
-            .await
-            .map(|case| Some(case.id))
-            .map_err(retry_or_give_up)
+            let opened = if req.command_started {
+                open_run_case(
+                    &svc,
+                    sandbox,
+                    req.report,
+                    req.on_finish,
+                    &settings,
+                    Utc::now(),
+                )
+                .await
+            } else {
+                end_unstarted_run_sandbox(&svc, sandbox, req.report, &settings, Utc::now()).await
+            };
+            opened.map(|case| Some(case.id)).map_err(retry_or_give_up)
         }
     }))
 }

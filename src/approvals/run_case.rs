@@ -316,17 +316,6 @@ pub async fn open_run_case(
     settings: &RunCaseSettings,
     now: DateTime<Utc>,
 ) -> Result<Case, ApprovalError> {
-    let Some(channel) = settings
-        .channel
-        .clone()
-        .or_else(|| svc.approvals_channel.clone())
-    else {
-        return Err(ApprovalError::NoChannel);
-    };
-    let target = CardTarget {
-        channel,
-        thread_ts: None,
-    };
     let policy = policy_decision(on_finish, &report).map(|option| {
         let policy = policy_name(on_finish).to_owned();
         let outcome = match option {
@@ -339,6 +328,62 @@ pub async fn open_run_case(
             outcome,
         }
     });
+    open_with_policy(svc, sandbox, report, on_finish, policy, settings, now).await
+}
+
+/// The sandbox of a run that failed before its command started holds nothing of the run's:
+/// nobody is asked about it. Its run case is decided Kill by rule and queued (the worker
+/// re-checks the sandbox first, as for any kill), and the card says so. Safe to call again for
+/// the same run, like [`open_run_case`].
+pub async fn end_unstarted_run_sandbox(
+    svc: &Services,
+    sandbox: &SandboxId,
+    report: RunReport,
+    settings: &RunCaseSettings,
+    now: DateTime<Utc>,
+) -> Result<Case, ApprovalError> {
+    let policy = UNSTARTED_RULE.to_owned();
+    let choice = PolicyChoice {
+        option: DecisionOption::Kill,
+        outcome: format!("kill by rule ({policy})"),
+        policy,
+    };
+    open_with_policy(
+        svc,
+        sandbox,
+        report,
+        OnFinish::Ask,
+        Some(choice),
+        settings,
+        now,
+    )
+    .await
+}
+
+/// The rule [`end_unstarted_run_sandbox`] applies, as the card and the audit name it.
+pub const UNSTARTED_RULE: &str =
+    "a run that failed before its command started leaves nothing in its sandbox";
+
+async fn open_with_policy(
+    svc: &Services,
+    sandbox: &SandboxId,
+    report: RunReport,
+    on_finish: OnFinish,
+    policy: Option<PolicyChoice>,
+    settings: &RunCaseSettings,
+    now: DateTime<Utc>,
+) -> Result<Case, ApprovalError> {
+    let Some(channel) = settings
+        .channel
+        .clone()
+        .or_else(|| svc.approvals_channel.clone())
+    else {
+        return Err(ApprovalError::NoChannel);
+    };
+    let target = CardTarget {
+        channel,
+        thread_ts: None,
+    };
     let run_id = report.run_id.clone();
     let opening = RunCaseOpening {
         sandbox,

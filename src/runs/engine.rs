@@ -62,6 +62,9 @@ pub struct HandOverRequest {
     pub report: RunReport,
     /// The run's error, when it failed (no sandbox, the sandbox died, superseded, ...).
     pub error: Option<String>,
+    /// Whether the run's command ever started in the sandbox (a run that failed before it, at
+    /// its upload or its setup, left nothing of its own there).
+    pub command_started: bool,
     pub on_finish: OnFinish,
 }
 
@@ -1115,6 +1118,13 @@ impl RunEngine {
             sandbox: run.sandbox_id.clone(),
             report,
             error: run.error.clone(),
+            command_started: matches!(
+                run.process,
+                Some(RunProcess {
+                    phase: RunPhase::Command,
+                    ..
+                })
+            ),
             on_finish: self.policy.on_finish,
         };
         let case = match self.hand_over.call(request).await {

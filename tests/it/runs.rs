@@ -859,3 +859,56 @@ async fn a_replica_stopped_mid_run_leaves_the_command_running_and_another_replic
     })
     .await;
 }
+
+/// Issue 41: a run that failed before its command started asks nobody about its sandbox, which
+/// holds nothing of the run: the sandbox is killed by rule, through a case and the worker, and
+/// the card in the runs channel says why.
+#[tokio::test]
+async fn a_run_that_failed_before_its_command_started_has_its_sandbox_killed_by_rule() {
+    let policy = "[channels]\napprovals = \"C0APPROVALS\"\nruns = \"C0RUNS\"\n\
+                  [approvals.approvers]\nkill = { users = [\"U0002\"] }\n";
+    let app = spawn_app_with(with_sandbox_url(
+        dead_url(),
+        TestAppOptions {
+            policy: Some(policy.to_owned()),
+            ..TestAppOptions::default()
+        },
+    ))
+    .await;
+    let runs = runner(&app);
+    let mut req = request("echo hi");
+    req.files.push(sandbox_steward::runs::FileSpec {
+        path: "in.txt".into(),
+        content: b"data".to_vec(),
+    });
+    let run = runs.submit("agent-a", req).await.unwrap();
+    let done = runs.wait(&run.id, common::PATIENCE).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{done:?}");
+    let sandbox = done.sandbox_id.clone().expect("the sandbox was recorded");
+
+    let case_id = common::wait_until("the run's case", || async {
+        runs.get(&run.id).await.unwrap().case_id
+    })
+    .await;
+    common::eventually("the sandbox is killed", || async {
+        app.e2b.hooks().calls_of("kill").await.unwrap_or(0) == 1
+    })
+    .await;
+    let e2b = app.state.e2b.clone().unwrap();
+    assert!(
+        e2b.get_sandbox(&sandbox).await.is_err(),
+        "the sandbox is gone"
+    );
+    let case = app.state.store.get_case(&case_id).await.unwrap();
+    assert_eq!(
+        case.state.decision().unwrap().by,
+        sandbox_steward::cases::Decider::Policy {
+            policy: sandbox_steward::approvals::run_case::UNSTARTED_RULE.into()
+        }
+    );
+    app.wait_for_message("the run card says why nobody was asked", |m| {
+        m.channel.as_deref() == Some("C0RUNS")
+            && common::visible_text(m).contains("failed before its command started")
+    })
+    .await;
+}
