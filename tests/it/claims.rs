@@ -1,4 +1,4 @@
-//! Tests for README claims that had none: each test names the claim it holds the code to.
+//! Tests for claims of README.md and docs/ that had none: each test names the claim it holds the code to.
 use sandbox_steward::store::Lane;
 use std::process::Output;
 
@@ -81,7 +81,8 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// README: "Every setting has a default, and `steward check` tells you what is missing."
+/// docs/configuration.md: "Every setting has a default, so Steward runs with no file at all, and
+/// `steward check` tells you what is missing."
 #[tokio::test]
 async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
     let out = steward(&["check"], &[]).await;
@@ -146,7 +147,7 @@ async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
     }
 }
 
-/// README: a bad setting "stops Steward at start with a sentence"; a duration too long for a
+/// docs/configuration.md: a bad setting "stops Steward at start with a sentence"; a duration too long for a
 /// date (`decide_within = "100000y"`) is one, never a panic.
 #[tokio::test]
 async fn steward_check_refuses_a_duration_that_overflows_a_date_with_a_sentence() {
@@ -185,7 +186,7 @@ async fn steward_check_refuses_a_duration_that_overflows_a_date_with_a_sentence(
     assert!(said.contains("STEWARD_BODY_TIMEOUT"), "{said}");
 }
 
-/// README: "**Pause** of an already paused sandbox counts as done ("already paused")."
+/// docs/approvals.md: "**Pause** of an already paused sandbox counts as done ("already paused")."
 #[tokio::test]
 async fn pause_of_an_already_paused_sandbox_counts_as_done() {
     let app = spawn_app_with(approvals_app()).await;
@@ -210,7 +211,7 @@ async fn pause_of_an_already_paused_sandbox_counts_as_done() {
     assert_eq!(calls.get("kill").copied().unwrap_or(0), 0, "{calls:?}");
 }
 
-/// README: a dead replica's job is taken over once its worker has stopped touching it for
+/// docs/operations.md: a dead replica's job is taken over once its worker has stopped touching it for
 /// `stale_after` (20 s), and not before the case's execution lease it held has run out (60 s,
 /// renewed during long steps), and resumes without a second kill.
 #[tokio::test]
@@ -291,8 +292,8 @@ async fn a_dead_workers_job_is_taken_over_once_stale_but_not_while_it_holds_the_
     assert_eq!(calls.get("kill").copied().unwrap_or(0), 1, "{calls:?}");
 }
 
-/// README: "Stopping a replica (SIGTERM, as in a rolling deploy) stops it taking requests, then
-/// lets ... the worker finish its current step."
+/// docs/operations.md: "Stopping a replica (SIGTERM, as in a rolling deploy) stops it taking new
+/// work: … decided work finishes the step in flight and hands the rest back."
 #[tokio::test]
 async fn a_stopping_replica_drains_finishing_the_step_in_flight_and_handing_back_the_rest() {
     use sandbox_steward::cases::Step;

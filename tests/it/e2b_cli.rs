@@ -333,7 +333,7 @@ async fn a_missing_api_key_is_explained() {
     assert_eq!(cli.calls("list").await, 0);
 }
 
-/// README: `kill` and `delete-template` "ask you to type the id back".
+/// docs/operations.md: `kill` and `delete-template` "ask you to type the id back".
 #[tokio::test]
 async fn kill_at_a_terminal_runs_only_when_the_id_is_typed_back() {
     let cli = start(0).await;

@@ -596,7 +596,7 @@ async fn an_answer_over_the_size_cap_is_a_sentence_and_is_not_asked_again() {
     );
 }
 
-/// README: "Batch metrics go out in calls of at most 100 ids, 8 at a time."
+/// docs/operations.md: "Batch metrics go out in calls of at most 100 ids, 8 at a time."
 #[tokio::test]
 async fn batch_metrics_go_out_in_calls_of_100_ids_8_at_a_time() {
     let h = start(0).await;

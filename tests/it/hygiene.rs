@@ -1307,7 +1307,7 @@ async fn the_cli_dry_run_prints_every_idle_sandbox_as_json_and_opens_nothing() {
     assert!(w.open_case_of(&a).await.is_none());
 }
 
-/// README: "The most expensive idle sandboxes are raised first, up to `max_cases_per_sweep`"
+/// docs/hygiene.md: "The most expensive idle sandboxes are raised first, up to `max_cases_per_sweep`"
 /// and "the rest wait for the next sweep".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cases_over_max_cases_per_sweep_wait_for_the_next_sweep_costliest_first() {
@@ -1387,7 +1387,7 @@ impl Looping {
     }
 }
 
-/// README: "After a failed sweep the replica waits 5 minutes before trying the same slot again."
+/// docs/hygiene.md: "After a failed sweep the replica waits 5 minutes before trying the same slot again."
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_failed_sweep_the_replica_waits_before_trying_the_slot_again() {
     let w = world(config()).await;

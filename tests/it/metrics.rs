@@ -1,5 +1,5 @@
 //! `GET /metrics` over HTTP: a separate `STEWARD_METRICS_LISTEN` listener takes `/metrics` off
-//! the main one, a sweep records its figures, and the dashboard, the alert rules and README name
+//! the main one, a sweep records its figures, and the dashboard, the alert rules and docs/operations.md name
 //! only declared series. That traffic moves each series by exactly what it did, with no label
 //! carrying an id, and that a scrape answers while Redis is down, is `tests/metrics_exact.rs`:
 //! the recorder is process-wide, and only there does a test have a process to itself.
@@ -114,13 +114,13 @@ fn series_named_in(text: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_dashboard_the_alert_rules_and_readme_name_only_series_that_exist() {
+fn the_dashboard_the_alert_rules_and_the_operations_doc_name_only_series_that_exist() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
     for file in [
         "deploy/grafana-dashboard.json",
         "deploy/alerts.yml",
-        "README.md",
+        "docs/operations.md",
     ] {
         let named = series_named_in(&read(file));
         assert!(!named.is_empty(), "{file} names no series");
@@ -131,24 +131,24 @@ fn the_dashboard_the_alert_rules_and_readme_name_only_series_that_exist() {
             );
         }
     }
-    // The table's rows: lines of README's "## Metrics" section that start a table cell with a
-    // series name.
-    let readme = read("README.md");
-    let section = readme
+    // The table's rows: lines of docs/operations.md's "## Metrics and alerts" section that start
+    // a table cell with a series name.
+    let doc = read("docs/operations.md");
+    let section = doc
         .split("\n## ")
-        .find(|s| s.starts_with("Metrics\n"))
-        .expect("README has a Metrics section");
+        .find(|s| s.starts_with("Metrics and alerts\n"))
+        .expect("docs/operations.md has a Metrics and alerts section");
     let rows: String = section
         .lines()
         .filter(|line| line.starts_with("| `steward_"))
         .map(|line| line.split('|').nth(1).unwrap_or_default())
         .collect::<Vec<_>>()
         .join(" ");
-    let readme = series_named_in(&rows);
+    let documented = series_named_in(&rows);
     for s in SERIES {
         assert!(
-            readme.iter().any(|n| n == s.name),
-            "README's Metrics table misses {}",
+            documented.iter().any(|n| n == s.name),
+            "docs/operations.md's Metrics table misses {}",
             s.name
         );
     }
