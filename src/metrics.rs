@@ -115,7 +115,7 @@ const fn series(
     }
 }
 
-/// Every series, in the order README's table lists them.
+/// Every series, in the order docs/operations.md's table lists them.
 pub const SERIES: &[Series] = &[
     series(
         SLACK_REQUESTS,

@@ -240,9 +240,14 @@ async fn every_series_counts_exactly_what_the_traffic_did() {
     moved.assert("steward_redis_errors_total", &[], 0.0);
     assert_eq!(value(&after, "steward_redis_up"), 1.0);
     assert_eq!(
-        value(&after, "steward_queue_depth"),
+        total(&after, "steward_queue_depth", &[("lane", "decisions")]),
         0.0,
         "the job was taken"
+    );
+    assert_eq!(
+        total(&after, "steward_queue_depth", &[("lane", "runs")]),
+        0.0,
+        "each lane is its own series"
     );
     assert!(text.contains("# TYPE steward_slack_request_duration_seconds histogram"));
     assert!(text.contains("# HELP steward_e2b_requests_total"));
@@ -272,11 +277,20 @@ async fn every_series_counts_exactly_what_the_traffic_did() {
     // The click is answered first; its job is queued right after.
     let queued = common::wait_until("the job waits in the queue", || async {
         let (_, queued) = scrape(&idle).await;
-        (value(&queued, "steward_queue_depth") > 0.0).then_some(queued)
+        (total(&queued, "steward_queue_depth", &[("lane", "decisions")]) > 0.0).then_some(queued)
     })
     .await;
-    assert_eq!(value(&queued, "steward_queue_depth"), 1.0);
-    assert!(value(&queued, "steward_queue_oldest_job_age_seconds") > 0.0);
+    assert_eq!(
+        total(&queued, "steward_queue_depth", &[("lane", "decisions")]),
+        1.0
+    );
+    assert!(
+        total(
+            &queued,
+            "steward_queue_oldest_job_age_seconds",
+            &[("lane", "decisions")]
+        ) > 0.0
+    );
     // Its decision's job "lost": a reconcile pass run as if the grace period had passed queues
     // it again (the worker would run it once: the case's steps are not repeated).
     let services = idle.state.services();
@@ -307,7 +321,11 @@ async fn every_series_counts_exactly_what_the_traffic_did() {
         1.0,
     );
     moved.assert("steward_jobs_total", &[], 0.0);
-    assert_eq!(value(&later, "steward_queue_depth"), 2.0, "queued again");
+    assert_eq!(
+        total(&later, "steward_queue_depth", &[("lane", "decisions")]),
+        2.0,
+        "queued again"
+    );
 
     // envd, the agent inside a sandbox (what governed runs and push tests talk to): each call
     // counted once by call and status, a missing file as the 404 it was.

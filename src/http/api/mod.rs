@@ -98,5 +98,5 @@ pub fn routes(tokens: Arc<Tokens>, budget: Arc<BodyBudget>) -> Router<AppState> 
 }
 
 async fn not_found() -> ApiFailure {
-    ApiFailure::not_found("There is no such API route; see the Runs section of the README")
+    ApiFailure::not_found("There is no such API route; see docs/agents.md")
 }

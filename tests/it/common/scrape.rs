@@ -165,6 +165,9 @@ fn bounded(label: &str, value: &str) -> bool {
         ]
         .contains(&value),
         "mode" => ["live", "dry_run"].contains(&value),
+        "lane" => sandbox_steward::store::Lane::ALL
+            .iter()
+            .any(|lane| lane.as_str() == value),
         "state" => ["running", "paused"].contains(&value),
         "version" => value == env!("CARGO_PKG_VERSION"),
         "le" => value == "+Inf" || value.parse::<f64>().is_ok(),
