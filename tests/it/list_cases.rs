@@ -143,7 +143,7 @@ async fn click(
 }
 
 /// [`click`] sent to the replica at `address` (which shares `app`'s Redis and simulators).
-async fn click_at(
+pub(crate) async fn click_at(
     app: &TestApp,
     address: &str,
     list: &ListCase,

@@ -12,6 +12,7 @@ mod api_runs;
 mod api_tenancy;
 mod approvals;
 mod cards;
+mod chaos;
 mod check_exclusions;
 mod claims;
 mod cli_output;

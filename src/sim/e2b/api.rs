@@ -423,7 +423,12 @@ pub(crate) async fn get_sandbox(State(sim): State<Arc<Sim>>, Path(id): Path<Stri
 }
 
 pub(crate) async fn kill(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Reply {
-    apply(&sim, |world, now| world.kill(&id, now))
+    let reply = apply(&sim, |world, now| world.kill(&id, now));
+    if reply.is_ok() {
+        // The kills E2B actually carried out (a second kill of one sandbox is a 404).
+        sim.count("killed");
+    }
+    reply
 }
 
 #[derive(Deserialize, Default)]

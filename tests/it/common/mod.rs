@@ -810,6 +810,82 @@ impl ThrowawayRedis {
     }
 }
 
+/// A `redis-server` as production runs it: append-only file on (`appendfsync everysec`) in a
+/// directory of its own, so it can be restarted on the same port and come back with its data.
+pub struct DurableRedis {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl DurableRedis {
+    pub fn start() -> Self {
+        let mut redis = Self {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        redis.launch();
+        redis
+    }
+
+    fn launch(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for this test");
+        self.child = Some(child);
+        let port = self.port;
+        let answers = || {
+            redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        };
+        assert!(
+            poll_for_blocking(Duration::from_secs(20), answers),
+            "the durable redis-server never answered"
+        );
+    }
+
+    /// Stops the server as an operator's restart does (SIGTERM: it writes its file and exits),
+    /// then starts it again on the same port and directory; returns once it answers.
+    pub fn restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+        self.launch();
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for DurableRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Drop for ThrowawayRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
