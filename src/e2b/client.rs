@@ -373,10 +373,11 @@ impl E2bClient {
 
     /// Sends a create or connect by E2B's v2 route, or by v1 where E2B does not have v2.
     ///
-    /// While it is not known which this E2B has, a 405 from v2, or a 404 from v2 that v1 then
-    /// answers with anything but 404, means an older E2B without v2: remembered for this client
-    /// and its clones (said once, at info). A 404 from both is the sandbox or template missing,
-    /// which says nothing about the routes. Once v2 has answered, its 404s are final.
+    /// While it is not known which this E2B has, a 405 from v2, or a 404 from v2 with no more
+    /// than "not found" to say (not E2B's "Template … not found" or "Sandbox … doesn't exist")
+    /// that v1 then answers with anything but 404, means an older E2B without v2: remembered for
+    /// this client and its clones (said once, at info). A 404 naming what is missing is final, and
+    /// so is every 404 once v2 has answered.
     pub(super) async fn send_v2_or_v1(&self, v2: &Call, v1: &Call) -> Result<Reply, E2bError> {
         if self.uses_v1_routes() {
             return self.send(v1).await;
@@ -389,6 +390,14 @@ impl E2bClient {
             return Ok(reply);
         }
         let route_missing = reply.status == StatusCode::METHOD_NOT_ALLOWED;
+        if !route_missing && !says_only_not_found(&reply.body) {
+            return Err(error::from_response(
+                reply.status,
+                &reply.headers,
+                &reply.body,
+                self.api_key.expose_secret(),
+            ));
+        }
         let fallback = self.send(v1).await;
         let v1_has_it = match &fallback {
             Ok(_) => true,
@@ -592,6 +601,29 @@ impl E2bClient {
             total_running: None,
         })
     }
+}
+
+/// Whether a 404's body says no more than that the route is not there (a server's generic
+/// "Not found", "404 page not found", a spec validator's "no matching operation was found"),
+/// rather than naming the sandbox or template that is missing.
+fn says_only_not_found(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message {
+        #[serde(default)]
+        message: Option<String>,
+    }
+    let text = match serde_json::from_slice::<Message>(body) {
+        Ok(parsed) => parsed.message.unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    let text = text.trim().trim_end_matches('.').to_ascii_lowercase();
+    matches!(
+        text.as_str(),
+        "" | "not found"
+            | "404 page not found"
+            | "404 not found"
+            | "no matching operation was found"
+    )
 }
 
 /// The `status` label of one attempt: its HTTP status, `too_large`, or `transport`.

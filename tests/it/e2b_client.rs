@@ -757,7 +757,7 @@ async fn an_e2b_without_v2_routes_is_used_through_v1_after_one_probe() {
 async fn a_missing_sandbox_on_v2_is_not_taken_for_a_missing_route() {
     let h = start_with(SimOptions::default()).await;
     let nobody = SandboxId::parse("inosuchsandbox").unwrap();
-    // Before any v2 answer, a 404 is checked against v1, which says 404 too: the sandbox.
+    // A 404 that names the sandbox is about the sandbox, not the route: no v1 call.
     let err = h
         .client
         .connect_sandbox(&nobody, Duration::from_secs(60))
@@ -767,7 +767,20 @@ async fn a_missing_sandbox_on_v2_is_not_taken_for_a_missing_route() {
     assert!(!h.client.uses_v1_routes());
     assert_eq!(
         (h.calls("connect-v2").await, h.calls("connect-v1").await),
-        (1, 1)
+        (1, 0)
+    );
+    // So is one that names the template.
+    let err = h
+        .client
+        .create_sandbox(&NewSandbox::new(
+            TemplateId::parse("no-such-template").unwrap(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        (h.calls("create-v2").await, h.calls("create-v1").await),
+        (1, 0)
     );
     // Once v2 has answered, its 404s are final: no v1 call.
     h.client
@@ -782,7 +795,7 @@ async fn a_missing_sandbox_on_v2_is_not_taken_for_a_missing_route() {
     assert!(matches!(err, E2bError::NotFound { .. }), "{err:?}");
     assert_eq!(
         (h.calls("connect-v2").await, h.calls("connect-v1").await),
-        (2, 1)
+        (2, 0)
     );
     assert_eq!(h.calls("create-v1").await, 0);
 }
