@@ -11,7 +11,7 @@
 //! API key: it lives in a `SecretString` and in a header marked sensitive.
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -48,7 +48,17 @@ pub struct E2bClient {
     pub(super) max_pages: u32,
     max_response_bytes: usize,
     calls: Arc<AtomicU64>,
+    /// What this E2B has for create and connect ([`ROUTES_UNKNOWN`], [`ROUTES_V2`] or
+    /// [`ROUTES_V1_ONLY`]), learned from its first answers and shared by clones.
+    routes: Arc<AtomicU8>,
 }
+
+/// Not known yet: the next create or connect tries v2 and learns from the answer.
+const ROUTES_UNKNOWN: u8 = 0;
+/// The v2 routes answered: a 404 from them is about the sandbox or template, not the route.
+const ROUTES_V2: u8 = 1;
+/// An older E2B without the v2 routes: create and connect go to v1 directly.
+const ROUTES_V1_ONLY: u8 = 2;
 
 /// Written by hand so the key can never appear, whatever fields are added later.
 impl fmt::Debug for E2bClient {
@@ -150,15 +160,33 @@ pub(super) fn encode_component(value: &str) -> String {
     out
 }
 
-/// The `metadata` filter value before query encoding: `k1=v1&k2=v2` with each key and value
-/// URL-encoded (as the SDKs' `URLSearchParams` does). Query encoding then encodes it again,
-/// giving `metadata=user%3Dabc%26app%3Dprod`, which is what E2B decodes.
+/// The `metadata` filter value before query encoding, exactly as the official Python SDK builds
+/// it: `urlencode({quote(k): quote(v)})`, so each key and value is encoded twice (`quote`
+/// keeps `/`, which `urlencode` then encodes once). Query encoding adds a third level. E2B's
+/// API decodes the query, then the whole value, splits at `&` and `=`, and decodes each part:
+/// `{"owner": "zoë"}` becomes `metadata=owner%3Dzo%2525C3%2525AB` on the wire.
 pub(super) fn metadata_filter(pairs: &[(String, String)]) -> String {
-    let mut inner = form_urlencoded::Serializer::new(String::new());
-    for (k, v) in pairs {
-        inner.append_pair(k, v);
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", sdk_quote_twice(k), sdk_quote_twice(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Python's `quote_plus(quote(text), safe="")`: unreserved bytes stay, `/` becomes `%2F`,
+/// every other byte `%25XX`.
+fn sdk_quote_twice(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else if byte == b'/' {
+            out.push_str("%2F");
+        } else {
+            out.push_str(&format!("%25{byte:02X}"));
+        }
     }
-    inner.finish()
+    out
 }
 
 /// A query string built in order, with full control over encoding.
@@ -291,6 +319,7 @@ impl E2bClient {
             max_pages: DEFAULT_MAX_PAGES,
             max_response_bytes: MAX_RESPONSE_BYTES,
             calls: Arc::new(AtomicU64::new(0)),
+            routes: Arc::new(AtomicU8::new(ROUTES_UNKNOWN)),
         })
     }
 
@@ -337,8 +366,71 @@ impl E2bClient {
         error::scrub(text, self.api_key.expose_secret())
     }
 
+    /// Whether this client has learned that E2B lacks the v2 create and connect routes.
+    pub fn uses_v1_routes(&self) -> bool {
+        self.routes.load(Ordering::Relaxed) == ROUTES_V1_ONLY
+    }
+
+    /// Sends a create or connect by E2B's v2 route, or by v1 where E2B does not have v2.
+    ///
+    /// While it is not known which this E2B has, a 405 from v2, or a 404 from v2 with no more
+    /// than "not found" to say (not E2B's "Template … not found" or "Sandbox … doesn't exist")
+    /// that v1 then answers with anything but 404, means an older E2B without v2: remembered for
+    /// this client and its clones (said once, at info). A 404 naming what is missing is final, and
+    /// so is every 404 once v2 has answered.
+    pub(super) async fn send_v2_or_v1(&self, v2: &Call, v1: &Call) -> Result<Reply, E2bError> {
+        if self.uses_v1_routes() {
+            return self.send(v1).await;
+        }
+        let known_v2 = self.routes.load(Ordering::Relaxed) == ROUTES_V2;
+        let pass: &[u16] = if known_v2 { &[] } else { &[404, 405] };
+        let reply = self.send_passing(v2, pass).await?;
+        if reply.status.is_success() {
+            self.routes.store(ROUTES_V2, Ordering::Relaxed);
+            return Ok(reply);
+        }
+        let route_missing = reply.status == StatusCode::METHOD_NOT_ALLOWED;
+        if !route_missing && !says_only_not_found(&reply.body) {
+            return Err(error::from_response(
+                reply.status,
+                &reply.headers,
+                &reply.body,
+                self.api_key.expose_secret(),
+            ));
+        }
+        let fallback = self.send(v1).await;
+        let v1_has_it = match &fallback {
+            Ok(_) => true,
+            Err(e) => e.status().is_some_and(|s| s != 404),
+        };
+        if (route_missing || v1_has_it)
+            && self
+                .routes
+                .compare_exchange(
+                    ROUTES_UNKNOWN,
+                    ROUTES_V1_ONLY,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            tracing::info!(
+                base_url = %self.base_url,
+                v2_status = reply.status.as_u16(),
+                "this E2B has no v2 create and connect routes (an older self-hosted E2B?): using the v1 routes from now on"
+            );
+        }
+        fallback
+    }
+
     /// Sends `call`, retrying as its operation allows. Returns only 2xx answers.
     pub(super) async fn send(&self, call: &Call) -> Result<Reply, E2bError> {
+        self.send_passing(call, &[]).await
+    }
+
+    /// As [`E2bClient::send`], but answers with a status in `pass` come back as they are,
+    /// neither retried nor turned into errors.
+    async fn send_passing(&self, call: &Call, pass: &[u16]) -> Result<Reply, E2bError> {
         let url = format!("{}{}{}", self.base_url, call.path, call.query.suffix());
         let method = call.op.method();
         let mut attempt = 0u32;
@@ -382,7 +474,11 @@ impl E2bClient {
                     tracing::warn!(op = call.op.name(), limit, "E2B answer over the size cap");
                     return Err(E2bError::TooLarge { limit });
                 }
-                Ok(Some(reply)) if reply.status.is_success() => return Ok(reply),
+                Ok(Some(reply))
+                    if reply.status.is_success() || pass.contains(&reply.status.as_u16()) =>
+                {
+                    return Ok(reply);
+                }
                 Ok(Some(reply)) => {
                     let err = error::from_response(
                         reply.status,
@@ -507,6 +603,29 @@ impl E2bClient {
     }
 }
 
+/// Whether a 404's body says no more than that the route is not there (a server's generic
+/// "Not found", "404 page not found", a spec validator's "no matching operation was found"),
+/// rather than naming the sandbox or template that is missing.
+fn says_only_not_found(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message {
+        #[serde(default)]
+        message: Option<String>,
+    }
+    let text = match serde_json::from_slice::<Message>(body) {
+        Ok(parsed) => parsed.message.unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    let text = text.trim().trim_end_matches('.').to_ascii_lowercase();
+    matches!(
+        text.as_str(),
+        "" | "not found"
+            | "404 page not found"
+            | "404 not found"
+            | "no matching operation was found"
+    )
+}
+
 /// The `status` label of one attempt: its HTTP status, `too_large`, or `transport`.
 fn attempt_status(result: &Result<Option<Reply>, reqwest::Error>) -> &'static str {
     match result {
@@ -542,12 +661,27 @@ mod tests {
     }
 
     #[test]
-    fn metadata_with_reserved_characters_is_encoded_twice() {
-        let pairs = vec![("a&b".to_owned(), "x=y z".to_owned())];
-        assert_eq!(metadata_filter(&pairs), "a%26b=x%3Dy+z");
+    fn metadata_is_encoded_as_the_python_sdk_encodes_it() {
+        // urllib.parse.urlencode({quote("a&b"): quote("x=y z/ë")}) in e2b 2.63's paginator.
+        let pairs = vec![("a&b".to_owned(), "x=y z/ë".to_owned())];
+        assert_eq!(
+            metadata_filter(&pairs),
+            "a%2526b=x%253Dy%2520z%2F%25C3%25AB"
+        );
         let mut q = Query::default();
         q.push("metadata", metadata_filter(&pairs));
-        assert_eq!(q.suffix(), "?metadata=a%2526b%3Dx%253Dy%2Bz");
+        assert_eq!(
+            q.suffix(),
+            "?metadata=a%252526b%3Dx%25253Dy%252520z%252F%2525C3%2525AB"
+        );
+        let two = vec![
+            ("owner".to_owned(), "zoë".to_owned()),
+            ("k".to_owned(), "a b&c=d".to_owned()),
+        ];
+        assert_eq!(
+            metadata_filter(&two),
+            "owner=zo%25C3%25AB&k=a%2520b%2526c%253Dd"
+        );
     }
 
     #[test]

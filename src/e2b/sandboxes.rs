@@ -17,14 +17,24 @@ use crate::duration::MAX_REFRESH_SECS;
 use crate::ids::SandboxId;
 
 impl E2bClient {
-    /// `POST /sandboxes`. Always sends `timeout` (300 s unless the request says otherwise).
+    /// `POST /v2/sandboxes` (`NewSandboxV2`: always secured, so without `secure`), or
+    /// `POST /sandboxes` on an E2B without v2 (see [`E2bClient::send_v2_or_v1`]). Always sends
+    /// `timeout` (300 s unless the request says otherwise).
     #[tracing::instrument(skip(self, req), fields(template = %req.template_id))]
     pub async fn create_sandbox(&self, req: &NewSandbox) -> Result<Sandbox, E2bError> {
-        let mut body = serde_json::to_value(req)
+        let mut v1 = serde_json::to_value(req)
             .map_err(|e| E2bError::Decode(format!("could not encode the request: {e}")))?;
-        body["timeout"] = secs_i32(req.effective_timeout()).into();
-        let call = Call::new(Op::Create, "/sandboxes".into()).json(body);
-        let reply = self.send(&call).await?;
+        v1["timeout"] = secs_i32(req.effective_timeout()).into();
+        let mut v2 = v1.clone();
+        if let Some(fields) = v2.as_object_mut() {
+            fields.remove("secure");
+        }
+        let reply = self
+            .send_v2_or_v1(
+                &Call::new(Op::Create, "/v2/sandboxes".into()).json(v2),
+                &Call::new(Op::Create, "/sandboxes".into()).json(v1),
+            )
+            .await?;
         self.decode(Op::Create, &reply)
     }
 
@@ -114,17 +124,23 @@ impl E2bClient {
         self.decode(Op::Resume, &reply)
     }
 
-    /// `POST /sandboxes/{id}/connect`: resumes a paused sandbox (201) or extends a running one's
-    /// time to live (200; it never shortens it).
+    /// `POST /v2/sandboxes/{id}/connect` (or v1's `POST /sandboxes/{id}/connect` on an E2B
+    /// without v2): resumes a paused sandbox (201) or extends a running one's time to live (200;
+    /// it never shortens it).
     #[tracing::instrument(skip(self))]
     pub async fn connect_sandbox(
         &self,
         id: &SandboxId,
         timeout: Duration,
     ) -> Result<Connected, E2bError> {
-        let call = Call::new(Op::Connect, Self::sandbox_path(id, "/connect"))
-            .json(serde_json::json!({ "timeout": secs_i32(timeout) }));
-        let reply = self.send(&call).await?;
+        let body = serde_json::json!({ "timeout": secs_i32(timeout) });
+        let v2 = Call::new(
+            Op::Connect,
+            format!("/v2{}", Self::sandbox_path(id, "/connect")),
+        )
+        .json(body.clone());
+        let v1 = Call::new(Op::Connect, Self::sandbox_path(id, "/connect")).json(body);
+        let reply = self.send_v2_or_v1(&v2, &v1).await?;
         Ok(Connected {
             sandbox: self.decode(Op::Connect, &reply)?,
             resumed: reply.status == StatusCode::CREATED,

@@ -621,3 +621,222 @@ async fn batch_metrics_go_out_in_calls_of_100_ids_8_at_a_time() {
     assert_eq!(front.arrived(), 20);
     assert_eq!(front.max_in_flight(), 8);
 }
+
+// ---- v2 create and connect, the v1 fallback, env vars and metadata filters ----
+
+async fn start_with(opts: SimOptions) -> Harness {
+    let sim = SimServer::start(SimOptions {
+        sandboxes: 0,
+        api_key: Some(KEY.to_owned()),
+        ..opts
+    })
+    .await
+    .expect("simulator starts");
+    let settings = E2bSettings::for_url(&sim.base_url(), KEY);
+    let client = E2bClient::new(&settings)
+        .expect("client builds")
+        .with_retry_policy(quick_retries());
+    Harness {
+        hooks: sim.hooks(),
+        sim,
+        client,
+    }
+}
+
+/// What a shell command printed in sandbox `id`, run through the simulator's envd.
+async fn shell_output(sim: &SimServer, id: &SandboxId, token: Option<&str>, line: &str) -> String {
+    use sandbox_steward::envd::{ProcessEvent, ProcessSpec};
+    let envd = crate::common::envd_client(sim, id, token);
+    let events = envd
+        .start(&ProcessSpec::shell(line))
+        .await
+        .expect("started")
+        .collect()
+        .await
+        .expect("the stream ends cleanly");
+    let bytes: Vec<u8> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProcessEvent::Stdout(b) => Some(b.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn create_and_connect_use_e2bs_v2_routes_and_env_vars_reach_the_sandboxes_commands() {
+    let h = start_with(SimOptions {
+        exec: sandbox_steward::sim::e2b::ExecMode::Local,
+        ..SimOptions::default()
+    })
+    .await;
+    let mut req = NewSandbox::new(TemplateId::parse("base").unwrap());
+    req.env_vars.insert("GREETING".into(), "hi there".into());
+    req.env_vars.insert("HOME_OVERRIDE".into(), "a=b&c".into());
+    req.metadata.insert("owner".into(), "zoë".into());
+    let created = h.client.create_sandbox(&req).await.unwrap();
+    assert_eq!(h.calls("create-v2").await, 1);
+    assert_eq!(h.calls("create-v1").await, 0);
+    assert!(!h.client.uses_v1_routes());
+    // A v2 sandbox is always secured: envd wants its token.
+    let token = created
+        .envd_access_token
+        .as_ref()
+        .map(|t| secrecy::ExposeSecret::expose_secret(t).to_owned());
+    assert!(token.is_some(), "a v2 sandbox has an envd access token");
+    assert_eq!(created.envd_version, "0.6.4");
+    let printed = shell_output(
+        &h.sim,
+        &created.sandbox_id,
+        token.as_deref(),
+        r#"printf '%s|%s' "$GREETING" "$HOME_OVERRIDE""#,
+    )
+    .await;
+    assert_eq!(printed, "hi there|a=b&c");
+
+    h.client.pause_sandbox(&created.sandbox_id).await.unwrap();
+    let connected = h
+        .client
+        .connect_sandbox(&created.sandbox_id, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(connected.resumed, "connect resumed the paused sandbox");
+    assert_eq!(h.calls("connect-v2").await, 1);
+    assert_eq!(h.calls("connect-v1").await, 0);
+    // The variables outlive a pause.
+    let printed = shell_output(
+        &h.sim,
+        &created.sandbox_id,
+        token.as_deref(),
+        r#"printf '%s' "$GREETING""#,
+    )
+    .await;
+    assert_eq!(printed, "hi there");
+}
+
+#[tokio::test]
+async fn an_e2b_without_v2_routes_is_used_through_v1_after_one_probe() {
+    let h = start_with(SimOptions {
+        v1_only: true,
+        ..SimOptions::default()
+    })
+    .await;
+    let base = TemplateId::parse("base").unwrap();
+    let first = h
+        .client
+        .create_sandbox(&NewSandbox::new(base.clone()))
+        .await;
+    let first = first.expect("created through v1 after v2 answered 404");
+    assert_eq!(
+        (h.calls("create-v2").await, h.calls("create-v1").await),
+        (1, 1)
+    );
+    assert!(h.client.uses_v1_routes());
+    // Remembered by the client and its clones, for connect too: no second probe.
+    let clone = h.client.clone();
+    clone.create_sandbox(&NewSandbox::new(base)).await.unwrap();
+    clone.pause_sandbox(&first.sandbox_id).await.unwrap();
+    let connected = clone
+        .connect_sandbox(&first.sandbox_id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(connected.resumed);
+    assert_eq!(
+        (h.calls("create-v2").await, h.calls("create-v1").await),
+        (1, 2)
+    );
+    assert_eq!(
+        (h.calls("connect-v2").await, h.calls("connect-v1").await),
+        (0, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_missing_sandbox_on_v2_is_not_taken_for_a_missing_route() {
+    let h = start_with(SimOptions::default()).await;
+    let nobody = SandboxId::parse("inosuchsandbox").unwrap();
+    // A 404 that names the sandbox is about the sandbox, not the route: no v1 call.
+    let err = h
+        .client
+        .connect_sandbox(&nobody, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::NotFound { .. }), "{err:?}");
+    assert!(!h.client.uses_v1_routes());
+    assert_eq!(
+        (h.calls("connect-v2").await, h.calls("connect-v1").await),
+        (1, 0)
+    );
+    // So is one that names the template.
+    let err = h
+        .client
+        .create_sandbox(&NewSandbox::new(
+            TemplateId::parse("no-such-template").unwrap(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        (h.calls("create-v2").await, h.calls("create-v1").await),
+        (1, 0)
+    );
+    // Once v2 has answered, its 404s are final: no v1 call.
+    h.client
+        .create_sandbox(&NewSandbox::new(TemplateId::parse("base").unwrap()))
+        .await
+        .unwrap();
+    let err = h
+        .client
+        .connect_sandbox(&nobody, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, E2bError::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        (h.calls("connect-v2").await, h.calls("connect-v1").await),
+        (2, 0)
+    );
+    assert_eq!(h.calls("create-v1").await, 0);
+}
+
+#[tokio::test]
+async fn metadata_filters_with_spaces_ampersands_equals_and_non_ascii_round_trip() {
+    let h = start_with(SimOptions::default()).await;
+    let base = TemplateId::parse("base").unwrap();
+    let mut wanted = NewSandbox::new(base.clone());
+    wanted.metadata.insert("owner".into(), "zoë".into());
+    wanted.metadata.insert("a b&c=d".into(), "x/y+z %41".into());
+    let wanted = h.client.create_sandbox(&wanted).await.unwrap();
+    let mut other = NewSandbox::new(base);
+    other.metadata.insert("owner".into(), "zoe".into());
+    other.metadata.insert("a b&c=d".into(), "x/y+z %41".into());
+    h.client.create_sandbox(&other).await.unwrap();
+
+    let query = |pairs: &[(&str, &str)]| ListQuery {
+        metadata: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..ListQuery::default()
+    };
+    let found = h
+        .client
+        .list_sandboxes(&query(&[("owner", "zoë"), ("a b&c=d", "x/y+z %41")]))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = found.items.iter().map(|s| s.sandbox_id.as_str()).collect();
+    assert_eq!(ids, [wanted.sandbox_id.as_str()]);
+    let both = h
+        .client
+        .list_sandboxes(&query(&[("a b&c=d", "x/y+z %41")]))
+        .await
+        .unwrap();
+    assert_eq!(both.items.len(), 2);
+    let none = h
+        .client
+        .list_sandboxes(&query(&[("a b&c=d", "x/y+z A")]))
+        .await
+        .unwrap();
+    assert!(none.items.is_empty());
+}

@@ -385,9 +385,11 @@ async fn a_replica_killed_before_its_sandbox_existed_leaves_a_run_that_is_just_f
         },
     ))
     .await;
-    // Replica A's E2B calls to create a sandbox are held: it dies while asking.
-    let e2b_front =
-        common::HoldingFront::start(&a.e2b.base_url(), |path| path == "/sandboxes").await;
+    // Replica A's E2B calls to create a sandbox (v2, else v1) are held: it dies while asking.
+    let e2b_front = common::HoldingFront::start(&a.e2b.base_url(), |path| {
+        path == "/v2/sandboxes" || path == "/sandboxes"
+    })
+    .await;
     let e2b = sandbox_steward::e2b::E2bClient::new(&sandbox_steward::e2b::E2bSettings::for_url(
         &e2b_front.url,
         common::E2B_KEY,

@@ -206,6 +206,20 @@ fn encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// Python's `quote_plus(quote(s), safe="")`, written out independently of Steward's encoder.
+fn python_quote_twice(s: &str) -> String {
+    let quoted: String = s
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    quoted.replace('%', "%25").replace('/', "%2F")
+}
+
 fn ids(items: &[Value]) -> Vec<String> {
     items
         .iter()
@@ -305,17 +319,34 @@ async fn state_metadata_template_and_start_filters_narrow_the_list() {
         "only sent when running was asked for"
     );
 
-    let filter = format!(
-        "{}={}&{}={}",
-        encode("owner"),
-        encode("alice"),
-        encode("agent"),
-        encode("devin & co")
-    );
-    let query = format!("metadata={}", encode(&filter));
+    // The filter as the official SDK sends it: urlencode({quote(k): quote(v)}), then the query's
+    // own encoding; E2B decodes the query, the whole value, then each key and value.
+    let filter = |pairs: &[(&str, &str)]| {
+        let inner: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}", python_quote_twice(k), python_quote_twice(v)))
+            .collect();
+        format!("metadata={}", encode(&inner.join("&")))
+    };
+    let query = filter(&[("owner", "alice"), ("agent", "devin & co")]);
     assert_eq!(sorted(sim.list_all(&query).await), ["alicenode"]);
     let (_, headers, _) = sim.get(&format!("/v2/sandboxes?{query}")).await;
     assert_eq!(headers["x-total-running"], "0");
+    sim.seed(
+        json!({"sandboxID": "zoe", "templateID": "base", "state": "running",
+        "startedAt": ago(chrono::Duration::hours(2)),
+        "metadata": {"owner": "zoë", "k": "a b&c=d", "path": "x/y+z"}}),
+    )
+    .await;
+    let query = filter(&[("owner", "zoë"), ("k", "a b&c=d"), ("path", "x/y+z")]);
+    assert_eq!(sorted(sim.list_all(&query).await), ["zoe"]);
+    assert!(sim.list_all(&filter(&[("owner", "zoe")])).await.is_empty());
+    // Encoded once too few times (as Steward once did), the `&` in the value splits the pair
+    // into `k=a b` and `c=d`, which match nothing.
+    let once = format!("metadata={}", encode(&format!("k={}", encode("a b&c=d"))));
+    assert!(sim.list_all(&once).await.is_empty());
+    let (status, _, body) = sim.get("/v2/sandboxes?metadata=k%3D%2525YY").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
     assert_eq!(sorted(sim.list_all("template=python").await), ["alicepy"]);
     assert!(sim.list_all("template=no-such-template").await.is_empty());
@@ -962,7 +993,10 @@ async fn injected_faults_fail_exactly_the_next_matching_calls_and_are_counted() 
     assert_error(status, &body, StatusCode::BAD_REQUEST);
 
     let calls = sim.calls().await;
-    assert_eq!(calls, json!({"list": 3, "templates": 2, "create": 1}));
+    assert_eq!(
+        calls,
+        json!({"list": 3, "templates": 2, "create": 1, "create-v1": 1})
+    );
     let (status, _) = sim.post("/_sim/calls/reset", json!({})).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(sim.calls().await, json!({}));
@@ -1340,4 +1374,120 @@ async fn templates_page_with_every_required_field_and_show_their_builds() {
     assert_error(status, &body, StatusCode::NOT_FOUND);
     let (status, _, body) = sim.get("/v2/templates?teamID=another-team").await;
     assert_error(status, &body, StatusCode::FORBIDDEN);
+}
+
+/// `POST /v2/sandboxes` and `POST /v2/sandboxes/{id}/connect` with the bodies e2b 2.63's
+/// generated client sends (`NewSandboxV2`, `ConnectSandboxV2`), answered with `Sandbox`.
+#[tokio::test]
+async fn v2_create_and_connect_take_the_sdks_bodies_and_are_always_secured() {
+    let sim = Sim::with_fleet(0).await;
+    let before = chrono::Utc::now();
+    let (status, created) = sim
+        .post(
+            "/v2/sandboxes",
+            json!({"templateID": "base", "autoPause": false, "autoPauseMemory": true,
+                "metadata": {"owner": "zoë"}, "envVars": {"A": "1"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_required(&created, SANDBOX);
+    assert_eq!(created["envdVersion"], "0.6.4");
+    assert!(
+        created["envdAccessToken"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "a v2 sandbox is always secured: {created}"
+    );
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+    // No timeout given: v2's default is 300 s (v1's create defaults to 15 s).
+    let (_, _, detail) = sim.get(&format!("/sandboxes/{id}")).await;
+    let end = chrono::DateTime::parse_from_rfc3339(detail["endAt"].as_str().unwrap()).unwrap();
+    let ttl = (end.with_timezone(&chrono::Utc) - before).num_seconds();
+    assert!((295..=305).contains(&ttl), "ttl {ttl}");
+    assert_eq!(detail["metadata"]["owner"], "zoë");
+
+    let (status, body) = sim
+        .post(
+            "/v2/sandboxes",
+            json!({"templateID": "base", "envVars": {"A=B": "1"}}),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+    let (status, body) = sim
+        .post(
+            "/v2/sandboxes",
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false,
+                "autoResume": {"enabled": true}}),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST);
+
+    // Connect without a timeout (optional in v2) to a running sandbox: 200 with `Sandbox`.
+    let (status, connected) = sim
+        .post(&format!("/v2/sandboxes/{id}/connect"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{connected}");
+    assert_required(&connected, SANDBOX);
+    let (status, _) = sim.post(&format!("/sandboxes/{id}/pause"), json!({})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, resumed) = sim
+        .post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60, "memory": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    let (status, body) = sim
+        .post("/v2/sandboxes/inosuch/connect", json!({"timeout": 60}))
+        .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+    let calls = sim.calls().await;
+    assert_eq!(calls["create-v2"], 3, "{calls}");
+    assert_eq!(calls["connect-v2"], 3, "{calls}");
+    assert!(calls.get("create-v1").is_none(), "{calls}");
+}
+
+/// `--v1-only`: an older self-hosted E2B, whose v2 create and connect are E2B's JSON 404.
+#[tokio::test]
+async fn an_e2b_without_v2_routes_answers_them_404_and_serves_v1() {
+    let sim = Sim::start(SimOptions {
+        sandboxes: 0,
+        v1_only: true,
+        envd_version: "0.4.1".into(),
+        ..SimOptions::default()
+    })
+    .await;
+    let (status, body) = sim
+        .post("/v2/sandboxes", json!({"templateID": "base"}))
+        .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+    assert_eq!(sim.state().await["running"], 0, "nothing was created");
+    let (status, created) = sim
+        .post("/sandboxes", json!({"templateID": "base", "timeout": 60}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["envdVersion"], "0.4.1");
+    assert!(
+        created.get("envdAccessToken").is_none(),
+        "v1 secures only when asked"
+    );
+    let id = created["sandboxID"].as_str().unwrap();
+    let (status, body) = sim
+        .post(
+            &format!("/v2/sandboxes/{id}/connect"),
+            json!({"timeout": 60}),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND);
+    let (status, _) = sim
+        .post(&format!("/sandboxes/{id}/connect"), json!({"timeout": 60}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let bad = SimServer::start(SimOptions {
+        envd_version: "latest".into(),
+        ..SimOptions::default()
+    })
+    .await;
+    assert!(bad.is_err(), "--envd-version must be a version");
 }

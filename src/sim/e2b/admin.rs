@@ -145,6 +145,9 @@ struct SeedRequest {
     auto_pause: Option<bool>,
     /// As `secure` on create: the sandbox gets an `envdAccessToken` that envd then requires.
     secure: Option<bool>,
+    /// As `envVars` on create: every process in the sandbox starts with them.
+    #[serde(rename = "envVars")]
+    env_vars: Option<BTreeMap<String, String>>,
 }
 
 /// Seeds one sandbox exactly as described; answers 201 with its `ListedSandbox`.
@@ -238,6 +241,7 @@ pub(crate) async fn seed_sandbox(State(sim): State<Arc<Sim>>, body: Bytes) -> Re
         auto_resume: false,
         envd_access_token: token,
         allow_internet_access: None,
+        env_vars: req.env_vars.unwrap_or_default(),
         past_runs: Vec::new(),
     };
     world.insert_sandbox(sandbox);

@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::model::{
-    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ENVD_VERSION, ListQuery, MAX_LIFETIME_MS, Sandbox,
-    SandboxState, TeamPoint, Template, World, short_sandbox_id,
+    CLIENT_ID, DEFAULT_TIMEOUT_SECS, ListQuery, MAX_LIFETIME_MS, Sandbox, SandboxState, TeamPoint,
+    Template, World, short_sandbox_id,
 };
 use super::series::{self, LogQuery, METRIC_GRID_SECS, Ms, Profile, Sample, SeriesKey};
 use super::wire::{
-    ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
+    self, ApiError, Params, decode_token, encode_token, parse_body, parse_rfc3339_ms, rfc3339_ms,
     rfc3339_nano, rfc3339_secs,
 };
 use super::{PagingMode, Sim, now_ms};
@@ -28,6 +28,8 @@ use super::{PagingMode, Sim, now_ms};
 type Reply = Result<Response, ApiError>;
 
 const MAX_TIMEOUT_SECS: i64 = MAX_LIFETIME_MS / 1000;
+/// The v2 routes' TTL when the request gives none (the v1 create's is 15 s, its connect needs one).
+const V2_DEFAULT_TIMEOUT_SECS: i64 = 300;
 /// Team metrics default to the last seven days.
 const TEAM_METRICS_DEFAULT_SECS: i64 = 7 * 24 * 3600;
 const X_NEXT_TOKEN: HeaderName = HeaderName::from_static("x-next-token");
@@ -137,7 +139,7 @@ pub(crate) fn listed_json(world: &World, s: &Sandbox) -> Value {
         "memoryMB": s.memory_mb,
         "diskSizeMB": s.disk_size_mb,
         "state": s.state.as_str(),
-        "envdVersion": ENVD_VERSION,
+        "envdVersion": world.envd_version,
     });
     if let Some(alias) = world.alias_of(&s.template_id) {
         v["alias"] = json!(alias);
@@ -169,7 +171,7 @@ fn sandbox_json(world: &World, s: &Sandbox) -> Value {
         "templateID": s.template_id,
         "sandboxID": s.id,
         "clientID": CLIENT_ID,
-        "envdVersion": ENVD_VERSION,
+        "envdVersion": world.envd_version,
         "trafficAccessToken": null,
         "domain": null,
     });
@@ -236,7 +238,7 @@ fn aliases(t: &Template) -> Vec<String> {
 }
 
 /// `Template` (v2 list).
-fn template_json(t: &Template) -> Value {
+fn template_json(t: &Template, envd_version: &str) -> Value {
     let build = t.current_build();
     json!({
         "templateID": t.id,
@@ -253,7 +255,7 @@ fn template_json(t: &Template) -> Value {
         "lastSpawnedAt": t.last_spawned_at.map(rfc3339_ms),
         "spawnCount": t.spawn_count,
         "buildCount": t.builds.len(),
-        "envdVersion": ENVD_VERSION,
+        "envdVersion": envd_version,
         "buildStatus": "ready",
     })
 }
@@ -274,11 +276,14 @@ struct NewSandbox {
     template_id: String,
     timeout: Option<i64>,
     auto_pause: Option<bool>,
+    auto_pause_memory: Option<bool>,
     auto_resume: Option<AutoResume>,
+    /// v1 only: whether envd asks for an access token. A v2 sandbox always does.
     secure: Option<bool>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
     metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -286,15 +291,55 @@ struct AutoResume {
     enabled: bool,
 }
 
+/// The routes E2B serves a create or connect on: `/sandboxes…` (v1) or `/v2/sandboxes…`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    V1,
+    V2,
+}
+
+/// E2B's answer for a route it does not have, as an older self-hosted E2B gives it for v2.
+fn route_not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "Not found")
+}
+
+/// `POST /sandboxes` (v1; deprecated by E2B in favour of v2).
 pub(crate) async fn create(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
-    let req: NewSandbox = parse_body(&body, true)?;
-    let timeout = checked_timeout(req.timeout)?;
+    create_by(&sim, &body, Route::V1)
+}
+
+/// `POST /v2/sandboxes`: as v1, but always secured (an envd access token) and a 300 s default TTL.
+pub(crate) async fn create_v2(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
+    if sim.v1_only {
+        return Err(route_not_found());
+    }
+    create_by(&sim, &body, Route::V2)
+}
+
+fn create_by(sim: &Sim, body: &[u8], route: Route) -> Reply {
+    let req: NewSandbox = parse_body(body, true)?;
+    let default_timeout = match route {
+        Route::V1 => DEFAULT_TIMEOUT_SECS,
+        Route::V2 => V2_DEFAULT_TIMEOUT_SECS,
+    };
+    let timeout = checked_timeout(Some(req.timeout.unwrap_or(default_timeout)))?;
     let auto_pause = req.auto_pause.unwrap_or(false);
     let auto_resume = req.auto_resume.is_some_and(|a| a.enabled);
     if auto_resume && !auto_pause {
         return Err(ApiError::bad_request(
             "autoResume can only be enabled together with autoPause",
         ));
+    }
+    if auto_resume && req.auto_pause_memory == Some(false) {
+        return Err(ApiError::bad_request(
+            "autoResume cannot be combined with autoPauseMemory false: a filesystem-only snapshot must be resumed explicitly",
+        ));
+    }
+    let env_vars = req.env_vars.unwrap_or_default();
+    if let Some(bad) = env_vars.keys().find(|k| !valid_env_name(k)) {
+        return Err(ApiError::bad_request(format!(
+            "request body has an error: envVars: {bad:?} is not a valid environment variable name"
+        )));
     }
     let now = now_ms();
     let mut world = sim.world(now);
@@ -308,7 +353,8 @@ pub(crate) async fn create(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
         template.disk_size_mb,
     );
     let id = world.fresh_sandbox_id();
-    let token = req.secure.unwrap_or(false).then(|| world.fresh_uuid());
+    let secure = route == Route::V2 || req.secure.unwrap_or(false);
+    let token = secure.then(|| world.fresh_uuid());
     world.insert_sandbox(Sandbox {
         id: id.clone(),
         template_id,
@@ -324,10 +370,16 @@ pub(crate) async fn create(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply {
         auto_resume,
         envd_access_token: token,
         allow_internet_access: req.allow_internet_access,
+        env_vars,
         past_runs: Vec::new(),
     });
     let sandbox = world.live(&id)?;
     Ok((StatusCode::CREATED, Json(sandbox_json(&world, sandbox))).into_response())
+}
+
+/// A name a process environment can hold: not empty, no `=` and no NUL.
+fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
 }
 
 /// Decodes a sandbox-list token: `base64url("{RFC3339Nano}__{id}")`, `__asc` appended for asc.
@@ -373,14 +425,10 @@ pub(crate) async fn list(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQuery) -
         })?),
         None => None,
     };
-    // The value is `k1=v1&k2=v2`, itself URL-encoded once more: decode the pairs again.
-    let metadata: Vec<(String, String)> = p
-        .get("metadata")
-        .map(|m| form_urlencoded::parse(m.as_bytes()).into_owned().collect())
-        .unwrap_or_default();
-    if metadata.iter().any(|(k, _)| k.is_empty()) {
-        return Err(ApiError::bad_request("Invalid metadata filter"));
-    }
+    let metadata = match p.get("metadata") {
+        Some(m) => wire::metadata_filter(m)?,
+        None => Vec::new(),
+    };
     let mut resume = Resume::read(&sim, &p, |token| sandbox_cursor(token, ascending))?;
     let now = now_ms();
     let world = sim.world(now);
@@ -479,14 +527,42 @@ fn required_timeout(body: &[u8]) -> Result<i64, ApiError> {
     checked_timeout(Some(timeout))
 }
 
+/// `POST /sandboxes/{id}/connect` (v1): `timeout` is required.
 pub(crate) async fn connect(
     State(sim): State<Arc<Sim>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Reply {
     let timeout = required_timeout(&body)?;
-    apply_and_show(&sim, &id, |world, now| {
-        let resumed = world.connect(&id, now, timeout)?;
+    connect_by(&sim, &id, timeout)
+}
+
+#[derive(Deserialize, Default)]
+struct ConnectV2Body {
+    timeout: Option<i64>,
+    /// `false` resumes from disk only; the simulator keeps no memory, so both are the same here.
+    #[serde(rename = "memory")]
+    _memory: Option<bool>,
+}
+
+/// `POST /v2/sandboxes/{id}/connect`: as v1, with `timeout` optional (300 s).
+pub(crate) async fn connect_v2(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
+    if sim.v1_only {
+        return Err(route_not_found());
+    }
+    let req: ConnectV2Body = parse_body(&body, false)?;
+    let timeout = checked_timeout(Some(req.timeout.unwrap_or(V2_DEFAULT_TIMEOUT_SECS)))?;
+    connect_by(&sim, &id, timeout)
+}
+
+/// Resumes a paused sandbox (201) or extends a running one's TTL (200), with its `Sandbox`.
+fn connect_by(sim: &Sim, id: &str, timeout: i64) -> Reply {
+    apply_and_show(sim, id, |world, now| {
+        let resumed = world.connect(id, now, timeout)?;
         Ok(if resumed {
             StatusCode::CREATED
         } else {
@@ -876,7 +952,14 @@ pub(crate) async fn templates(State(sim): State<Arc<Sim>>, RawQuery(raw): RawQue
             ));
         }
     }
-    template_page(&sim, &p, "tpl", |_| true, template_json)
+    let envd_version = sim.world(now_ms()).envd_version.clone();
+    template_page(
+        &sim,
+        &p,
+        "tpl",
+        |_| true,
+        |t| template_json(t, &envd_version),
+    )
 }
 
 pub(crate) async fn template(
@@ -913,7 +996,7 @@ pub(crate) async fn template(
                 "cpuCount": b.cpu_count,
                 "memoryMB": b.memory_mb,
                 "diskSizeMB": b.disk_size_mb,
-                "envdVersion": ENVD_VERSION,
+                "envdVersion": world.envd_version,
             })
         })
         .collect();

@@ -183,6 +183,7 @@ fn member(world: &mut World, dice: &mut Dice, template_ids: &[String], now: Ms) 
         auto_resume: false,
         envd_access_token: secure.then(|| format!("{token_hash:016x}")),
         allow_internet_access: None,
+        env_vars: BTreeMap::new(),
         past_runs: Vec::new(),
     }
 }

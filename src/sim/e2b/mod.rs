@@ -102,6 +102,14 @@ pub struct SimOptions {
     /// templates, two snapshots) instead of `--sandboxes` random ones.
     #[arg(long)]
     pub story: bool,
+    /// Play an older self-hosted E2B without the v2 routes: `POST /v2/sandboxes` and
+    /// `POST /v2/sandboxes/{id}/connect` answer 404, as a server without them does.
+    #[arg(long)]
+    pub v1_only: bool,
+    /// The `envdVersion` sandboxes announce (clients choose the upload encoding and features by
+    /// it; 0.5.7 and later take `application/octet-stream` uploads).
+    #[arg(long, default_value = model::DEFAULT_ENVD_VERSION)]
+    pub envd_version: String,
 }
 
 impl Default for SimOptions {
@@ -117,6 +125,8 @@ impl Default for SimOptions {
             envd_port: 0,
             exec: ExecMode::Off,
             story: false,
+            v1_only: false,
+            envd_version: model::DEFAULT_ENVD_VERSION.to_owned(),
         }
     }
 }
@@ -134,6 +144,8 @@ impl fmt::Debug for SimOptions {
             .field("envd_port", &self.envd_port)
             .field("exec", &self.exec)
             .field("story", &self.story)
+            .field("v1_only", &self.v1_only)
+            .field("envd_version", &self.envd_version)
             .finish()
     }
 }
@@ -179,6 +191,8 @@ pub(crate) struct Sim {
     seed: u64,
     fault_draws: AtomicU64,
     endless_tokens: AtomicU64,
+    /// `--v1-only`: the v2 create and connect routes answer 404.
+    v1_only: bool,
 }
 
 pub(crate) fn now_ms() -> Ms {
@@ -327,13 +341,15 @@ fn fault_error(status: StatusCode, retry_after_secs: u64) -> ApiError {
 /// `paused` counts the pauses actually carried out).
 fn op_for(method: &Method, path: &str) -> &'static str {
     match (method.as_str(), path) {
-        ("POST", "/sandboxes") => "create",
+        ("POST", "/sandboxes" | "/v2/sandboxes") => "create",
         ("GET", "/v2/sandboxes") => "list",
         ("GET", "/sandboxes/{sandbox_id}") => "get",
         ("DELETE", "/sandboxes/{sandbox_id}") => "kill",
         ("POST", "/sandboxes/{sandbox_id}/pause") => "pause",
         ("POST", "/sandboxes/{sandbox_id}/resume") => "resume",
-        ("POST", "/sandboxes/{sandbox_id}/connect") => "connect",
+        ("POST", "/sandboxes/{sandbox_id}/connect" | "/v2/sandboxes/{sandbox_id}/connect") => {
+            "connect"
+        }
         ("POST", "/sandboxes/{sandbox_id}/timeout") => "timeout",
         ("POST", "/sandboxes/{sandbox_id}/refreshes") => "refresh",
         ("GET", "/v2/sandboxes/{sandbox_id}/logs") => "logs",
@@ -377,11 +393,12 @@ pub const OPS: &[&str] = &[
 /// Counts, delays, authenticates and (maybe) fails each API request, in that order.
 /// The latency sleep happens here, before any lock is taken.
 async fn gate(State(sim): State<Arc<Sim>>, request: Request, next: Next) -> Response {
-    let op = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("other", |m| op_for(request.method(), m.as_str()));
+    let matched = request.extensions().get::<MatchedPath>();
+    let op = matched.map_or("other", |m| op_for(request.method(), m.as_str()));
     sim.count(op);
+    if let Some(route) = matched.and_then(|m| route_version(request.method(), m.as_str())) {
+        sim.count(route);
+    }
     if !sim.latency.is_zero() {
         tokio::time::sleep(sim.latency).await;
     }
@@ -403,10 +420,32 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "Not found")
 }
 
+/// Besides its op, a create or connect is counted by the route it came by (`create-v1`,
+/// `create-v2`, `connect-v1`, `connect-v2`), so a test can tell which one a client used.
+fn route_version(method: &Method, path: &str) -> Option<&'static str> {
+    match (method.as_str(), path) {
+        ("POST", "/sandboxes") => Some("create-v1"),
+        ("POST", "/v2/sandboxes") => Some("create-v2"),
+        ("POST", "/sandboxes/{sandbox_id}/connect") => Some("connect-v1"),
+        ("POST", "/v2/sandboxes/{sandbox_id}/connect") => Some("connect-v2"),
+        _ => None,
+    }
+}
+
+/// `0.6.4`, `v0.5.7`: what clients parse as a version.
+fn valid_envd_version(v: &str) -> bool {
+    let v = v.trim();
+    let v = v.strip_prefix('v').unwrap_or(v);
+    !v.is_empty()
+        && v.split('.').count() <= 3
+        && v.split('.')
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn router(sim: Arc<Sim>) -> Router {
     let api = Router::new()
         .route("/sandboxes", post(api::create))
-        .route("/v2/sandboxes", get(api::list))
+        .route("/v2/sandboxes", get(api::list).post(api::create_v2))
         .route("/sandboxes/metrics", get(api::metrics_many))
         .route(
             "/sandboxes/{sandbox_id}",
@@ -415,6 +454,7 @@ fn router(sim: Arc<Sim>) -> Router {
         .route("/sandboxes/{sandbox_id}/pause", post(api::pause))
         .route("/sandboxes/{sandbox_id}/resume", post(api::resume))
         .route("/sandboxes/{sandbox_id}/connect", post(api::connect))
+        .route("/v2/sandboxes/{sandbox_id}/connect", post(api::connect_v2))
         .route("/sandboxes/{sandbox_id}/timeout", post(api::set_timeout))
         .route("/sandboxes/{sandbox_id}/refreshes", post(api::refresh))
         .route("/sandboxes/{sandbox_id}/metrics", get(api::metrics))
@@ -469,7 +509,13 @@ impl SimServer {
         if opts.team_id.trim().is_empty() {
             return Err(invalid("--team-id must not be empty"));
         }
+        if !valid_envd_version(&opts.envd_version) {
+            return Err(invalid(
+                "--envd-version must be a version such as 0.6.4 (digits and dots, optionally after a v)",
+            ));
+        }
         let mut world = World::new(opts.seed, opts.team_id.clone());
+        world.envd_version = opts.envd_version.trim().to_owned();
         let sandboxes = if opts.story {
             story::seed(&mut world, now_ms()).len()
         } else {
@@ -490,6 +536,7 @@ impl SimServer {
             seed: opts.seed,
             fault_draws: AtomicU64::new(0),
             endless_tokens: AtomicU64::new(0),
+            v1_only: opts.v1_only,
         });
         let listener =
             tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
@@ -605,6 +652,9 @@ pub async fn run_cli(opts: SimOptions) -> anyhow::Result<ExitCode> {
     );
     println!("E2B_API_URL={}", server.base_url());
     println!("E2B_SANDBOX_URL={}", server.envd_url());
+    if server.sim.v1_only {
+        println!("--v1-only: the v2 create and connect routes answer 404, as an older E2B does");
+    }
     match server.exec_mode() {
         ExecMode::Local => println!(
             "WARNING: --exec local: commands sent to envd run as real processes ON THIS MACHINE, as your user (scratch directory per sandbox, minimal environment). Do not expose this port."

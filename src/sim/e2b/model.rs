@@ -19,7 +19,10 @@ pub(crate) const MAX_LIFETIME_MS: Ms = 24 * 3600 * 1000;
 pub(crate) const DEFAULT_TIMEOUT_SECS: i64 = 15;
 /// `refreshes` never keeps a sandbox for less than this.
 pub(crate) const MIN_REFRESH_SECS: i64 = 15;
-pub(crate) const ENVD_VERSION: &str = "0.4.1";
+/// The envd version sandboxes announce unless `--envd-version` says otherwise: the newest any
+/// feature gate of the official SDKs (e2b 2.50 to 2.63) names (`0.6.4`, watching network
+/// mounts), so every SDK feature is switched on; octet-stream uploads start at 0.5.7.
+pub const DEFAULT_ENVD_VERSION: &str = "0.6.4";
 /// E2B's deprecated, constant `clientID`.
 pub(crate) const CLIENT_ID: &str = "6532622b";
 
@@ -57,6 +60,8 @@ pub(crate) struct Sandbox {
     pub auto_resume: bool,
     pub envd_access_token: Option<String>,
     pub allow_internet_access: Option<bool>,
+    /// `envVars` of the create request: every process in the sandbox starts with them.
+    pub env_vars: BTreeMap<String, String>,
     /// Earlier runs `[start, end)` before pauses, oldest first (usually empty).
     pub past_runs: Vec<(Ms, Ms)>,
 }
@@ -177,6 +182,8 @@ pub(crate) struct World {
     ended: Vec<(String, bool)>,
     /// Log lines written by what happened in a sandbox (processes started and ended), oldest first.
     notes: HashMap<String, Vec<LogLine>>,
+    /// The `envdVersion` every sandbox and template announces (`--envd-version`).
+    pub envd_version: String,
 }
 
 /// E2B accepts `<id>-<clientID>` and keeps only the first part.
@@ -201,6 +208,7 @@ impl World {
             serial: 0,
             ended: Vec::new(),
             notes: HashMap::new(),
+            envd_version: DEFAULT_ENVD_VERSION.to_owned(),
         }
     }
 

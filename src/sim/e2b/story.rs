@@ -202,6 +202,7 @@ fn member(
         auto_resume: false,
         envd_access_token: Some(format!("{:016x}", dice.next_u64())),
         allow_internet_access: None,
+        env_vars: BTreeMap::new(),
         past_runs: Vec::new(),
     }
 }

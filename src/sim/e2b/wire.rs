@@ -142,6 +142,65 @@ impl Params {
     }
 }
 
+/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte, and a `%` not followed by two hex
+/// digits is an error worded as Go words it. The bytes must be UTF-8 (metadata is JSON text).
+pub(crate) fn query_unescape(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                let value = hex
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                let Some(value) = value else {
+                    let end = (i + 3).min(bytes.len());
+                    let shown = String::from_utf8_lossy(&bytes[i..end]);
+                    return Err(format!("invalid URL escape {shown:?}"));
+                };
+                out.push(value);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the unescaped text is not UTF-8".to_owned())
+}
+
+/// The `metadata` filter of `GET /v2/sandboxes`, decoded as E2B's API does (`parseFilters`):
+/// the value (already query-decoded once) is unescaped whole, split at `&` and then `=`
+/// (exactly one per pair), and each key and value unescaped again.
+pub(crate) fn metadata_filter(value: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let invalid = |why: String| ApiError::bad_request(format!("Invalid metadata filter: {why}"));
+    let query =
+        query_unescape(value).map_err(|e| invalid(format!("error when unescaping query: {e}")))?;
+    // A key given twice keeps its last value, as Go's map does.
+    let mut pairs = std::collections::BTreeMap::new();
+    for pair in query.split('&') {
+        let parts: Vec<&str> = pair.split('=').collect();
+        let [key, value] = parts[..] else {
+            return Err(invalid("invalid key value pair in query".to_owned()));
+        };
+        let key =
+            query_unescape(key).map_err(|e| invalid(format!("error when unescaping key: {e}")))?;
+        let value = query_unescape(value)
+            .map_err(|e| invalid(format!("error when unescaping value: {e}")))?;
+        pairs.insert(key, value);
+    }
+    Ok(pairs.into_iter().collect())
+}
+
 /// Parses a JSON request body. An empty body is `T::default()` unless the spec marks it required.
 pub(crate) fn parse_body<T: DeserializeOwned + Default>(
     body: &[u8],
@@ -220,6 +279,35 @@ mod tests {
         let ms = 1_767_323_045_123;
         assert_eq!(parse_rfc3339_ms(&rfc3339_nano(ms)), Some(ms));
         assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms));
+    }
+
+    #[test]
+    fn metadata_filters_decode_as_e2b_decodes_them() {
+        // What the SDK sends for {"owner": "zoë", "k": "a b&c=d"}, after the query's own decoding.
+        let pairs = metadata_filter("owner=zo%25C3%25AB&k=a%2520b%2526c%253Dd").unwrap();
+        assert_eq!(
+            pairs,
+            vec![
+                ("k".to_owned(), "a b&c=d".to_owned()),
+                ("owner".to_owned(), "zoë".to_owned())
+            ]
+        );
+        assert_eq!(
+            metadata_filter("a=b%2Fc&a=d").unwrap(),
+            vec![("a".to_owned(), "d".to_owned())]
+        );
+        assert_eq!(
+            metadata_filter("a=b%2Fc").unwrap(),
+            vec![("a".to_owned(), "b/c".to_owned())]
+        );
+        for bad in ["", "a", "a=b=c", "%YY", "%25YY=a", "a=%25YY", "a=%"] {
+            let err = metadata_filter(bad).unwrap_err();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert_eq!(
+            metadata_filter("a=%25YY").unwrap_err().message,
+            "Invalid metadata filter: error when unescaping value: invalid URL escape \"%YY\""
+        );
     }
 
     #[test]

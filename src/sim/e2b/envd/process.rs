@@ -117,8 +117,10 @@ fn shown_command(config: &ProcConfig) -> String {
 /// The variables the sandbox was created with (`envVars`), which every process sees under the
 /// ones its own request sets, as envd's `/init` makes them.
 pub(super) fn sandbox_env(sim: &Sim, id: &str) -> BTreeMap<String, String> {
-    let _ = (sim, id);
-    BTreeMap::new()
+    sim.world(now_ms())
+        .live(id)
+        .map(|s| s.env_vars.clone())
+        .unwrap_or_default()
 }
 
 pub(super) async fn start(
