@@ -109,6 +109,7 @@ fn bounded(label: &str, value: &str) -> bool {
                     "finished",
                     "gave_up",
                     "left_for_retry",
+                    "handed_back",
                     "done",
                     "transient",
                     "permanent",
