@@ -54,9 +54,11 @@ use self::wire::{ApiError, encode_token};
 mod admin;
 mod api;
 mod envd;
+mod events;
 mod exec;
 mod fleet;
 mod hooks;
+mod lifecycle;
 mod model;
 mod series;
 mod story;
@@ -193,6 +195,10 @@ pub(crate) struct Sim {
     endless_tokens: AtomicU64,
     /// `--v1-only`: the v2 create and connect routes answer 404.
     v1_only: bool,
+    /// Webhook registrations, delivery faults and the attempts made.
+    hooks: Mutex<events::Hooks>,
+    /// Woken when the world recorded lifecycle events, so the deliverer sends them at once.
+    events_changed: tokio::sync::Notify,
 }
 
 pub(crate) fn now_ms() -> Ms {
@@ -204,6 +210,9 @@ pub(crate) fn now_ms() -> Ms {
 pub(crate) struct WorldGuard<'a> {
     world: MutexGuard<'a, World>,
     exec: &'a Exec,
+    changed: &'a tokio::sync::Notify,
+    /// The last lifecycle event's sequence when the lock was taken.
+    events_before: u64,
 }
 
 impl Deref for WorldGuard<'_> {
@@ -226,6 +235,9 @@ impl Drop for WorldGuard<'_> {
         if !ended.is_empty() {
             self.exec.stop(ended);
         }
+        if self.world.events.last_seq() != self.events_before {
+            self.changed.notify_one();
+        }
     }
 }
 
@@ -233,15 +245,26 @@ impl Sim {
     /// The world with expired TTLs already applied. Never hold it across an `.await`.
     pub(crate) fn world(&self, now: Ms) -> WorldGuard<'_> {
         let mut world = self.world.lock().unwrap_or_else(|e| e.into_inner());
+        let events_before = world.events.last_seq();
         world.expire(now);
         WorldGuard {
             world,
             exec: &self.exec,
+            changed: &self.events_changed,
+            events_before,
         }
     }
 
     pub(crate) fn exec(&self) -> &Exec {
         &self.exec
+    }
+
+    pub(crate) fn hooks(&self) -> MutexGuard<'_, events::Hooks> {
+        self.hooks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn team_id(&self) -> String {
+        self.world(now_ms()).team_id.clone()
     }
 
     pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
@@ -362,6 +385,8 @@ fn op_for(method: &Method, path: &str) -> &'static str {
         ("GET", "/v2/templates") => "templates",
         ("GET", "/templates/{template_id}") => "template",
         ("DELETE", "/templates/{template_id}") => "delete-template",
+        ("GET", "/events/sandboxes" | "/events/sandboxes/{sandbox_id}") => "events",
+        (_, "/events/webhooks" | "/events/webhooks/{webhook_id}") => "webhooks",
         _ => "other",
     }
 }
@@ -388,6 +413,8 @@ pub const OPS: &[&str] = &[
     "templates",
     "template",
     "delete-template",
+    "events",
+    "webhooks",
 ];
 
 /// Counts, delays, authenticates and (maybe) fails each API request, in that order.
@@ -468,6 +495,21 @@ fn router(sim: Arc<Sim>) -> Router {
             "/templates/{template_id}",
             get(api::template).delete(api::delete_template),
         )
+        .route("/events/sandboxes", get(events::team_events))
+        .route(
+            "/events/sandboxes/{sandbox_id}",
+            get(events::sandbox_events),
+        )
+        .route(
+            "/events/webhooks",
+            get(events::list_webhooks).post(events::register),
+        )
+        .route(
+            "/events/webhooks/{webhook_id}",
+            get(events::get_webhook)
+                .patch(events::update_webhook)
+                .delete(events::delete_webhook),
+        )
         .route_layer(middleware::from_fn_with_state(sim.clone(), gate));
     let admin = Router::new()
         .route("/_sim/calls", get(admin::calls))
@@ -479,7 +521,9 @@ fn router(sim: Arc<Sim>) -> Router {
         .route("/_sim/paging", post(admin::set_paging))
         .route("/_sim/sandboxes", post(admin::seed_sandbox))
         .route("/_sim/sandboxes/{sandbox_id}", patch(admin::change_sandbox))
-        .route("/_sim/state", get(admin::state));
+        .route("/_sim/state", get(admin::state))
+        .route("/_sim/webhooks/faults", post(events::set_faults))
+        .route("/_sim/webhooks/deliveries", get(events::deliveries));
     api.merge(admin).fallback(not_found).with_state(sim)
 }
 
@@ -522,6 +566,7 @@ impl SimServer {
             fleet::seed(&mut world, opts.sandboxes, now_ms());
             opts.sandboxes
         };
+        world.start_recording();
         let sim = Arc::new(Sim {
             world: Mutex::new(world),
             exec: Exec::new(opts.exec)?,
@@ -537,6 +582,8 @@ impl SimServer {
             fault_draws: AtomicU64::new(0),
             endless_tokens: AtomicU64::new(0),
             v1_only: opts.v1_only,
+            hooks: Mutex::new(events::Hooks::default()),
+            events_changed: tokio::sync::Notify::new(),
         });
         let listener =
             tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port))).await?;
@@ -554,6 +601,7 @@ impl SimServer {
         if opts.exec == ExecMode::Local {
             side_tasks.push(tokio::spawn(envd::sample_forever(sim.clone())));
         }
+        side_tasks.push(tokio::spawn(events::deliver_forever(sim.clone())));
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(sim.clone());
         let task = tokio::spawn(async move {

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
+use super::lifecycle::{self, Kind};
 use super::series::{self, LogLine, Ms, Profile, SeriesKey, mix, short_id, uuid_from};
 use super::wire::ApiError;
 
@@ -184,6 +185,10 @@ pub(crate) struct World {
     notes: HashMap<String, Vec<LogLine>>,
     /// The `envdVersion` every sandbox and template announces (`--envd-version`).
     pub envd_version: String,
+    /// Lifecycle events of every change made since seeding ([`World::start_recording`]).
+    pub events: lifecycle::Log,
+    /// Off while the fleet is seeded: a seeded sandbox was created before the simulator started.
+    recording: bool,
 }
 
 /// E2B accepts `<id>-<clientID>` and keeps only the first part.
@@ -209,7 +214,45 @@ impl World {
             ended: Vec::new(),
             notes: HashMap::new(),
             envd_version: DEFAULT_ENVD_VERSION.to_owned(),
+            events: lifecycle::Log::default(),
+            recording: false,
         }
+    }
+
+    /// From now on every change is recorded as a lifecycle event.
+    pub fn start_recording(&mut self) {
+        self.recording = true;
+    }
+
+    /// Records a lifecycle event for the sandbox `id` (which must be in the world).
+    fn record(&mut self, kind: Kind, id: &str, at: Ms, set_timeout: Option<Ms>) {
+        if !self.recording {
+            return;
+        }
+        let Some(s) = self.sandboxes.get(id) else {
+            return;
+        };
+        let (template_id, metadata) = (s.template_id.clone(), s.metadata.clone());
+        let build_id = self
+            .templates
+            .get(&template_id)
+            .and_then(|t| t.builds.last())
+            .map(|b| b.id.clone())
+            .unwrap_or_default();
+        let execution_id = uuid_from(mix(self.seed ^ series::fnv(id) ^ 0xE7EC));
+        let event_id = self.fresh_uuid();
+        self.events.push(lifecycle::Event {
+            seq: 0,
+            id: event_id,
+            kind,
+            sandbox_id: id.to_owned(),
+            template_id,
+            build_id,
+            execution_id,
+            at,
+            metadata,
+            set_timeout,
+        });
     }
 
     fn next_hash(&mut self, salt: u64) -> u64 {
@@ -360,7 +403,9 @@ impl World {
             let spawned = t.last_spawned_at.unwrap_or(Ms::MIN).max(sandbox.started_at);
             t.last_spawned_at = Some(spawned);
         }
-        self.sandboxes.insert(sandbox.id.clone(), sandbox);
+        let (id, at) = (sandbox.id.clone(), sandbox.started_at);
+        self.sandboxes.insert(id.clone(), sandbox);
+        self.record(Kind::Created, &id, at, None);
     }
 
     /// A running or paused sandbox, or E2B's 404.
@@ -410,6 +455,12 @@ impl World {
         }
     }
 
+    /// A new end for a running sandbox, recorded as an `updated` event at `now`.
+    fn set_end_at(&mut self, id: &str, end_at: Ms, now: Ms) {
+        self.set_end(id, end_at);
+        self.record(Kind::Updated, id, now, Some(end_at));
+    }
+
     pub fn kill(&mut self, id: &str, now: Ms) -> Result<(), ApiError> {
         let s = self.live_mut(id)?;
         let was = s.state;
@@ -425,6 +476,7 @@ impl World {
             self.paused -= 1;
         }
         self.killed += 1;
+        self.record(Kind::Killed, &sid, now, None);
         self.ended.push((sid.clone(), true));
         self.notes.remove(&sid);
         self.by_start.remove(&(started, sid));
@@ -447,6 +499,7 @@ impl World {
         s.end_at = now;
         let sid = s.id.clone();
         self.expiry.remove(&(old_end, sid.clone()));
+        self.record(Kind::Paused, &sid, now, None);
         self.ended.push((sid, false));
         self.running -= 1;
         self.paused += 1;
@@ -472,7 +525,8 @@ impl World {
         self.running += 1;
         self.by_start.remove(&(old_start, sid.clone()));
         self.by_start.insert((now, sid.clone()));
-        self.expiry.insert((end, sid));
+        self.expiry.insert((end, sid.clone()));
+        self.record(Kind::Resumed, &sid, now, None);
         Ok(())
     }
 
@@ -519,7 +573,7 @@ impl World {
         let wanted = (now + timeout_secs * 1000).min(s.started_at + MAX_LIFETIME_MS);
         if wanted > s.end_at {
             let sid = s.id.clone();
-            self.set_end(&sid, wanted);
+            self.set_end_at(&sid, wanted, now);
         }
         Ok(false)
     }
@@ -533,7 +587,7 @@ impl World {
         }
         let end = (now + timeout_secs * 1000).min(s.started_at + MAX_LIFETIME_MS);
         let sid = s.id.clone();
-        self.set_end(&sid, end);
+        self.set_end_at(&sid, end, now);
         Ok(())
     }
 
@@ -547,7 +601,7 @@ impl World {
             (now + duration_secs.max(MIN_REFRESH_SECS) * 1000).min(s.started_at + MAX_LIFETIME_MS);
         if wanted > s.end_at {
             let sid = s.id.clone();
-            self.set_end(&sid, wanted);
+            self.set_end_at(&sid, wanted, now);
         }
         Ok(())
     }
