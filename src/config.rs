@@ -833,6 +833,9 @@ pub struct Settings {
     pub sandbox_url: Option<String>,
     /// Webhook secrets, the clone token and the checked `[[push_tests]]`.
     pub github: crate::github::GithubSettings,
+    /// `E2B_WEBHOOK_SECRET` (comma-separated, so one can be rotated): the signature secrets
+    /// `POST /e2b/webhook` accepts; empty turns the route off.
+    pub e2b_webhook_secrets: Vec<SecretString>,
     pub policy: Policy,
 }
 
@@ -877,6 +880,14 @@ impl Settings {
                 .unwrap_or_else(|| DEFAULT_REPLICA_NAME.to_owned()),
             sandbox_url: sandbox_url(env)?,
             github: github_settings(env, &policy)?,
+            e2b_webhook_secrets: env
+                .var("E2B_WEBHOOK_SECRET")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| SecretString::from(s.to_owned()))
+                .collect(),
             policy,
         })
     }

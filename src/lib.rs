@@ -41,6 +41,7 @@ pub mod http;
 pub mod hygiene;
 pub mod ids;
 pub mod jobs;
+pub mod lifecycle;
 pub mod mcp;
 pub mod metrics;
 pub mod runs;

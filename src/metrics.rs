@@ -64,6 +64,8 @@ pub const JOBS: &str = "steward_jobs_total";
 pub const JOB_DURATION: &str = "steward_job_duration_seconds";
 /// How long one step of a decided case took, by step and outcome.
 pub const JOB_STEP_DURATION: &str = "steward_job_step_duration_seconds";
+/// E2B lifecycle events received, by event and what Steward did with them.
+pub const E2B_EVENTS: &str = "steward_e2b_events_total";
 /// Fleet sweeps, by mode and outcome.
 pub const SWEEPS: &str = "steward_sweeps_total";
 /// How long a fleet sweep took, by mode.
@@ -290,6 +292,12 @@ pub const SERIES: &[Series] = &[
         Kind::Gauge,
         &[],
         "1 when the last scrape reached Redis, 0 when it did not.",
+    ),
+    series(
+        E2B_EVENTS,
+        Kind::Counter,
+        &["event", "outcome"],
+        "E2B lifecycle events received by webhook, by event (created, updated, paused, resumed, killed, other) and outcome (closed: a waiting case closed; noted: in a case's audit trail; no_case; duplicate; refused: mis-signed, malformed or too large; failed: retried on the next delivery).",
     ),
     series(
         BUILD_INFO,
@@ -610,6 +618,13 @@ pub struct SweepFigures {
 }
 
 /// A sweep that ended (`mode`: `live`, `dry_run`); its figures when it succeeded.
+/// One E2B lifecycle event delivery. `event`: `created`, `updated`, `paused`, `resumed`,
+/// `killed`, `other` (or `unknown` before it was parsed); `outcome`: `closed`, `noted`,
+/// `no_case`, `duplicate`, `refused`, `failed`.
+pub fn e2b_event(event: &'static str, outcome: &'static str) {
+    counter!(E2B_EVENTS, "event" => event, "outcome" => outcome).increment(1);
+}
+
 pub fn sweep(mode: &'static str, took: Duration, figures: Option<SweepFigures>) {
     let outcome = if figures.is_some() { "ok" } else { "failed" };
     counter!(SWEEPS, "mode" => mode, "outcome" => outcome).increment(1);

@@ -45,6 +45,8 @@ pub enum CardStatus {
     Failed,
     Expired,
     Left,
+    /// The subject ended outside Steward while the case waited.
+    Outside,
 }
 
 /// `case_card.json.j2`.
@@ -419,6 +421,7 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
             format!("{subject}: no decision, left to its E2B timeout")
         }
         CaseState::Expired { .. } => format!("{subject}: no decision, nothing done"),
+        CaseState::EndedOutside { .. } => format!("{subject} ended outside Steward"),
         CaseState::Left {
             by: Decider::Policy { .. },
             ..
@@ -688,6 +691,11 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         }
         CaseState::Expired { .. } => {
             params.status = CardStatus::Expired;
+        }
+        CaseState::EndedOutside { what, at } => {
+            params.status = CardStatus::Outside;
+            params.error = Some(what.clone());
+            params.at = Some(when(*at));
         }
         CaseState::Left {
             option,
@@ -960,7 +968,7 @@ fn chunk_mrkdwn(lines: Vec<Mrkdwn>, max_chars: usize) -> Vec<Mrkdwn> {
 }
 
 /// Every status a card can show.
-pub(crate) const STATUSES: [CardStatus; 7] = [
+pub(crate) const STATUSES: [CardStatus; 8] = [
     CardStatus::Pending,
     CardStatus::Running,
     CardStatus::Done,
@@ -968,6 +976,7 @@ pub(crate) const STATUSES: [CardStatus; 7] = [
     CardStatus::Failed,
     CardStatus::Expired,
     CardStatus::Left,
+    CardStatus::Outside,
 ];
 
 /// A button made of sample text, with a confirm dialog (`full`) or without.
@@ -1501,6 +1510,13 @@ mod tests {
                 },
             ),
             ("case_card_expired", CaseState::Expired { at: t(86_400) }),
+            (
+                "case_card_ended_outside",
+                CaseState::EndedOutside {
+                    what: "E2B says the sandbox was killed outside Steward at 2026-01-01 00:05:00 UTC (owner dana)".into(),
+                    at: t(300),
+                },
+            ),
             (
                 "case_card_left",
                 CaseState::Left {

@@ -86,6 +86,9 @@ pub fn already_sentence(case: &Case) -> Mrkdwn {
         CaseState::Expired { .. } => Mrkdwn::text(
             "This case expired without a decision; nothing was done. Open a new one if needed.",
         ),
+        CaseState::EndedOutside { what, .. } => Mrkdwn::text(&format!(
+            "This case is closed: {what}. Steward did nothing."
+        )),
     }
 }
 

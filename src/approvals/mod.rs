@@ -21,6 +21,7 @@ pub mod evidence;
 pub mod history;
 pub mod lifetime;
 pub mod list;
+pub mod outside;
 pub mod push_card;
 pub mod push_case;
 pub mod repair;

@@ -314,7 +314,7 @@ pub fn progress<'a>(states: impl IntoIterator<Item = Option<&'a CaseState>>) -> 
             Some(CaseState::Done { .. }) => p.done += 1,
             Some(CaseState::Failed { .. }) => p.failed += 1,
             // Busy again when re-read (Steward left it), or decided otherwise on its own card.
-            Some(CaseState::Left { .. }) => p.skipped += 1,
+            Some(CaseState::Left { .. } | CaseState::EndedOutside { .. }) => p.skipped += 1,
             Some(CaseState::Expired { .. }) | None => p.expired += 1,
         }
     }

@@ -41,6 +41,8 @@ pub enum Event {
     },
     /// The deadline passed with no decision.
     Expire,
+    /// The subject ended outside Steward (an E2B lifecycle event) while the case waited.
+    EndedOutside { what: String },
     /// A worker starts (or, after a crash, takes over) running the decision.
     StartExecuting,
     /// A worker finished one step of the plan.
@@ -81,6 +83,7 @@ impl Event {
         match self {
             Event::Decide { .. } | Event::DecideByPolicy { .. } => "decide",
             Event::Expire => "expire",
+            Event::EndedOutside { .. } => "close",
             Event::StartExecuting => "start executing",
             Event::StepDone { .. } => "record a step of",
             Event::Finish => "finish",
@@ -250,6 +253,10 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
                 });
             }
             CaseState::Expired { at: now }
+        }
+
+        (CaseState::Pending, Event::EndedOutside { what }) => {
+            CaseState::EndedOutside { what, at: now }
         }
 
         (

@@ -536,6 +536,9 @@ pub enum CaseState {
     },
     /// Nobody decided by `decide_by`: nothing is done, ever.
     Expired { at: DateTime<Utc> },
+    /// The subject ended outside Steward while the case waited (E2B's lifecycle event says it was
+    /// killed): nothing is done, ever. `what` is the sentence the card shows.
+    EndedOutside { what: String, at: DateTime<Utc> },
     /// A person (or a policy) chose Leave or Keep. `until` says when Steward may ask again.
     Left {
         option: DecisionOption,
@@ -556,6 +559,7 @@ impl CaseState {
             CaseState::Done { .. } => "done",
             CaseState::Failed { .. } => "failed",
             CaseState::Expired { .. } => "expired",
+            CaseState::EndedOutside { .. } => "ended_outside",
             CaseState::Left { .. } => "left",
         }
     }

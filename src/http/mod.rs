@@ -25,6 +25,7 @@ use crate::slack::render::Templates;
 use crate::store::Store;
 
 pub mod api;
+pub mod e2b;
 pub mod edge;
 pub mod error;
 pub mod github;
@@ -162,6 +163,7 @@ pub fn router(state: AppState) -> Router {
             tokens.clone(),
             api::auth::authenticate,
         ));
+    let e2b_events = Router::new().route("/e2b/webhook", post(e2b::webhook));
     let github = Router::new()
         .route("/github/webhook", post(github::webhook))
         .route_layer(middleware::from_fn_with_state(
@@ -178,6 +180,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/v1", api::routes(tokens, budget))
         .merge(mcp)
         .merge(github)
+        .merge(e2b_events)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(scrape)

@@ -76,6 +76,10 @@ pub fn view(case: &Case) -> Value {
             Value::Null,
             json!({ "finished": true, "ok": false, "error": "nobody decided in time; nothing was done", "at": at }),
         ),
+        CaseState::EndedOutside { what, at } => (
+            Value::Null,
+            json!({ "finished": true, "ok": false, "error": format!("{what}; nothing was done"), "at": at }),
+        ),
         CaseState::Left {
             option,
             by,

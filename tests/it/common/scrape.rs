@@ -116,6 +116,10 @@ fn bounded(label: &str, value: &str) -> bool {
                     "evidence_changed",
                     // sweeps
                     "failed",
+                    // E2B lifecycle events
+                    "closed",
+                    "noted",
+                    "no_case",
                 ]
                 .contains(&value)
         }
@@ -167,6 +171,10 @@ fn bounded(label: &str, value: &str) -> bool {
         ]
         .contains(&value),
         "mode" => ["live", "dry_run"].contains(&value),
+        "event" => [
+            "created", "updated", "paused", "resumed", "killed", "other", "unknown",
+        ]
+        .contains(&value),
         "lane" => sandbox_steward::store::Lane::ALL
             .iter()
             .any(|lane| lane.as_str() == value),
