@@ -280,7 +280,20 @@ pub struct Policy {
     pub push_tests: Vec<crate::github::PushTestEntry>,
     /// Queue workers per replica, per lane, and how long a stopping replica drains (`[workers]`).
     pub workers: WorkersConfig,
+    /// E2B lifecycle events: how often one replica polls E2B's events API (`[events]`).
+    pub events: EventsConfig,
 }
+
+/// `[events]` as written: `poll_every` (default `1m`; `off` turns the poller off), how often one
+/// replica reads E2B's `/events/sandboxes` to catch what webhooks missed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    pub poll_every: Option<String>,
+}
+
+/// The poller's interval when `[events] poll_every` is not set.
+pub const DEFAULT_EVENTS_POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `[workers]` as written: `decisions` (default 4) and `runs` (default 4) queue workers per
 /// replica, each lane its own, so decisions never wait behind runs; `shutdown_grace` (default
@@ -718,6 +731,22 @@ impl Policy {
         })
     }
 
+    /// `[events] poll_every` checked: `None` when it is `off`.
+    pub fn events_poll_every(&self) -> Result<Option<std::time::Duration>, String> {
+        match self.events.poll_every.as_deref().map(str::trim) {
+            None => Ok(Some(DEFAULT_EVENTS_POLL_EVERY)),
+            Some("off") => Ok(None),
+            Some(text) => {
+                let d = duration::parse("[events] poll_every", text)
+                    .map_err(|e| format!("[events] poll_every is not valid: {}", e.reason))?;
+                if d < std::time::Duration::from_secs(1) {
+                    return Err("[events] poll_every must be at least 1s, or off".into());
+                }
+                Ok(Some(d))
+            }
+        }
+    }
+
     /// `[runs]` checked, with `[channels] runs` (checked as a channel id). Errors name the key.
     pub fn runs(&self) -> Result<RunPolicy, String> {
         let c = &self.runs;
@@ -867,6 +896,12 @@ impl Settings {
             name: "steward.toml".into(),
             reason,
         })?;
+        policy
+            .events_poll_every()
+            .map_err(|reason| ConfigError::Invalid {
+                name: "steward.toml".into(),
+                reason,
+            })?;
         Ok(Self {
             listen,
             metrics_listen,
@@ -1206,7 +1241,7 @@ authors = { "alice@example.com" = "U0ALICE" }
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`, `workers`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`, `workers`, `events`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.

@@ -98,6 +98,15 @@ struct WireData {
     set_timeout: Option<DateTime<Utc>>,
 }
 
+/// How long an event id is remembered as handled: E2B keeps events 7 days, so neither a late
+/// delivery nor the poller's catch-up brings one back after its mark is gone.
+pub const DEDUPE_TTL: std::time::Duration = std::time::Duration::from_secs(8 * 24 * 3600);
+
+/// The name of the mark that says event `id` was handled (by webhook or poll).
+pub fn dedupe_key(id: &str) -> String {
+    format!("e2b-event:{id}")
+}
+
 /// The longest event id or sandbox id Steward accepts (E2B's are UUIDs and 20-character ids).
 const MAX_ID_LEN: usize = 128;
 
@@ -106,6 +115,13 @@ impl LifecycleEvent {
     pub fn parse(body: &[u8]) -> Result<Self, BadEvent> {
         let wire: Wire = serde_json::from_slice(body)
             .map_err(|e| BadEvent(format!("the body is not an E2B lifecycle event: {e}")))?;
+        Self::from_wire(wire)
+    }
+
+    /// One entry of the events API's list.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, BadEvent> {
+        let wire: Wire = serde_json::from_value(value)
+            .map_err(|e| BadEvent(format!("not an E2B lifecycle event: {e}")))?;
         Self::from_wire(wire)
     }
 

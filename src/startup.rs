@@ -152,7 +152,11 @@ impl Application {
         let metrics = crate::http::metrics::bind(settings.metrics_listen).await?;
         crate::metrics::install();
         let workers = settings.policy.workers().map_err(anyhow::Error::msg)?;
-        let loops = LoopSettings::new(&settings.replica_name).with_workers(workers);
+        let mut loops = LoopSettings::new(&settings.replica_name).with_workers(workers);
+        loops.events_poll_every = settings
+            .policy
+            .events_poll_every()
+            .map_err(anyhow::Error::msg)?;
         let mut state = build(settings)?;
         let socket = match &state.settings.socket {
             Some(socket) => Some(SocketClient::new(socket, &state.settings.slack.api_url)?),
@@ -294,6 +298,21 @@ impl Application {
             self.loops.expire_every,
             drained(),
         )));
+        match (&self.state.e2b, self.loops.events_poll_every) {
+            (Some(e2b), Some(every)) => {
+                loops.push(tokio::spawn(crate::approvals::outside::run_poller(
+                    self.state.services(),
+                    e2b.clone(),
+                    self.loops.worker.consumer.clone(),
+                    every,
+                    drained(),
+                )));
+            }
+            (Some(_), None) => {
+                tracing::info!("the E2B events poller is off ([events] poll_every = \"off\")")
+            }
+            (None, _) => {}
+        }
         if let (Some(runner), false) = (
             &self.state.runs,
             self.state.settings.github.push_tests.is_empty(),

@@ -87,3 +87,151 @@ pub async fn apply_event(
     .await;
     Ok(Applied::Noted)
 }
+
+/// How far back a poll reads before the watermark: events are listed by time, and one recorded
+/// just before the newest seen may appear in the list after it.
+pub const POLL_OVERLAP: chrono::Duration = chrono::Duration::seconds(120);
+/// With no watermark yet (the first poll of a deployment), how far back the poller starts.
+pub const FIRST_POLL_LOOKBACK: chrono::Duration = chrono::Duration::hours(1);
+/// E2B keeps events 7 days; a poll never reads further back.
+pub const RETENTION: chrono::Duration = chrono::Duration::days(7);
+/// The lease that makes one replica the poller.
+pub const POLL_LEASE: &str = "e2b-events-poll";
+
+/// What one poll did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PollFigures {
+    /// Events listed (repeats included).
+    pub read: usize,
+    /// Events not seen before (by webhook or an earlier poll), now handled.
+    pub new: usize,
+    /// Pages asked for.
+    pub pages: usize,
+}
+
+/// One poll of E2B's `/events/sandboxes`: every event since the watermark (less
+/// [`POLL_OVERLAP`]), newest first page by page (a list that grows while it is read only shifts
+/// events to later pages, so nothing is skipped; repeats are dropped by event id, shared with the
+/// webhook), then handled oldest first. The watermark moves only past events handled, so a
+/// failure is read again next time.
+pub async fn poll_once(
+    svc: &Services,
+    e2b: &crate::e2b::E2bClient,
+    now: DateTime<Utc>,
+) -> Result<PollFigures, String> {
+    let watermark = svc
+        .store
+        .events_watermark()
+        .await
+        .map_err(|e| e.to_string())?;
+    let since = match watermark {
+        Some(w) => (w - POLL_OVERLAP).max(now - RETENTION),
+        None => now - FIRST_POLL_LOOKBACK,
+    };
+    let mut figures = PollFigures::default();
+    let mut events = Vec::new();
+    let page = crate::e2b::MAX_EVENTS_PAGE;
+    // 7 days of a busy team is bounded by E2B's retention; this cap only stops a server that
+    // pages forever.
+    for n in 0..10_000usize {
+        let batch = e2b
+            .sandbox_events(n * page, page, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        figures.pages += 1;
+        let last_page = batch.len() < page;
+        let reached = batch.iter().any(|e| e.at < since);
+        figures.read += batch.len();
+        events.extend(batch.into_iter().filter(|e| e.at >= since));
+        if last_page || reached {
+            break;
+        }
+    }
+    events.sort_by_key(|e| e.at);
+    let mut seen = std::collections::HashSet::new();
+    let mut newest_handled = None;
+    for event in events {
+        if !seen.insert(event.id.clone()) {
+            continue;
+        }
+        let mark = crate::lifecycle::dedupe_key(&event.id);
+        let first = svc
+            .store
+            .first_time(&mark, crate::lifecycle::DEDUPE_TTL)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !first {
+            newest_handled = Some(event.at);
+            continue;
+        }
+        match apply_event(svc, &event, now).await {
+            Ok(applied) => {
+                crate::metrics::e2b_event(event.kind.as_str(), applied.as_str());
+                figures.new += 1;
+                newest_handled = Some(event.at);
+            }
+            Err(e) => {
+                crate::metrics::e2b_event(event.kind.as_str(), "failed");
+                let _ = svc.store.forget_first_time(&mark).await;
+                return Err(format!("event {}: {e}", event.id));
+            }
+        }
+    }
+    let advance_to = newest_handled.unwrap_or(since + POLL_OVERLAP).min(now);
+    svc.store
+        .advance_events_watermark(advance_to)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(figures)
+}
+
+/// Polls every `every` while this replica holds [`POLL_LEASE`], until `shutdown`. Beside
+/// webhooks it fills the gaps of deliveries E2B gave up on; without them (a replica E2B cannot
+/// reach) it is how events arrive.
+pub async fn run_poller(
+    svc: Services,
+    e2b: crate::e2b::E2bClient,
+    holder: String,
+    every: std::time::Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let lease = every
+        .saturating_mul(3)
+        .max(std::time::Duration::from_secs(5));
+    loop {
+        let held = match svc.store.acquire_lease(POLL_LEASE, &holder, lease).await {
+            Ok(true) => true,
+            Ok(false) => svc
+                .store
+                .renew_lease(POLL_LEASE, &holder, lease)
+                .await
+                .unwrap_or(false),
+            Err(e) => {
+                tracing::debug!(error = %e, "events poll: the lease could not be read");
+                false
+            }
+        };
+        if held {
+            match poll_once(&svc, &e2b, Utc::now()).await {
+                Ok(f) if f.new > 0 => {
+                    tracing::info!(
+                        read = f.read,
+                        new = f.new,
+                        pages = f.pages,
+                        "E2B events polled"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "E2B events poll failed; the next one reads again")
+                }
+            }
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+    let _ = svc.store.release_lease(POLL_LEASE, &holder).await;
+}

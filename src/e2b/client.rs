@@ -96,6 +96,7 @@ pub(super) enum Op {
     Templates,
     Template,
     DeleteTemplate,
+    Events,
 }
 
 impl Op {
@@ -120,6 +121,7 @@ impl Op {
             Op::Templates => "templates",
             Op::Template => "template",
             Op::DeleteTemplate => "delete-template",
+            Op::Events => "events",
         }
     }
 

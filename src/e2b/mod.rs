@@ -8,6 +8,8 @@
 //! Redis or Slack, and it must never reveal the API key.
 mod client;
 mod error;
+mod events;
+pub use events::MAX_EVENTS_PAGE;
 mod metrics;
 pub mod model;
 pub mod paging;

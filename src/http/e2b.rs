@@ -25,9 +25,6 @@ use crate::telemetry::WarnGate;
 
 /// An E2B lifecycle event is a few hundred bytes; metadata makes it larger, never this large.
 pub const E2B_EVENT_MAX_BYTES: usize = 64 * 1024;
-/// How long an event id is remembered: E2B keeps events 7 days, so a late delivery or the
-/// poller's catch-up never brings one back after its mark is gone.
-pub const EVENT_DEDUPE_TTL: Duration = Duration::from_secs(8 * 24 * 3600);
 
 static MIS_SIGNED: WarnGate = WarnGate::new(Duration::from_secs(10));
 
@@ -41,11 +38,6 @@ fn too_large() -> Response {
         StatusCode::PAYLOAD_TOO_LARGE,
         "The body is over 64 KiB, far more than an E2B lifecycle event, so it was not read.",
     )
-}
-
-/// The store key that marks an event as handled.
-pub(crate) fn event_mark(id: &str) -> String {
-    format!("e2b-event:{id}")
 }
 
 async fn read_limited(body: Body) -> Result<Bytes, Response> {
@@ -95,8 +87,8 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
             return refuse(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
-    let mark = event_mark(&event.id);
-    match state.store.first_time(&mark, EVENT_DEDUPE_TTL).await {
+    let mark = lifecycle::dedupe_key(&event.id);
+    match state.store.first_time(&mark, lifecycle::DEDUPE_TTL).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::debug!(event = %event.id, "E2B event already handled");

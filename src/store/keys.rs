@@ -224,6 +224,11 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
+    /// The time of the newest E2B lifecycle event the poller has read.
+    pub fn events_watermark(&self) -> String {
+        format!("{}:e2b-events:watermark", self.prefix)
+    }
+
     /// One run's record (a hash).
     pub fn run(&self, id: &RunId) -> String {
         format!("{}:run:{{{}}}", self.prefix, id)

@@ -41,6 +41,7 @@ struct State {
     leases: HashMap<String, (String, Instant)>,
     left: HashMap<String, LeftMark>,
     last_sweep: Option<DateTime<Utc>>,
+    events_watermark: Option<DateTime<Utc>>,
     sweep_digests: HashMap<DateTime<Utc>, String>,
     stale_cards: HashMap<CaseId, u32>,
     /// One queue per lane, `Lane::Decisions` first.
@@ -281,6 +282,19 @@ impl MemoryStore {
 
     pub(crate) async fn last_completed_sweep(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         Ok(self.lock().last_sweep)
+    }
+
+    pub(crate) async fn events_watermark(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(self.lock().events_watermark)
+    }
+
+    pub(crate) async fn advance_events_watermark(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        s.events_watermark = Some(s.events_watermark.map_or(at, |last| last.max(at)));
+        Ok(())
     }
 
     pub(crate) async fn record_completed_sweep(

@@ -646,6 +646,16 @@ impl Store {
     }
 
     /// Records that the sweep scheduled for `slot` finished. Never moves the marker backwards.
+    /// The time of the newest E2B lifecycle event the poller has read, if it ever read one.
+    pub async fn events_watermark(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        delegate!(self.events_watermark())
+    }
+
+    /// Moves the events watermark to `at`, unless it is already later.
+    pub async fn advance_events_watermark(&self, at: DateTime<Utc>) -> Result<(), StoreError> {
+        delegate!(self.advance_events_watermark(at))
+    }
+
     pub async fn record_completed_sweep(&self, slot: DateTime<Utc>) -> Result<(), StoreError> {
         delegate!(self.record_completed_sweep(slot))
     }

@@ -264,3 +264,87 @@ async fn without_a_secret_the_webhook_route_is_off() {
             .contains("E2B_WEBHOOK_SECRET")
     );
 }
+
+#[tokio::test]
+async fn the_poller_recovers_an_event_whose_webhook_delivery_was_dropped() {
+    let app = spawn_app_with(TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        env: vec![("E2B_WEBHOOK_SECRET".to_owned(), SECRET.to_owned())],
+        events_poll_every: Some(std::time::Duration::from_millis(300)),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let case = open_kill_case(&app, "ioutside4").await;
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        "/events/webhooks",
+        Some(json!({
+            "name": "steward", "url": format!("{}/e2b/webhook", app.address),
+            "events": ["sandbox.lifecycle.killed"], "signatureSecret": SECRET,
+        })),
+    )
+    .await;
+    let r = app
+        .http
+        .post(format!("{}/_sim/webhooks/faults", app.e2b.base_url()))
+        .json(&json!({"drop": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    e2b(&app, reqwest::Method::DELETE, "/sandboxes/ioutside4", None).await;
+    wait_until("the poller closes the case", || async {
+        let case = app.state.store.get_case(&case).await.unwrap();
+        matches!(case.state, CaseState::EndedOutside { .. }).then_some(())
+    })
+    .await;
+    let attempts =
+        crate::common::get_json(&format!("{}/_sim/webhooks/deliveries", app.e2b.base_url())).await;
+    let outcomes: Vec<&str> = attempts["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["dropped"], "no delivery reached Steward");
+    assert!(app.e2b_calls().await.get("events").copied().unwrap_or(0) >= 1);
+}
+
+#[tokio::test]
+async fn a_replica_started_after_downtime_catches_up_from_the_events_api() {
+    // No webhook and no poller while the sandbox is killed: as if Steward were down.
+    let first = app(None).await;
+    let case = open_kill_case(&first, "ioutside5").await;
+    e2b(
+        &first,
+        reqwest::Method::DELETE,
+        "/sandboxes/ioutside5",
+        None,
+    )
+    .await;
+    let state = first.state.store.get_case(&case).await.unwrap().state;
+    assert_eq!(state, CaseState::Pending, "nobody has told Steward yet");
+    // A replica that polls comes up and reads what it missed; a second one polling as well
+    // changes nothing more (one lease, one handling per event id).
+    let polling = || TestAppOptions {
+        sandboxes: 0,
+        policy: Some(policy()),
+        events_poll_every: Some(std::time::Duration::from_millis(200)),
+        ..TestAppOptions::default()
+    };
+    let second = first.spawn_peer(polling()).await;
+    let third = first.spawn_peer(polling()).await;
+    wait_until("the catch-up closes the case", || async {
+        let case = second.state.store.get_case(&case).await.unwrap();
+        matches!(case.state, CaseState::EndedOutside { .. }).then_some(())
+    })
+    .await;
+    let audit = third.state.store.audit_for_case(&case).await.unwrap();
+    assert_eq!(
+        audit.iter().filter(|a| a.action == "ended_outside").count(),
+        1,
+        "{audit:?}"
+    );
+}

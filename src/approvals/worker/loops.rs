@@ -34,6 +34,9 @@ pub struct LoopSettings {
     pub expire_every: Duration,
     /// How long this replica's hold on a run lasts unless renewed (see `runs::engine`).
     pub run_lease: Duration,
+    /// How often the replica holding the poll lease reads E2B's lifecycle events
+    /// (`[events] poll_every`); `None`: never.
+    pub events_poll_every: Option<Duration>,
 }
 
 impl LoopSettings {
@@ -54,6 +57,7 @@ impl LoopSettings {
             shutdown_grace: workers.shutdown_grace,
             expire_every: Duration::from_secs(30),
             run_lease: crate::runs::engine::RUN_LEASE,
+            events_poll_every: Some(crate::config::DEFAULT_EVENTS_POLL_EVERY),
         }
     }
 

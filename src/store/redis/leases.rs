@@ -51,6 +51,32 @@ impl RedisStore {
         .transpose()
     }
 
+    pub(crate) async fn events_watermark(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let text: Option<String> = self
+            .query(redis::cmd("GET").arg(self.keys().events_watermark()))
+            .await?;
+        text.map(|t| {
+            DateTime::parse_from_rfc3339(&t)
+                .map(|d| d.with_timezone(&Utc))
+                .map_err(|e| StoreError::Corrupt(format!("events watermark {t:?}: {e}")))
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn advance_events_watermark(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let _: i64 = self
+            .invoke(
+                ADVANCE_MARKER
+                    .key(self.keys().events_watermark())
+                    .arg(slot_text(at)),
+            )
+            .await?;
+        Ok(())
+    }
+
     pub(crate) async fn record_completed_sweep(
         &self,
         slot: DateTime<Utc>,

@@ -103,6 +103,8 @@ pub struct TestAppOptions {
     pub stale_after: Duration,
     /// How often the expiry loop runs.
     pub expire_every: Duration,
+    /// How often the E2B events poller runs; `None` (the default here): not at all.
+    pub events_poll_every: Option<Duration>,
     /// Whether the E2B simulator runs sandbox commands as local processes (`--exec local`);
     /// Steward then reaches its envd through `E2B_SANDBOX_URL`.
     pub exec_local: bool,
@@ -126,6 +128,7 @@ impl Default for TestAppOptions {
             worker: true,
             stale_after: Duration::from_secs(120),
             expire_every: Duration::from_millis(200),
+            events_poll_every: None,
             exec_local: false,
         }
     }
@@ -407,6 +410,8 @@ async fn start_app(slack: Arc<SlackSim>, e2b: Arc<SimServer>, opts: TestAppOptio
     loops.worker.reclaim_every = Duration::from_millis(200);
     loops.worker.stale_after = opts.stale_after;
     loops.expire_every = opts.expire_every;
+    // The events poller reads E2B's events API; only the tests about it turn it on.
+    loops.events_poll_every = opts.events_poll_every;
     let port = app.port();
     let state = app.state().clone();
     let (stop, stopped) = oneshot::channel::<()>();
