@@ -461,6 +461,21 @@ impl Person<'_> {
         .await
     }
 
+    /// Scrolls the group showing every word of `group` to the middle of its pane, for a
+    /// screenshot that shows it.
+    async fn show_group(&self, group: &[&str]) {
+        self.client
+            .execute(
+                "const [words] = arguments; \
+                 for (const s of document.querySelectorAll('#messages .block-section, #thread-messages .block-section')) { \
+                   const title = (s.querySelector('.mrkdwn') || s).textContent.split('\\n')[0]; \
+                   if (words.every((w) => title.includes(w))) { s.scrollIntoView({block: 'center'}); return; } }",
+                vec![json!(group)],
+            )
+            .await
+            .unwrap();
+    }
+
     /// Waits until the group showing every word of `group` says `text` (in its title, facts or
     /// status line); returns what the group shows.
     async fn see_group(&self, group: &[&str], text: &str) -> String {
@@ -595,6 +610,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         !done.contains(":white_check_mark:"),
         "the emoji is drawn: {done}"
     );
+    me.show_group(&pause_group).await;
     me.screenshot("3-group-approved").await;
 
     // Exclude… on another group: a form of real checkboxes. A pasted stranger is refused with
@@ -648,6 +664,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     .await;
     let excluded = me.see_group(&exclude_group, "1 excluded").await;
     assert!(excluded.contains("Recommended"), "{excluded}");
+    me.show_group(&exclude_group).await;
     me.screenshot("5-excluded").await;
 
     // Review individually on a Snapshot, then kill group: its cards appear in the thread.
@@ -666,6 +683,13 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
             ".block-actions > button:first-child[data-action-id='case_snapshot_then_kill']",
         )
         .await;
+    client
+        .execute(
+            "arguments[0].scrollIntoView({block: 'center'});",
+            vec![serde_json::to_value(&card).unwrap()],
+        )
+        .await
+        .unwrap();
     me.screenshot("6-review-thread").await;
     let header = card
         .find(Locator::Css(".block-header"))
