@@ -1,10 +1,14 @@
 //! `steward demo` in a real browser: headless Chromium (Debian's `chromium` and
 //! `chromium-driver` packages) driven over WebDriver against the demo started in-process
 //! (`demo::start`, every port picked free, the embedded in-memory store). The demo's people use
-//! its own page as the scenario says: the approver lists the fleet, opens a case card
-//! from the opening sweep's digest thread, chooses Snapshot, then kill and sees the card end with
-//! the snapshot id; the non-approver clicks Kill and is refused; a malformed command gets the
-//! help. Screenshots go to `target/browser-screenshots/`.
+//! its own page as the scenario says: the page opens on the channel where something
+//! happened last, with people named as the terminal names them and times said from now; the
+//! approver lists the fleet; on the opening sweep's list decision she approves a Pause group and
+//! sees it done, excludes a sandbox of another group by its checkbox (after a pasted stranger is
+//! refused with a sentence), sends a Snapshot, then kill group to review and, on one of its cards
+//! in the digest's thread, chooses Snapshot, then kill; the non-approver clicks Kill and is
+//! refused; a malformed command gets the help; a text file in a thread opens in a tab.
+//! Screenshots go to `target/browser-screenshots/`.
 //!
 //! With `STEWARD_SCREENSHOT=<path>` (what `scripts/screenshot` sets) the pending case card's
 //! element screenshot is also written there: README.md's `docs/case-card.png`.
@@ -508,7 +512,7 @@ impl Person<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in_chromium() {
+async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_get_help_in_chromium() {
     let started = Instant::now();
     let demo = start_demo().await;
     let sweep = demo
