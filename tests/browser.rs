@@ -512,7 +512,8 @@ impl Person<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_get_help_in_chromium() {
+async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_get_help_in_chromium()
+ {
     let started = Instant::now();
     let demo = start_demo().await;
     let sweep = demo

@@ -159,6 +159,7 @@ fn bounded(label: &str, value: &str) -> bool {
         .contains(&value),
         "call" => [
             "process_start",
+            "process_connect",
             "send_signal",
             "upload",
             "download",
