@@ -1,10 +1,14 @@
 //! `steward demo` in a real browser: headless Chromium (Debian's `chromium` and
 //! `chromium-driver` packages) driven over WebDriver against the demo started in-process
 //! (`demo::start`, every port picked free, the embedded in-memory store). The demo's people use
-//! its own page as the issue's scenario says: the approver lists the fleet, opens a case card
-//! from the opening sweep's digest thread, chooses Snapshot, then kill and sees the card end with
-//! the snapshot id; the non-approver clicks Kill and is refused; a malformed command gets the
-//! help. Screenshots go to `target/browser-screenshots/`.
+//! its own page as the issue's scenario says: the page opens on the channel where something
+//! happened last, with people named as the terminal names them and times said from now; the
+//! approver lists the fleet; on the opening sweep's list decision she approves a Pause group and
+//! sees it done, excludes a sandbox of another group by its checkbox (after a pasted stranger is
+//! refused with a sentence), sends a Snapshot, then kill group to review and, on one of its cards
+//! in the digest's thread, chooses Snapshot, then kill; the non-approver clicks Kill and is
+//! refused; a malformed command gets the help; a text file in a thread opens in a tab.
+//! Screenshots go to `target/browser-screenshots/`.
 //!
 //! With `STEWARD_SCREENSHOT=<path>` (what `scripts/screenshot` sets) the pending case card's
 //! element screenshot is also written there: README.md's `docs/case-card.png`.
@@ -158,6 +162,41 @@ if (w.__stewardChanges === undefined) {
   const timer = setTimeout(done, cap);
   w.__stewardWaiters.push(() => { clearTimeout(timer); done(); });
 }
+"#;
+
+/// Finds a list group by the words of its title (`arguments[0]`) and marks its button with
+/// action id `arguments[1]` as `data-test-target`: the group's blocks run from its section to
+/// the next section.
+const MARK_GROUP_BUTTON_JS: &str = r#"
+const [words, action] = arguments;
+document.querySelectorAll('[data-test-target]').forEach((n) => n.removeAttribute('data-test-target'));
+for (const section of document.querySelectorAll('#messages .block-section, #thread-messages .block-section')) {
+  const title = (section.querySelector('.mrkdwn') || section).textContent.split('\n')[0];
+  if (!words.every((w) => title.includes(w))) continue;
+  const inside = section.querySelector(`button[data-action-id="${action}"]`);
+  if (inside) { inside.setAttribute('data-test-target', '1'); return true; }
+  for (let n = section.nextElementSibling; n && !n.classList.contains('block-section'); n = n.nextElementSibling) {
+    const button = n.querySelector(`button[data-action-id="${action}"]`);
+    if (button) { button.setAttribute('data-test-target', '1'); return true; }
+  }
+}
+return false;
+"#;
+
+/// The text a list group shows (its section and the blocks after it, up to the next group),
+/// found by the words of its title (`arguments[0]`); `null` when no group matches.
+const GROUP_TEXT_JS: &str = r#"
+const [words] = arguments;
+for (const section of document.querySelectorAll('#messages .block-section, #thread-messages .block-section')) {
+  const title = (section.querySelector('.mrkdwn') || section).textContent.split('\n')[0];
+  if (!words.every((w) => title.includes(w))) continue;
+  let text = section.textContent;
+  for (let n = section.nextElementSibling; n && !n.classList.contains('block-section'); n = n.nextElementSibling) {
+    text += '\n' + n.textContent;
+  }
+  return text;
+}
+return null;
 "#;
 
 /// How many messages the busy channel gets.
@@ -402,6 +441,61 @@ impl Person<'_> {
             .unwrap();
     }
 
+    /// Clicks the `action` button of the list group whose title has every one of `group`'s
+    /// words (`["bob", "Pause"]`), in the channel or the thread: the button in the group's
+    /// own blocks, up to the next group.
+    async fn click_in_group(&self, group: &[&str], action: &str) {
+        let what = format!("no {action} button in a group showing {group:?}");
+        self.until(&what, || async {
+            let marked = self
+                .client
+                .execute(MARK_GROUP_BUTTON_JS, vec![json!(group), json!(action)])
+                .await
+                .ok()?;
+            if marked != json!(true) {
+                return None;
+            }
+            let target = self
+                .client
+                .find(Locator::Css("[data-test-target]"))
+                .await
+                .ok()?;
+            target.click().await.ok()
+        })
+        .await
+    }
+
+    /// Scrolls the group showing every word of `group` to the middle of its pane, for a
+    /// screenshot that shows it.
+    async fn show_group(&self, group: &[&str]) {
+        self.client
+            .execute(
+                "const [words] = arguments; \
+                 for (const s of document.querySelectorAll('#messages .block-section, #thread-messages .block-section')) { \
+                   const title = (s.querySelector('.mrkdwn') || s).textContent.split('\\n')[0]; \
+                   if (words.every((w) => title.includes(w))) { s.scrollIntoView({block: 'center'}); return; } }",
+                vec![json!(group)],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the group showing every word of `group` says `text` (in its title, facts or
+    /// status line); returns what the group shows.
+    async fn see_group(&self, group: &[&str], text: &str) -> String {
+        let what = format!("the group {group:?} never showed {text:?}");
+        self.until(&what, || async {
+            let shown = self
+                .client
+                .execute(GROUP_TEXT_JS, vec![json!(group)])
+                .await
+                .ok()?;
+            let shown = shown.as_str()?.to_owned();
+            shown.contains(text).then_some(shown)
+        })
+        .await
+    }
+
     /// Waits for a message in `container` whose text contains `text`; returns it.
     async fn message_with_text(&self, container: &str, text: &str) -> Element {
         let what = format!("no message in {container} shows {text:?}");
@@ -418,7 +512,8 @@ impl Person<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in_chromium() {
+async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_get_help_in_chromium()
+ {
     let started = Instant::now();
     let demo = start_demo().await;
     let sweep = demo
@@ -434,14 +529,62 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         client: &client,
         shots,
     };
+    // The opening's run card and push alert have landed, so the page has somewhere to open.
+    let api = Api {
+        url: format!("{}/api", demo.slack_url),
+        http: reqwest::Client::new(),
+    };
+    let newest = wait_for_the_opening(&api.http, &demo).await;
+    assert_ne!(newest, APPROVALS_CHANNEL, "something happened elsewhere");
+
+    // 0. The page opens where something happened last, not on an empty #approvals, and names
+    //    people as the terminal does.
     client
-        .goto(&format!(
-            "{}/#channel={APPROVALS_CHANNEL}&as={}",
-            demo.slack_url, APPROVER.id
-        ))
+        .goto(&format!("{}/#as={}", demo.slack_url, APPROVER.id))
         .await
         .unwrap();
     me.see("#connection", "live").await;
+    let title = me.see("#channel-title", "#").await;
+    let newest_now = newest_channel(&api.http, &demo).await;
+    let name_of = |id: &str| {
+        sandbox_steward::demo::setup::CHANNELS
+            .iter()
+            .find(|(_, c)| *c == id)
+            .map(|(n, _)| format!("#{n}"))
+            .unwrap_or_default()
+    };
+    assert!(
+        title == name_of(&newest) || title == name_of(&newest_now),
+        "the page opened on {title}, the newest message is in {}",
+        name_of(&newest_now)
+    );
+    let people = me.see("#person", APPROVER.name).await;
+    for p in demo::PEOPLE {
+        assert!(
+            people.contains(&format!("{} ({})", p.name, p.label)),
+            "the picker names {} as the terminal does: {people}",
+            p.name
+        );
+    }
+    me.screenshot("0-opened").await;
+
+    // Times are said from now and follow the clock: moved on ten minutes, they say so.
+    let times = me.see("#messages .msg .time", "").await;
+    assert!(
+        times.contains("just now") || times.contains("min ago"),
+        "a time said from now: {times}"
+    );
+    client
+        .execute("window.stewardSim.skew(600);", vec![])
+        .await
+        .unwrap();
+    me.see("#messages .msg .time", "10 min ago").await;
+    client
+        .execute("window.stewardSim.skew(0);", vec![])
+        .await
+        .unwrap();
+    me.click_css(&format!("#channels li[data-channel='{APPROVALS_CHANNEL}']"))
+        .await;
     me.see("#channel-title", "#approvals").await;
 
     // 1. The approver lists the fleet and sees the table, only to them.
@@ -451,24 +594,91 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     me.see("#messages .msg.ephemeral pre", "ml-notebook").await;
     me.screenshot("1-list").await;
 
-    // 2. The hygiene channel opens on the sweep's digest; its thread holds one card per case.
+    // 2. The hygiene channel opens on the sweep's list decision: groups by owner and option.
+    assert!(
+        sweep.list.is_some(),
+        "the opening sweep is a list: {sweep:?}"
+    );
     me.click_css(&format!("#channels li[data-channel='{HYGIENE_CHANNEL}']"))
         .await;
     me.see("#channel-title", "#hygiene").await;
+    me.see("#messages .msg", "Fleet hygiene").await;
+    me.screenshot("2-list-digest").await;
+
+    // The approver approves one owner's Pause group and watches it carried out.
+    let pause_group = ["bob", "Pause"];
+    me.click_in_group(&pause_group, "sweep_list_approve").await;
+    me.confirm_if_asked("2-approve-confirm").await;
+    me.see_group(&pause_group, "Approved by").await;
+    let done = me.see_group(&pause_group, "✅").await;
+    assert!(
+        !done.contains(":white_check_mark:"),
+        "the emoji is drawn: {done}"
+    );
+    me.show_group(&pause_group).await;
+    me.screenshot("3-group-approved").await;
+
+    // Exclude… on another group: a form of real checkboxes. A pasted stranger is refused with
+    // a sentence under the box and nothing is excluded; without it, the ticked one is.
+    let exclude_group = ["carol", "Pause"];
+    me.click_in_group(&exclude_group, "sweep_list_exclude")
+        .await;
+    me.see("#overlay .dialog header", "Exclude").await;
+    let boxes = client
+        .find_all(Locator::Css("#overlay .checkboxes input[type=checkbox]"))
+        .await
+        .unwrap();
+    assert_eq!(boxes.len(), 2, "one box per sandbox of the group");
+    let ticked = boxes[0]
+        .attr("value")
+        .await
+        .unwrap()
+        .expect("a box's value");
+    boxes[0].click().await.unwrap();
+    let paste = client
+        .find(Locator::Css("#overlay textarea"))
+        .await
+        .unwrap();
+    paste.send_keys("sbx_stranger").await.unwrap();
+    me.screenshot("4-exclude-form").await;
+    me.click_css("#overlay footer button[type=submit]").await;
+    let refused = me
+        .see("#overlay .input-error", "sbx_stranger is not in this group")
+        .await;
+    assert!(refused.contains("nothing was excluded"), "{refused}");
+    me.screenshot("4-exclude-refused").await;
+    let still = me.see_group(&exclude_group, "Pause").await;
+    assert!(!still.contains("excluded"), "nothing excluded yet: {still}");
+    let paste = client
+        .find(Locator::Css("#overlay textarea"))
+        .await
+        .unwrap();
+    paste.clear().await.unwrap();
+    let kept = client
+        .find(Locator::Css(
+            "#overlay .checkboxes input[type=checkbox]:checked",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(kept.attr("value").await.unwrap(), Some(ticked.clone()));
+    me.click_css("#overlay footer button[type=submit]").await;
+    me.until("the exclude form closes", || async {
+        let overlay = client.find(Locator::Css("#overlay")).await.ok()?;
+        (!overlay.is_displayed().await.ok()?).then_some(())
+    })
+    .await;
+    let excluded = me.see_group(&exclude_group, "1 excluded").await;
+    assert!(excluded.contains("Recommended"), "{excluded}");
+    me.show_group(&exclude_group).await;
+    me.screenshot("5-excluded").await;
+
+    // Review individually on a Snapshot, then kill group: its cards appear in the thread.
+    let review_group = ["bob", "Snapshot, then kill"];
+    me.click_in_group(&review_group, "sweep_list_review").await;
+    me.see_group(&review_group, "review these one by one").await;
     me.click_on_message("#messages", "Fleet hygiene", "button.replies")
         .await;
     me.see("#thread-title", "Thread in #hygiene").await;
-    let cards = me
-        .count(
-            "#thread-messages .msg:not(.parent) .block-header",
-            sweep.cases_opened,
-        )
-        .await;
-    assert_eq!(
-        cards, sweep.cases_opened,
-        "one card per case in the digest's thread"
-    );
-    me.screenshot("2-digest-thread").await;
 
     // A card offering Snapshot, then kill, as its recommendation (its first button: a sandbox
     // paused for days holding disk). Its subject is the header before the question.
@@ -478,6 +688,14 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
             ".block-actions > button:first-child[data-action-id='case_snapshot_then_kill']",
         )
         .await;
+    client
+        .execute(
+            "arguments[0].scrollIntoView({block: 'center'});",
+            vec![serde_json::to_value(&card).unwrap()],
+        )
+        .await
+        .unwrap();
+    me.screenshot("6-review-thread").await;
     let header = card
         .find(Locator::Css(".block-header"))
         .await
@@ -506,27 +724,19 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         "button[data-action-id='case_snapshot_then_kill']",
     )
     .await;
-    me.confirm_if_asked("3-snapshot-then-kill-confirm").await;
+    me.confirm_if_asked("7-snapshot-then-kill-confirm").await;
     let done = me
         .see(
             "#thread-messages .msg .block-header",
-            &format!("{subject} killed after snapshot "),
+            &format!("{subject} killed after snapshot"),
         )
         .await;
-    let snapshot = done
-        .rsplit_once("after snapshot ")
-        .map(|(_, id)| id.trim().to_owned())
-        .unwrap_or_default();
-    assert!(
-        !snapshot.is_empty() && !snapshot.contains(' '),
-        "the card ends with the snapshot id: {done}"
-    );
     let ended = me.see("#thread-messages .msg", &done).await;
     assert!(
         ended.contains("(edited)"),
         "the card was updated in place: {ended}"
     );
-    me.screenshot("3-snapshot-then-kill-done").await;
+    me.screenshot("7-snapshot-then-kill-done").await;
 
     // 3. The non-approver clicks Kill on another case and is refused; that card stays open.
     me.act_as(NON_APPROVER.id).await;
@@ -550,7 +760,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         "button[data-action-id='case_kill']",
     )
     .await;
-    me.confirm_if_asked("4-kill-confirm").await;
+    me.confirm_if_asked("8-kill-confirm").await;
     let refusal = me
         .see(
             "#messages .msg.ephemeral, #thread-messages .msg.ephemeral",
@@ -560,7 +770,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     assert!(refusal.contains("nothing was changed"), "{refusal}");
     me.see("#thread-messages .msg .block-header", &other_header)
         .await;
-    me.screenshot("4-refusal").await;
+    me.screenshot("8-refusal").await;
 
     // 4. A malformed command gets the help.
     me.type_command("/sandbox frobnicate").await;
@@ -569,7 +779,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         help.contains("frobnicate"),
         "the help names what was typed: {help}"
     );
-    me.screenshot("5-help").await;
+    me.screenshot("9-help").await;
 
     // Text from Steward is never HTML: markup shows as typed, mrkdwn is drawn.
     let rendered: serde_json::Value = client
@@ -601,11 +811,21 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     }
     assert!(!html.contains("javascript:"), "{html}");
 
+    // Emoji shortcodes are drawn; one the page does not know stays as typed, and none is drawn
+    // inside code.
+    let drawn: String = client
+        .execute(
+            "return window.stewardSim.mrkdwn(arguments[0]).textContent;",
+            vec![json!(":recycle: kept :gear: :no_such_emoji: `:fire:`")],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(drawn, "♻️ kept ⚙️ :no_such_emoji: :fire:");
+
     // A thread: a reply and a file under a message show as a reply count that opens the thread.
-    let api = Api {
-        url: format!("{}/api", demo.slack_url),
-        http: reqwest::Client::new(),
-    };
     let parent = api
         .call(
             "chat.postMessage",
@@ -644,7 +864,37 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     me.see("#thread-messages", "first idle sandbox").await;
     let file = me.see("#thread-messages a.file", "run log").await;
     assert!(file.contains("run log"), "{file}");
-    me.screenshot("6-thread").await;
+    me.screenshot("10-thread").await;
+
+    // The file opens in the browser as text, not as a download.
+    let href = client
+        .find(Locator::Css("#thread-messages a.file"))
+        .await
+        .unwrap()
+        .prop("href")
+        .await
+        .unwrap()
+        .expect("the file link has a target");
+    let head = api.http.get(&href).send().await.unwrap();
+    let header = |name: &str| {
+        head.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(header("content-type"), "text/plain; charset=utf-8");
+    assert_eq!(header("content-disposition"), "inline");
+    let page = client.window().await.unwrap();
+    client.new_window(true).await.unwrap();
+    let tabs = client.windows().await.unwrap();
+    let tab = tabs.into_iter().find(|w| *w != page).expect("a new tab");
+    client.switch_to_window(tab).await.unwrap();
+    client.goto(&href).await.unwrap();
+    me.see("body", "hello").await;
+    me.screenshot("10-file-opened").await;
+    client.close_window().await.unwrap();
+    client.switch_to_window(page).await.unwrap();
 
     // 500 messages in one channel: how long until the page shows them all (reported, not asserted).
     for n in 0..LOAD_MESSAGES {
@@ -662,7 +912,7 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         "browser test: {LOAD_MESSAGES} messages in one channel shown in {} ms after the click",
         shown_in.elapsed().as_millis()
     );
-    me.screenshot("7-busy-channel").await;
+    me.screenshot("11-busy-channel").await;
 
     client.close().await.unwrap();
     demo.stop().await.expect("the demo stops cleanly");
@@ -670,4 +920,58 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
         "browser test: {:.1} s from start to finish",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Waits until the opening's governed run has its card and its push test its alert, then
+/// returns the channel of the newest message (what the page should open on).
+async fn wait_for_the_opening(http: &reqwest::Client, demo: &DemoHandle) -> String {
+    let deadline = Instant::now() + PAGE_PATIENCE * 4;
+    loop {
+        let calls: serde_json::Value = http
+            .get(format!("{}/_sim/messages", demo.slack_url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let text = calls.to_string();
+        if text.contains("Run succeeded") && text.contains("code 101") {
+            return newest_channel(http, demo).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the opening's run card and push alert never arrived"
+        );
+        // The simulator has no feed for tests to wait on but the page's; poll it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The channel of the newest message (a reply counts for its channel) in the Slack simulator.
+async fn newest_channel(http: &reqwest::Client, demo: &DemoHandle) -> String {
+    let world: serde_json::Value = http
+        .get(format!("{}/_sim/world", demo.slack_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut newest: Option<(String, String)> = None;
+    for channel in world["channels"].as_array().unwrap() {
+        let id = channel["id"].as_str().unwrap().to_owned();
+        for m in channel["messages"].as_array().unwrap() {
+            let replies = m["replies"].as_array().cloned().unwrap_or_default();
+            for ts in std::iter::once(m)
+                .chain(replies.iter())
+                .map(|m| m["ts"].as_str().unwrap_or_default())
+            {
+                if newest.as_ref().is_none_or(|(t, _)| ts > t.as_str()) {
+                    newest = Some((ts.to_owned(), id.clone()));
+                }
+            }
+        }
+    }
+    newest.map(|(_, c)| c).unwrap_or_default()
 }

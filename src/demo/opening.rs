@@ -1,5 +1,6 @@
-//! What the demo does on start, so the page opens on real cases: one live sweep (the digest and
-//! its cases in the hygiene channel), one governed run submitted through `/api/v1/runs` with the
+//! What the demo does on start, so the page opens on real cases: one live sweep (in the hygiene
+//! channel: with the demo's `list_from`, one list decision whose groups are approved, reviewed
+//! case by case or trimmed with Exclude…), one governed run submitted through `/api/v1/runs` with the
 //! demo agent's token (its run card follows when it ends), and one push to the demo repository
 //! delivered to `/github/webhook` signed as GitHub signs it (its tests fail).
 //!
@@ -35,9 +36,14 @@ pub struct Opening {
 pub struct SweepSummary {
     pub channel: String,
     pub digest_ts: String,
+    /// Cases opened: one per sandbox to decide, with a card or (in a list) without.
     pub cases_opened: usize,
     pub idle: usize,
     pub fleet: usize,
+    /// The list decision's id when the sweep posted one (the demo's `list_from` makes it so).
+    pub list: Option<String>,
+    /// How many groups the list has (owner and recommendation); 0 without a list.
+    pub groups: usize,
 }
 
 /// Runs the three steps in order; the sweep first, so the digest is the hygiene channel's
@@ -61,6 +67,12 @@ pub async fn run(
                         cases_opened: posted.opened.len(),
                         idle: report.counts.idle,
                         fleet: report.fleet.total,
+                        groups: if posted.list.is_some() {
+                            report.groups.len()
+                        } else {
+                            0
+                        },
+                        list: posted.list.map(|id| id.to_string()),
                     })
                 }
                 None => opening

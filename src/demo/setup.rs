@@ -54,6 +54,12 @@ pub const HYGIENE_CHANNEL: &str = "C0DEMOHYGIENE";
 pub const ENGINEERING_CHANNEL: &str = "C0DEMOENG";
 pub const RUNS_CHANNEL: &str = "C0DEMORUNS";
 
+/// The demo's `[hygiene] list_from`: the story fleet's opening sweep finds 17 idle sandboxes
+/// to decide (10 to pause, 7 to snapshot, then kill), under the default 25, so without this the
+/// newcomer would only ever see one card per sandbox and never the list decision Steward makes
+/// for a large fleet (a group at a time: Approve, Review individually, Exclude…).
+pub const DEMO_LIST_FROM: usize = 10;
+
 /// The bot token Steward sends the Slack simulator (which checks only its `xoxb-` shape).
 pub const BOT_TOKEN: &str = "xoxb-demo";
 /// The `[api.tokens]` name of the demo's agent: the requester on its run card.
@@ -110,6 +116,9 @@ two_person_rule = true
 snapshot_then_kill = {{ users = ["{approver}"] }}
 kill = {{ users = ["{approver}"] }}
 delete_template = {{ users = ["{approver}"] }}
+
+[hygiene]
+list_from = {DEMO_LIST_FROM}
 
 [hygiene.owners]
 dana = "{dana}"
@@ -247,6 +256,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(parsed.push_tests.len(), 1);
+        assert_eq!(parsed.hygiene.list_from, DEMO_LIST_FROM, "{text}");
         assert_eq!(parsed.push_tests[0].repository, REPOSITORY);
         assert!(text.contains(APPROVER.id));
         assert!(

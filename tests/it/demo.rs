@@ -94,6 +94,9 @@ async fn the_demo_opens_on_a_digest_a_run_card_and_a_push_test_and_stops_cleanly
     assert_eq!(sweep.channel, HYGIENE_CHANNEL);
     assert_eq!(sweep.fleet, 40);
     assert!(sweep.cases_opened >= 10, "{sweep:?}");
+    // The demo's `list_from` makes the opening sweep the list decision a large fleet gets.
+    assert!(sweep.list.is_some(), "a list decision: {sweep:?}");
+    assert!(sweep.groups >= 4, "groups by owner and option: {sweep:?}");
     let calls = slack_calls(&demo).await;
     let digest = posted_in(&calls, HYGIENE_CHANNEL)
         .next()
@@ -107,18 +110,27 @@ async fn the_demo_opens_on_a_digest_a_run_card_and_a_push_test_and_stops_cleanly
         "{}",
         visible_text(digest)
     );
-    let digest_ts = sweep.digest_ts.clone();
-    let cards: Vec<&Recorded> = posted_in(&calls, HYGIENE_CHANNEL)
-        .filter(|c| c.thread_ts.as_deref() == Some(digest_ts.as_str()))
-        .filter(|c| visible_text(c).contains("Sandbox "))
+    // Its groups offer Approve group, Review individually and Exclude…; Pause groups and
+    // Snapshot, then kill groups both.
+    let list_messages: Vec<&Recorded> = posted_in(&calls, HYGIENE_CHANNEL)
+        .filter(|c| {
+            c.ts.as_deref() == Some(sweep.digest_ts.as_str())
+                || c.thread_ts.as_deref() == Some(sweep.digest_ts.as_str())
+        })
         .collect();
-    assert_eq!(cards.len(), sweep.cases_opened, "one card per case");
-    assert!(cards.iter().any(|c| visible_text(c).contains("pause it?")));
+    let shown: String = list_messages.iter().map(|c| visible_text(c)).collect();
+    for offered in [
+        "Approve group",
+        "Review individually",
+        "Exclude…",
+        "Pause",
+        "Snapshot, then kill",
+    ] {
+        assert!(shown.contains(offered), "{offered} missing: {shown}");
+    }
     assert!(
-        cards
-            .iter()
-            .any(|c| visible_text(c).contains("Snapshot, then kill")),
-        "paused-for-days sandboxes get Snapshot, then kill"
+        !shown.contains("pause it?"),
+        "no single cards before someone chooses to review a group: {shown}"
     );
 
     // The agent's run ends with a run card; the push test's run fails with the suite's code.
@@ -348,4 +360,56 @@ async fn with_socket_mode_steward_is_connected_and_the_pages_commands_travel_ove
     assert!(visible_text(&listed).contains("ml-notebook"));
 
     demo.stop().await.expect("Steward stops cleanly");
+}
+
+/// The commands the demo's banner prints run as printed, from the clone, with the binary named
+/// as a person's shell finds it: after `cargo build` (no `steward` on PATH) that is
+/// `./target/debug/steward`, not a bare `steward` the shell would not find.
+#[tokio::test]
+async fn the_commands_the_demo_prints_run_as_printed_from_the_clone() {
+    use sandbox_steward::cli::demo::{banner, commands, program_name};
+    let clone = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_steward"));
+    // The PATH of a fresh clone's shell: the system's, without any installed steward.
+    let path = std::env::join_paths(["/usr/local/bin", "/usr/bin", "/bin"]).unwrap();
+    let program = program_name(exe, Some(&path), clone);
+    assert!(
+        program.starts_with("./target/") && program.ends_with("/steward"),
+        "a path the shell finds from the clone: {program}"
+    );
+
+    let demo = start(None).await;
+    let printed = banner(&demo, &program);
+    let commands = commands(&demo, &program);
+    assert!(!commands.is_empty());
+    for command in &commands {
+        assert!(printed.contains(command.as_str()), "{printed}");
+        let out = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(clone)
+            .env("PATH", &path)
+            .output()
+            .await
+            .expect("sh runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("hi"),
+            "`{command}` as printed: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Typed as the banner said before: a shell without an installed steward cannot run it.
+    let bare = commands[0].replace(&program, "steward");
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&bare)
+        .current_dir(clone)
+        .env("PATH", &path)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "command not found: {bare}");
+    demo.stop().await.expect("the demo stops cleanly");
 }

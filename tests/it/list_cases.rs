@@ -964,3 +964,77 @@ async fn an_exclusion_past_the_cap_is_refused_and_one_within_it_says_who_and_unt
         "{history}"
     );
 }
+
+/// A pasted id that is not in the group is refused with a sentence under the paste box, and
+/// nothing is excluded; the same form (the same modal page) corrected and submitted again is
+/// then acted on, not dropped as a repeat of the refused one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pasted_stranger_is_refused_and_the_corrected_form_then_excludes() {
+    let (slack, e2b) = simulators(0, 0).await;
+    let app = spawn_app_on(
+        slack,
+        e2b,
+        TestAppOptions {
+            policy: Some(policy("")),
+            ..TestAppOptions::default()
+        },
+    )
+    .await;
+    seed(&app, 3, &idle_running("bob")).await;
+    let list = sweep(&app).await;
+    let g = group_of(&list, "bob", DecisionOption::Pause);
+    let before = app.modals_opened().len();
+    click(&app, &list, "sweep_list_exclude", Some(g), PAUSER).await;
+    let modal = app.opened_modal(before).await;
+    let view_id = format!("V{}", hook());
+    let submit = |pasted: String| {
+        let payload = json!({
+            "type": "view_submission",
+            "user": {"id": PAUSER},
+            "view": {"id": view_id.clone(), "callback_id": "sweep_list_exclude",
+                     "private_metadata": modal["private_metadata"].clone(),
+                     "state": {"values": {
+                         "paste": {"paste_ids": {"type": "plain_text_input", "value": pasted}},
+                     }}},
+        });
+        let app = &app;
+        async move {
+            let resp = app.post_interaction(&payload).await;
+            assert_eq!(resp.status(), 200);
+            let body = resp.text().await.unwrap();
+            if body.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str::<Value>(&body).unwrap()
+            }
+        }
+    };
+    let member = list.groups[g].items[0].sandbox.to_string();
+
+    let refused = submit(format!("{member}, sbx_stranger")).await;
+    assert_eq!(refused["response_action"], "errors", "{refused}");
+    let said = refused["errors"]["paste"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("sbx_stranger is not in this group") && said.contains("nothing was excluded"),
+        "{refused}"
+    );
+    let stored = app.state.store.get_list(&list.id).await.unwrap();
+    assert!(stored.groups[g].excluded.is_empty(), "nothing was excluded");
+
+    // The same page, corrected: excluded, and the form closes.
+    let answer = submit(member.clone()).await;
+    assert_eq!(answer, Value::Null, "the last page closes: {answer}");
+    let stored = app.state.store.get_list(&list.id).await.unwrap();
+    let excluded: Vec<String> = stored.groups[g]
+        .excluded
+        .iter()
+        .map(|e| e.sandbox.to_string())
+        .collect();
+    assert_eq!(excluded, std::slice::from_ref(&member));
+
+    // Slack delivering that same form again excludes nothing more (one audit line, one Leave).
+    let again = submit(member.clone()).await;
+    assert_eq!(again, Value::Null, "{again}");
+    let stored = app.state.store.get_list(&list.id).await.unwrap();
+    assert_eq!(stored.groups[g].excluded.len(), 1);
+}

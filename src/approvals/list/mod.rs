@@ -328,6 +328,10 @@ fn refused_sentence(refusal: &ListRefusal) -> Mrkdwn {
             )),
             GroupDecision::Open => Mrkdwn::text(&refusal.to_string()),
         },
+        ListRefusal::NotInGroup(id) => Mrkdwn::text(&format!(
+            "{id} is not in this group, so nothing was excluded: remove it, or paste an id \
+             from this group."
+        )),
         other => Mrkdwn::text(&other.to_string()),
     }
 }
@@ -635,10 +639,43 @@ pub async fn exclude_submitted(
     if let Err(sentence) = allowed(svc, &list, sub.user, DecisionOption::Leave).await {
         return error(SWEEP_LIST_PASTE_BLOCK, sentence);
     }
+    let event = ListEvent::Exclude {
+        group: g,
+        sandboxes: ids.clone(),
+        until,
+        by: sub.user.clone(),
+    };
+    // Refused before the submission is marked seen: an id that is not in the group (pasted
+    // wrong, say) is named in the form, and the corrected form is then acted on, not dropped
+    // as a repeat.
+    if !ids.is_empty()
+        && let Err(refusal) = crate::cases::list::apply_list(&list, event.clone(), now)
+    {
+        return error(
+            refusal_block(&refusal),
+            refused_sentence(&refusal).to_plain(),
+        );
+    }
+    // What was submitted is part of the key: Slack delivering the same form twice excludes once,
+    // while a different form from the same modal page is its own submission.
+    let fingerprint = {
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        for id in &ids {
+            hasher.update(id.as_str().as_bytes());
+            hasher.update(b"\n");
+        }
+        hasher.update(sub.until.unwrap_or_default().as_bytes());
+        hex::encode(&hasher.finalize()[..8])
+    };
     let first = match svc
         .store
         .first_time(
-            &format!("view:{}:{}:{page}", sub.view_id, target.encode()),
+            &format!(
+                "view:{}:{}:{page}:{fingerprint}",
+                sub.view_id,
+                target.encode()
+            ),
             super::decide::CLICK_DEDUPE_TTL,
         )
         .await
@@ -648,20 +685,13 @@ pub async fn exclude_submitted(
     };
     let mut list = list;
     if first && !ids.is_empty() {
-        let event = ListEvent::Exclude {
-            group: g,
-            sandboxes: ids.clone(),
-            until,
-            by: sub.user.clone(),
-        };
         list = match svc.store.update_list(&target.list, event, now).await {
             Ok(ListUpdated::Applied(list)) => list,
             Ok(ListUpdated::Refused { refusal, .. }) => {
-                let block = match refusal {
-                    ListRefusal::UntilInPast => crate::slack::payload::CASE_UNTIL_BLOCK,
-                    _ => SWEEP_LIST_PASTE_BLOCK,
-                };
-                return error(block, refused_sentence(&refusal).to_plain());
+                return error(
+                    refusal_block(&refusal),
+                    refused_sentence(&refusal).to_plain(),
+                );
             }
             Err(e) => return error(SWEEP_LIST_PASTE_BLOCK, unavailable(&e)),
         };
@@ -695,6 +725,14 @@ pub async fn exclude_submitted(
         )))
     } else {
         ExcludeReply::Modal(SubmissionReply::Close)
+    }
+}
+
+/// The exclude form's input a refusal is shown under: the date's, or the pasted ids'.
+fn refusal_block(refusal: &ListRefusal) -> &'static str {
+    match refusal {
+        ListRefusal::UntilInPast => crate::slack::payload::CASE_UNTIL_BLOCK,
+        _ => crate::slack::payload::SWEEP_LIST_PASTE_BLOCK,
     }
 }
 

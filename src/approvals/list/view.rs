@@ -467,7 +467,7 @@ pub fn exclude_modal(
         .enumerate()
         .map(|(n, chunk)| CheckboxChunk {
             label: format!(
-                "{}–{}",
+                "Sandboxes {}–{}",
                 page * EXCLUDE_PAGE + n * CHECKBOXES_PER_BLOCK + 1,
                 page * EXCLUDE_PAGE + n * CHECKBOXES_PER_BLOCK + chunk.len()
             ),

@@ -449,7 +449,7 @@ pub struct SlackWorld {
     feed: Option<broadcast::Sender<Arc<str>>>,
     /// `http://127.0.0.1:PORT`, for the upload URLs this fake hands out.
     base_url: String,
-    /// Messages posted so far, used to make increasing ts values.
+    /// The last message ts handed out, in microseconds since the epoch.
     ts_counter: u64,
     ts_base_secs: u64,
     views_opened: u64,
@@ -500,10 +500,18 @@ impl SlackWorld {
         self.feed.as_ref().map(broadcast::Sender::subscribe)
     }
 
+    /// A message's `ts` as Slack makes it: the time it was posted, in seconds with six digits
+    /// of microseconds, strictly increasing (a second message in the same microsecond gets the
+    /// next one), so the page can say how long ago it was.
     fn next_ts(&mut self) -> String {
-        self.ts_counter += 1;
+        let now_micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let floor = self.ts_base_secs * 1_000_000;
+        self.ts_counter = now_micros.max(floor).max(self.ts_counter + 1);
         let n = self.ts_counter;
-        format!("{}.{:06}", self.ts_base_secs + n / 1_000_000, n % 1_000_000)
+        format!("{}.{:06}", n / 1_000_000, n % 1_000_000)
     }
 
     /// Takes one matching fault, if programmed.
@@ -1039,15 +1047,32 @@ async fn upload(State(world): State<Shared>, Path(id): Path<String>, body: Bytes
         .into_response()
 }
 
-/// `GET /_sim/files/{id}`: the bytes uploaded for a file.
+/// `GET /_sim/files/{id}`: the bytes uploaded for a file. Text (UTF-8 without control bytes
+/// other than tabs and line ends) is served as `text/plain` and inline, so a test log attached
+/// to a thread opens in the browser as it does in Slack; anything else downloads.
 async fn file_bytes(State(world): State<Shared>, Path(id): Path<String>) -> Response {
     match lock(&world).files.get(&id).and_then(|f| f.bytes.clone()) {
-        Some(bytes) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/octet-stream")],
-            bytes,
-        )
-            .into_response(),
+        Some(bytes) => {
+            let text = std::str::from_utf8(&bytes).is_ok_and(|t| {
+                !t.chars()
+                    .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            });
+            let (kind, disposition) = if text {
+                ("text/plain; charset=utf-8", "inline")
+            } else {
+                ("application/octet-stream", "attachment")
+            };
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, kind),
+                    (header::CONTENT_DISPOSITION, disposition),
+                    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                ],
+                bytes,
+            )
+                .into_response()
+        }
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": "no such file, or nothing uploaded for it yet"})),

@@ -888,14 +888,39 @@ struct SubmitAct {
     user: String,
     view_id: String,
     #[serde(default)]
-    values: BTreeMap<String, BTreeMap<String, String>>,
+    values: BTreeMap<String, BTreeMap<String, Typed>>,
+}
+
+/// One input's value as the page sends it: the text typed (or option chosen), or the values of
+/// the ticked boxes of a `checkboxes` element.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Typed {
+    Text(String),
+    Ticked(Vec<String>),
+}
+
+impl Typed {
+    fn text(&self) -> Option<&str> {
+        match self {
+            Typed::Text(text) => Some(text.trim()).filter(|t| !t.is_empty()),
+            Typed::Ticked(_) => None,
+        }
+    }
+
+    fn ticked(&self) -> &[String] {
+        match self {
+            Typed::Ticked(values) => values,
+            Typed::Text(_) => &[],
+        }
+    }
 }
 
 /// `view.state.values` in Slack's shape for the view's input blocks, and the errors Slack itself
 /// shows (a required input left empty).
 fn view_state(
     view: &Value,
-    typed: &BTreeMap<String, BTreeMap<String, String>>,
+    typed: &BTreeMap<String, BTreeMap<String, Typed>>,
 ) -> (Value, BTreeMap<String, String>) {
     let mut values = serde_json::Map::new();
     let mut errors = BTreeMap::new();
@@ -913,13 +938,29 @@ fn view_state(
             .as_str()
             .map(str::to_owned)
             .unwrap_or_else(|| format!("sim-action-{i}"));
-        let value = typed
-            .get(&block_id)
-            .and_then(|b| b.get(&action_id))
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty());
+        let input = typed.get(&block_id).and_then(|b| b.get(&action_id));
+        let mut value = input.and_then(Typed::text);
         let kind = element["type"].as_str().unwrap_or("plain_text_input");
         let state = match kind {
+            // Slack sends the ticked options as the view gave them, in the view's order; a value
+            // the view does not offer is not an option anyone could tick, so it is dropped.
+            "checkboxes" => {
+                let ticked = input.map(Typed::ticked).unwrap_or(&[]);
+                let selected: Vec<Value> = element["options"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter(|o| {
+                        o["value"]
+                            .as_str()
+                            .is_some_and(|v| ticked.iter().any(|t| t == v))
+                    })
+                    .cloned()
+                    .collect();
+                value = (!selected.is_empty()).then_some("ticked");
+                json!({"type": kind, "selected_options": selected})
+            }
             "datepicker" => json!({"type": kind, "selected_date": value}),
             "static_select" => {
                 let option = element["options"]
@@ -1089,11 +1130,17 @@ mod tests {
             {"type": "input", "block_id": "pick", "optional": true,
              "element": {"type": "static_select", "action_id": "choice",
                          "options": [{"text": {"type": "plain_text", "text": "A"}, "value": "a"}]}},
+            {"type": "input", "block_id": "boxes", "optional": true,
+             "element": {"type": "checkboxes", "action_id": "ticks", "options": [
+                 {"text": {"type": "mrkdwn", "text": "`x1`"}, "value": "x1"},
+                 {"text": {"type": "mrkdwn", "text": "`x2`"}, "value": "x2"},
+                 {"text": {"type": "mrkdwn", "text": "`x3`"}, "value": "x3"}]}},
         ]});
-        let typed: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_value(json!({
+        let typed: BTreeMap<String, BTreeMap<String, Typed>> = serde_json::from_value(json!({
             "reason": {"reason_text": "done with it"},
             "until": {"until_date": "2030-01-02"},
             "pick": {"choice": "a"},
+            "boxes": {"ticks": ["x3", "x1", "not-offered"]},
         }))
         .unwrap();
         let (values, errors) = view_state(&view, &typed);
@@ -1105,6 +1152,9 @@ mod tests {
                 "until": {"until_date": {"type": "datepicker", "selected_date": "2030-01-02"}},
                 "pick": {"choice": {"type": "static_select", "selected_option":
                     {"text": {"type": "plain_text", "text": "A"}, "value": "a"}}},
+                "boxes": {"ticks": {"type": "checkboxes", "selected_options": [
+                    {"text": {"type": "mrkdwn", "text": "`x1`"}, "value": "x1"},
+                    {"text": {"type": "mrkdwn", "text": "`x3`"}, "value": "x3"}]}},
             })
         );
         let (values, errors) = view_state(&view, &BTreeMap::new());
@@ -1118,5 +1168,10 @@ mod tests {
             "optional inputs may stay empty: {errors:?}"
         );
         assert_eq!(values["until"]["until_date"]["selected_date"], Value::Null);
+        assert_eq!(
+            values["boxes"]["ticks"],
+            json!({"type": "checkboxes", "selected_options": []}),
+            "nothing ticked is an empty list, as Slack sends it"
+        );
     }
 }

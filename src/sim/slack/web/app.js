@@ -9,6 +9,9 @@ const EMOJI = {
   zzz: "💤", alarm_clock: "⏰", ballot_box_with_check: "☑️", link: "🔗", camera: "📷", wastebasket: "🗑️", broom: "🧹", lock: "🔒",
   rotating_light: "🚨", tada: "🎉", hourglass: "⌛", red_circle: "🔴", large_green_circle: "🟢",
   package: "📦", mag: "🔍", clipboard: "📋", stopwatch: "⏱️", no_entry: "⛔", heavy_check_mark: "✔️",
+  recycle: "♻️", fire: "🔥", no_entry_sign: "🚫", left: "⬅️", pause_button: "⏸️", hammer_and_wrench: "🛠️",
+  arrows_counterclockwise: "🔄", moneybag: "💰", floppy_disk: "💾", eyes: "👀", bell: "🔔", memo: "📝",
+  heavy_multiplication_x: "✖️", repeat: "🔁", construction: "🚧", skull: "💀", test_tube: "🧪",
 };
 const ATTACHMENT_COLORS = { good: "#2eb67d", warning: "#ecb22e", danger: "#e01e5a" };
 // Markers of mrkdwn's inline styles, tried in this order when two start at the same place.
@@ -240,9 +243,36 @@ function renderAttachments(attachments, where) {
 
 const key = (channel, ts) => channel + "|" + ts;
 
+/** Seconds the page's clock is moved on (tests move it to see the times change). */
+let clockSkewSecs = 0;
+const nowSecs = () => Date.now() / 1000 + clockSkewSecs;
+
+/** When a message was posted, said from now: "just now", "4 min ago", "2 h ago", then the
+ * clock time (with the day once it is not today). Redrawn every half minute ([`tickTimes`]). */
 function time(ts) {
-  const d = new Date(parseFloat(ts) * 1000);
-  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const at = parseFloat(ts);
+  const ago = nowSecs() - at;
+  if (!Number.isFinite(at)) return "";
+  if (ago < 45) return "just now";
+  if (ago < 3600) return Math.max(1, Math.round(ago / 60)) + " min ago";
+  if (ago < 6 * 3600) return Math.floor(ago / 3600) + " h ago";
+  const d = new Date(at * 1000);
+  const clock = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const today = new Date(nowSecs() * 1000).toDateString() === d.toDateString();
+  return today ? clock : d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + clock;
+}
+
+/** The full date and time, for the tooltip. */
+function fullTime(ts) {
+  return new Date(parseFloat(ts) * 1000).toLocaleString();
+}
+
+/** Redraws every shown time from its message's ts. */
+function tickTimes() {
+  document.querySelectorAll(".time[data-ts]").forEach((node) => {
+    const text = time(node.dataset.ts);
+    if (node.textContent !== text) node.textContent = text;
+  });
 }
 
 function replies(channel, parentTs) {
@@ -263,7 +293,7 @@ function renderMessage(m, { inThread = false } = {}) {
   if (m.ephemeral) body.append(el("div", { class: "only-you" }, "Only visible to you"));
   body.append(el("div", { class: "msg-head" },
     el("span", { class: "author" }, "Steward"), el("span", { class: "app-badge" }, "APP"),
-    el("span", { class: "time", title: m.ts }, time(m.ts)),
+    el("span", { class: "time", "data-ts": m.ts, title: fullTime(m.ts) }, time(m.ts)),
     m.edited ? el("span", { class: "edited" }, "(edited)") : null));
   const hasBlocks = Array.isArray(m.blocks) && m.blocks.length;
   const hasAttachments = Array.isArray(m.attachments) && m.attachments.length;
@@ -383,7 +413,25 @@ function renderChannels() {
 
 function renderPeople() {
   const select = $("person");
-  select.replaceChildren(...state.people.map((p) => el("option", { value: p.id, selected: p.id === state.person }, p.label)));
+  select.replaceChildren(...state.people.map((p) => el("option", { value: p.id, selected: p.id === state.person }, personLabel(p))));
+}
+
+/** A person as the terminal names them: "erin (approver)"; the label alone for a person the
+ * simulator knows no name of. */
+function personLabel(p) {
+  const name = state.users[p.id];
+  if (!name || name === p.label || name === p.id.toLowerCase()) return p.label;
+  return p.label ? name + " (" + p.label + ")" : name;
+}
+
+/** The channel with the newest message (a reply counts for its channel), so the page opens
+ * where something happened; the first channel when nothing was posted yet. */
+function mostRecentChannel() {
+  let best = null;
+  for (const m of state.messages.values()) {
+    if (!best || m.ts > best.ts) best = m;
+  }
+  return best ? best.channel : [...state.channels.keys()][0];
 }
 
 function selectChannel(id) {
@@ -426,6 +474,17 @@ function renderInput(block, index, where) {
     field = el("select", attrs, el("option", { value: "" }, plain(e.placeholder) || "Choose…"),
       (e.options || []).map((o) => el("option", { value: o.value }, plain(o.text))));
     if (e.initial_option) field.value = e.initial_option.value;
+  } else if (e.type === "checkboxes") {
+    // One box per option; the group carries the block and action ids, each box its value.
+    const initial = new Set((e.initial_options || []).map((o) => o.value));
+    field = el("div", { ...attrs, class: "checkboxes", role: "group" },
+      (e.options || []).map((o, n) => {
+        const boxId = id + "-" + n;
+        return el("div", { class: "checkbox" },
+          el("input", { type: "checkbox", id: boxId, value: o.value, checked: initial.has(o.value) }),
+          el("label", { for: boxId }, textObject(o.text)),
+          o.description ? el("div", { class: "hint" }, plain(o.description)) : null);
+      }));
   } else {
     field = el("input", { ...attrs, type: "text" });
   }
@@ -449,7 +508,7 @@ function renderModal() {
     return;
   }
   const typed = {};
-  overlay.querySelectorAll("[data-block-id]").forEach((f) => (typed[f.id] = f.value));
+  overlay.querySelectorAll("[data-block-id]").forEach((f) => (typed[f.id] = fieldValue(f)));
   const view = modal.view || {};
   const where = { kind: "modal", errors: modal.errors || {} };
   const error = el("div", { class: "banner error", hidden: true, role: "alert" });
@@ -464,14 +523,24 @@ function renderModal() {
   overlay.hidden = false;
   for (const [id, value] of Object.entries(typed)) {
     const f = document.getElementById(id);
-    if (f) f.value = value;
+    if (!f) continue;
+    if (Array.isArray(value)) f.querySelectorAll("input[type=checkbox]").forEach((box) => (box.checked = value.includes(box.value)));
+    else f.value = value;
   }
+}
+
+/** What an input holds: its text, or the values of the ticked boxes of a checkbox group. */
+function fieldValue(f) {
+  if (f.dataset.type === "checkboxes") {
+    return [...f.querySelectorAll("input[type=checkbox]:checked")].map((box) => box.value);
+  }
+  return f.value;
 }
 
 async function submitModal(modal, form, error) {
   const values = {};
   form.querySelectorAll("[data-block-id]").forEach((f) => {
-    (values[f.dataset.blockId] ||= {})[f.dataset.actionId] = f.value;
+    (values[f.dataset.blockId] ||= {})[f.dataset.actionId] = fieldValue(f);
   });
   const answer = await act("/_sim/act/submit", { user: state.person, view_id: modal.id, values });
   if (answer.error) {
@@ -582,7 +651,7 @@ async function loadWorld() {
     state.person = state.people.some((p) => p.id === wanted.get("as")) ? wanted.get("as") : (state.people[0] || {}).id;
   }
   if (!state.channel || !state.channels.has(state.channel)) {
-    state.channel = state.channels.has(wanted.get("channel")) ? wanted.get("channel") : [...state.channels.keys()][0];
+    state.channel = state.channels.has(wanted.get("channel")) ? wanted.get("channel") : mostRecentChannel();
   }
   $("readonly").hidden = state.interactive;
   $("command").disabled = !state.interactive;
@@ -687,7 +756,15 @@ document.addEventListener("DOMContentLoaded", () => {
     renderThread();
   });
   connect();
+  setInterval(tickTimes, 30000);
 });
 
 // For tests in the browser: the mrkdwn renderer on its own.
-window.stewardSim = { mrkdwn, state };
+// `skew(secs)` moves the page's clock on, as if that much time had passed, and redraws the times.
+window.stewardSim = {
+  mrkdwn, state,
+  skew: (secs) => {
+    clockSkewSecs = Number(secs) || 0;
+    tickTimes();
+  },
+};
