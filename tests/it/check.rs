@@ -519,3 +519,89 @@ async fn steward_check_calls_push_tests_without_a_webhook_secret_a_problem() {
     line_in(&report, "OK", "github", "GitHub webhook secret");
     assert!(!both(&out).contains("gh-webhook-secret-77"), "{report}");
 }
+
+/// The keys serde knows under `[table]` (empty for the top level), from the error it gives for
+/// one it does not: "unknown field `…`, expected one of `a`, `b`".
+fn known_keys(table: &str) -> Vec<String> {
+    use sandbox_steward::config::Policy;
+    let text = if table.is_empty() {
+        "zz_not_a_key = 1\n".to_owned()
+    } else {
+        format!("[{table}]\nzz_not_a_key = 1\n")
+    };
+    let error = Policy::parse(&text)
+        .expect_err("an unknown key is refused")
+        .to_string();
+    let expected = error
+        .split("expected one of ")
+        .nth(1)
+        .or_else(|| error.split("expected ").nth(1))
+        .unwrap_or_else(|| panic!("[{table}]: {error}"));
+    expected
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .replace("` or `", "`, `")
+        .split(", ")
+        .map(|k| k.trim().trim_matches('`').to_owned())
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// steward.example.toml is what an adopter copies: it must load with the real loader, and name
+/// (set, or commented with its value) every section and every key of the sections the loader
+/// knows, so nothing they could set is a guess.
+#[test]
+fn the_example_policy_loads_and_names_every_section_and_key() {
+    use sandbox_steward::config::Policy;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("steward.example.toml");
+    let policy = Policy::load(&path, true).expect("steward.example.toml loads");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Safe defaults: sweeps are on, someone may kill, and nobody is let in by a guess.
+    assert!(policy.sweep().unwrap().1.is_some(), "sweeps are on");
+    assert!(
+        !policy.approvals.approvers.kill.users.is_empty(),
+        "someone may kill"
+    );
+    assert!(policy.approvals.two_person_rule);
+    assert!(policy.push_tests.is_empty(), "push tests are opt-in");
+    // Placeholders are marked, so nobody mistakes one for a real id.
+    for line in text.lines().filter(|l| l.contains("0CHANGEME")) {
+        assert!(
+            line.trim_start().starts_with('#') || line.contains("# CHANGEME"),
+            "a placeholder that is set says CHANGEME in its comment: {line}"
+        );
+    }
+    let top = known_keys("");
+    assert!(top.len() >= 8, "{top:?}");
+    for section in &top {
+        assert!(
+            text.contains(&format!("[{section}")) || text.contains(&format!("[[{section}]]")),
+            "steward.example.toml has no [{section}]"
+        );
+    }
+    for table in [
+        "channels",
+        "approvals",
+        "approvals.approvers",
+        "hygiene",
+        "hygiene.idle",
+        "limits",
+        "workers",
+        "runs",
+        "github",
+    ] {
+        for key in known_keys(table) {
+            // `decide_within` is in several tables; any mention will do for it.
+            let named = text.lines().any(|l| {
+                l.trim_start_matches(['#', ' '])
+                    .starts_with(&format!("{key} ="))
+            });
+            let section = text.contains(&format!("[{table}.{key}"));
+            assert!(
+                named || section,
+                "steward.example.toml does not name [{table}] {key}"
+            );
+        }
+    }
+}
