@@ -3,7 +3,7 @@
 //! (`demo::start`, every port picked free, the embedded in-memory store). The demo's people use
 //! its own page as the scenario says: the approver lists the fleet, opens a case card
 //! from the opening sweep's digest thread, chooses Snapshot, then kill and sees the card end with
-//! the snapshot id; the non-approver clicks Kill and is refused; a malformed command gets the
+//! the command that starts a sandbox from its snapshot; the non-approver clicks Kill and is refused; a malformed command gets the
 //! help. Screenshots go to `target/browser-screenshots/`.
 //!
 //! With `STEWARD_SCREENSHOT=<path>` (what `scripts/screenshot` sets) the pending case card's
@@ -510,21 +510,23 @@ async fn the_demos_people_list_snapshot_a_swept_case_are_refused_and_get_help_in
     let done = me
         .see(
             "#thread-messages .msg .block-header",
-            &format!("{subject} killed after snapshot "),
+            &format!("{subject} killed, snapshot kept"),
         )
         .await;
-    let snapshot = done
-        .rsplit_once("after snapshot ")
-        .map(|(_, id)| id.trim().to_owned())
-        .unwrap_or_default();
-    assert!(
-        !snapshot.is_empty() && !snapshot.contains(' '),
-        "the card ends with the snapshot id: {done}"
-    );
     let ended = me.see("#thread-messages .msg", &done).await;
     assert!(
         ended.contains("(edited)"),
         "the card was updated in place: {ended}"
+    );
+    // The card names the snapshot once, in the command that starts a sandbox from it.
+    let snapshot = ended
+        .split_once("steward e2b create ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|id| id.trim_matches('`').to_owned())
+        .unwrap_or_default();
+    assert!(
+        !snapshot.is_empty(),
+        "the card says how to start from the snapshot: {ended}"
     );
     me.screenshot("3-snapshot-then-kill-done").await;
 
