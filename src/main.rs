@@ -11,7 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = sandbox_steward::cli::Cli::parse();
-    sandbox_steward::telemetry::init_as("info", cli.log_format);
+    sandbox_steward::telemetry::init_as(cli.default_log_filter(), cli.log_format);
     match sandbox_steward::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {

@@ -6,7 +6,8 @@
 //! approver lists the fleet; on the opening sweep's list decision she approves a Pause group and
 //! sees it done, excludes a sandbox of another group by its checkbox (after a pasted stranger is
 //! refused with a sentence), sends a Snapshot, then kill group to review and, on one of its cards
-//! in the digest's thread, chooses Snapshot, then kill; the non-approver clicks Kill and is
+//! in the digest's thread, chooses Snapshot, then kill and sees the card end with the command
+//! that starts a sandbox from its snapshot; the non-approver clicks Kill and is
 //! refused; a malformed command gets the help; a text file in a thread opens in a tab.
 //! Screenshots go to `target/browser-screenshots/`.
 //!
@@ -728,13 +729,23 @@ async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_
     let done = me
         .see(
             "#thread-messages .msg .block-header",
-            &format!("{subject} killed after snapshot"),
+            &format!("{subject} killed, snapshot kept"),
         )
         .await;
     let ended = me.see("#thread-messages .msg", &done).await;
     assert!(
         ended.contains("(edited)"),
         "the card was updated in place: {ended}"
+    );
+    // The card names the snapshot once, in the command that starts a sandbox from it.
+    let snapshot = ended
+        .split_once("steward e2b create ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|id| id.trim_matches('`').to_owned())
+        .unwrap_or_default();
+    assert!(
+        !snapshot.is_empty(),
+        "the card says how to start from the snapshot: {ended}"
     );
     me.screenshot("7-snapshot-then-kill-done").await;
 

@@ -397,8 +397,10 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
                 format!("{subject} was already paused")
             } else {
                 match (decision.option, snapshot) {
-                    (DecisionOption::SnapshotThenKill, Some(snap)) => {
-                        format!("{subject} killed after snapshot {snap}")
+                    // The snapshot's id (up to ~70 characters) is named once, in the line that
+                    // says how to start from it; in a header it would wrap over several lines.
+                    (DecisionOption::SnapshotThenKill, Some(_)) => {
+                        format!("{subject} killed, snapshot kept")
                     }
                     (DecisionOption::SnapshotThenKill | DecisionOption::Kill, _) => {
                         format!("{subject} killed")
@@ -407,8 +409,8 @@ fn headline(case: &Case, snapshot: Option<&str>) -> String {
                     (DecisionOption::DeleteTemplate, _) => format!("{subject} deleted"),
                     (DecisionOption::Leave, _) => format!("{subject} left as it is"),
                     (DecisionOption::Keep, _) => format!("{subject} kept"),
-                    (DecisionOption::SnapshotAndKeep, Some(snap)) => {
-                        format!("{subject} paused after snapshot {snap}")
+                    (DecisionOption::SnapshotAndKeep, Some(_)) => {
+                        format!("{subject} paused, snapshot kept")
                     }
                     (DecisionOption::SnapshotAndKeep, None) => format!("{subject} paused"),
                     (DecisionOption::KeepRunning, _) => format!("{subject} kept running"),
@@ -515,12 +517,13 @@ fn result_lines(steps: &[crate::cases::StepRecord]) -> (Vec<String>, Option<Stri
     let mut snapshot = None;
     for record in steps {
         let line = match &record.outcome {
+            // The id is named once, by the card's line on how to start from the snapshot.
             StepOutcome::SnapshotCreated { snapshot_id } => {
                 snapshot = Some(snapshot_id.to_string());
-                format!("Snapshot `{snapshot_id}` taken.")
+                "Snapshot taken.".to_owned()
             }
-            StepOutcome::SnapshotVerified { snapshot_id } => {
-                format!("Snapshot `{snapshot_id}` confirmed in E2B's snapshot list.")
+            StepOutcome::SnapshotVerified { .. } => {
+                "Snapshot confirmed in E2B's snapshot list.".to_owned()
             }
             StepOutcome::Killed => "Killed.".into(),
             StepOutcome::Paused => "Paused.".into(),
@@ -674,7 +677,8 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
             params.at = Some(when(*at));
             (params.results, params.snapshot_id) = result_lines(steps);
             if let Some(restore) = &case.restore {
-                (params.restore_line, params.buttons) = restore_parts(case, restore);
+                let named = params.snapshot_id.as_deref() == Some(restore.snapshot.as_str());
+                (params.restore_line, params.buttons) = restore_parts(case, restore, named);
             }
         }
         CaseState::Failed { steps, error, .. } => {
@@ -728,16 +732,23 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
 }
 
 /// The restore line of a card, and its Restore button while one is offered.
+/// `named`: the card already names the snapshot (its "start a sandbox from it" line), so this
+/// line says "the snapshot" instead of a long id again.
 fn restore_parts(
     case: &Case,
     restore: &crate::cases::Restore,
+    named: bool,
 ) -> (Option<Mrkdwn>, Vec<ButtonParams>) {
-    let snapshot = format!("`{}`", restore.snapshot);
+    let snapshot = if named {
+        "the snapshot".to_owned()
+    } else {
+        format!("snapshot `{}`", restore.snapshot)
+    };
     let line = match &restore.request {
         Some(q) if q.sandbox.is_some() => Mrkdwn::markup(":recycle: ")
             .and(Mrkdwn::user(&q.by))
             .and(format!(
-                " restored it from snapshot {snapshot} as sandbox `{}` ({}).",
+                " restored it from {snapshot} as sandbox `{}` ({}).",
                 q.sandbox
                     .as_ref()
                     .map(|s| s.to_string())
@@ -748,20 +759,20 @@ fn restore_parts(
             Mrkdwn::markup(":gear: ")
                 .and(Mrkdwn::user(&q.by))
                 .and(format!(
-                    " asked for it back; Steward is starting it from snapshot {snapshot}."
+                    " asked for it back; Steward is starting it from {snapshot}."
                 ))
         }
         Some(q) if !restore.closed => Mrkdwn::text(&format!(
-            "Restoring from snapshot {snapshot} failed: {}. Restore may be tried again until {}.",
+            "Restoring from {snapshot} failed: {}. Restore may be tried again until {}.",
             q.error.as_deref().unwrap_or("no reason recorded"),
             when(restore.until)
         )),
         _ if restore.closed => Mrkdwn::text(&format!(
-            "The restore window closed {}; snapshot {snapshot} stays until someone deletes it.",
+            "The restore window closed {}; {snapshot} stays until someone deletes it.",
             when(restore.until)
         )),
         _ => Mrkdwn::text(&format!(
-            "Restore starts it again from snapshot {snapshot}, with its metadata, until {}.",
+            "Restore starts it again from {snapshot}, with its metadata, until {}.",
             when(restore.until)
         )),
     };
@@ -1540,6 +1551,68 @@ mod tests {
         }
     }
 
+    /// A finished Snapshot, then kill card names E2B's long snapshot id once (the line on how
+    /// to start from it), and its header fits one line on a laptop, whatever the restore line says.
+    #[test]
+    fn a_finished_card_names_its_snapshot_once_and_keeps_its_header_short() {
+        let sandbox = "i2xk7tq9z0abcdefghij"; // E2B's sandbox ids are 20 characters
+        let snap = TemplateId::parse(
+            "team-4f1e2b5c7a3d4c8e/snapshot-i2xk7tq9z0abcdefghij-20261207-1203:default",
+        )
+        .unwrap();
+        let mut case = sandbox_case();
+        case.subject = Subject::Sandbox(SandboxId::parse(sandbox).unwrap());
+        case.state = CaseState::Done {
+            decision: decision(DecisionOption::SnapshotThenKill),
+            steps: vec![
+                step(
+                    crate::cases::Step::Snapshot,
+                    StepOutcome::SnapshotCreated {
+                        snapshot_id: snap.clone(),
+                    },
+                ),
+                step(
+                    crate::cases::Step::VerifySnapshot,
+                    StepOutcome::SnapshotVerified {
+                        snapshot_id: snap.clone(),
+                    },
+                ),
+                step(crate::cases::Step::Kill, StepOutcome::Killed),
+            ],
+            at: t(63),
+        };
+        for (closed, request) in [
+            (false, None),
+            (true, None),
+            (
+                false,
+                Some(crate::cases::RestoreRequest {
+                    by: user("U3"),
+                    at: t(200),
+                    sandbox: None,
+                    error: Some("E2B had a server error (500)".into()),
+                }),
+            ),
+        ] {
+            case.restore = Some(crate::cases::Restore {
+                snapshot: snap.clone(),
+                until: t(7 * 86_400),
+                closed,
+                request,
+            });
+            let json = render(&case);
+            let text = json.to_string();
+            assert_eq!(text.matches(snap.as_str()).count(), 1, "{text}");
+            assert!(
+                text.contains(&format!("`steward e2b create {snap}`")),
+                "{text}"
+            );
+            let header = json["blocks"][0]["text"]["text"].as_str().unwrap();
+            assert_eq!(header, format!("Sandbox {sandbox} killed, snapshot kept"));
+            assert!(header.chars().count() <= 50, "{header}");
+        }
+    }
+
     fn step(step: crate::cases::Step, outcome: StepOutcome) -> StepRecord {
         StepRecord {
             step,
@@ -1589,7 +1662,7 @@ mod tests {
                         step(Step::Kill, StepOutcome::Killed),
                     ],
                 ),
-                "Sandbox sbx1 killed after snapshot team/snap:1",
+                "Sandbox sbx1 killed, snapshot kept",
                 "killed",
             ),
             (

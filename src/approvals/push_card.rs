@@ -82,7 +82,8 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
     let mut params = card::card_params(case);
     // The run's own fields (command, exit code, output) are the alert's here: not twice.
     params.run = None;
-    // After Keep for debugging: how to get in, and until when.
+    // After Keep for debugging: how to get a shell in it (E2B's own CLI opens an interactive
+    // terminal; `steward e2b connect` only resumes or extends), and until when.
     if let CaseState::Done {
         decision, steps, ..
     } = &case.state
@@ -93,7 +94,7 @@ pub fn push_card_params(case: &Case, push: &PushReport, run: &RunReport) -> Push
         })
     {
         params.results.push(format!(
-            "Connect with `steward e2b connect {}`; E2B ends the sandbox at {} unless someone extends it.",
+            "Open a shell in it: `e2b sandbox connect {}` (E2B's CLI: `npm i -g @e2b/cli`, then `e2b auth login`). E2B ends the sandbox at {} unless someone extends it.",
             params.subject_id,
             format::when(until)
         ));
@@ -241,7 +242,8 @@ mod tests {
         let json = render(&case);
         let text = json.to_string();
         assert!(text.contains("chose *Keep for debugging*"), "{text}");
-        assert!(text.contains("steward e2b connect ipush1abc"), "{text}");
+        assert!(text.contains("`e2b sandbox connect ipush1abc`"), "{text}");
+        assert!(!text.contains("steward e2b connect"), "{text}");
         assert!(
             !text.contains("\"type\":\"actions\""),
             "no buttons once decided: {text}"

@@ -1,65 +1,174 @@
-//! `steward check`: says in plain words what is missing, what is risky and what cannot be reached.
+//! `steward check`: says in plain words, one line per finding, what works, what is risky and what
+//! stops Steward from working, each with the fix in the line.
 //!
-//! Problems (a missing secret, a service that does not answer, a template override that does not
-//! render) exit 1; warnings (nobody may kill, no approvals channel, sandboxes kept out of sweeps
-//! for longer than `[hygiene] max_exclude_for`) are printed but exit 0, since Steward still runs.
-//! It reads settings and makes two harmless calls (Slack `auth.test`, one page of E2B's sandbox
-//! list), and in Socket Mode a third (`apps.connections.open`, whose URL it never connects to); it
-//! reads Redis (every Leave mark, through `Store::all_left_marks`); it changes nothing.
+//! Findings are grouped ok / warning / problem. Exit status 0 when there is neither a warning nor a
+//! problem, 1 with warnings only, 2 with a problem (a missing secret, a service that refuses or
+//! does not answer, a channel the bot cannot post in, an approver Slack does not know, push tests
+//! nobody can trigger); `--json` prints the same findings as an array of `{level, area, message,
+//! fix}` for scripts. It never calls a configuration complete while something is off.
+//!
+//! It reads settings, asks Redis whether it answers and what it keeps on disk, reads every Leave
+//! mark (through `Store::all_left_marks`), and makes harmless calls: one page of E2B's sandbox list
+//! and the team's metrics maximum; Slack's `auth.test`, `conversations.info` for each configured
+//! channel, `users.info` for each approver and `usergroups.users.list` for each approver group; and
+//! in Socket Mode `apps.connections.open`, whose URL it never connects to. It changes nothing, and
+//! never prints a secret (not even `REDIS_URL`, which may hold a password).
 use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 use crate::cases::{ApproverRule, CaseState, DecisionOption, Subject};
 use crate::config::{ProcessEnv, Settings};
-use crate::e2b::{E2bClient, ListQuery};
-use crate::slack::client::SlackClient;
+use crate::e2b::{E2bClient, E2bError, ListQuery, TeamMaxMetric};
 use crate::slack::format::{human_duration, when};
-use crate::store::{LeftMark, Store};
+use crate::store::{LeftMark, Persistence, Store};
 
-/// Longest wait for each of the two reachability calls, so `check` never hangs on a dead host.
+mod slack;
+
+/// Longest wait for each reachability call, so `check` never hangs on a dead host.
 const REACH_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// What `check` found: `problems` make it fail, `warnings` do not.
+/// `steward check`'s options.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Print the findings as a JSON array of `{level, area, message, fix}` (exit status as without).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How much a finding matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Level {
+    /// Checked, and it works.
+    Ok,
+    /// Steward runs, but something will surprise someone (exit 1).
+    Warning,
+    /// Steward will not work as configured (exit 2).
+    Problem,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+struct Finding {
+    level: Level,
+    /// What it is about: `settings`, `redis`, `e2b`, `slack`, `channels`, `approvers`, `policy`,
+    /// `github`, `exclusions` or `templates`.
+    area: &'static str,
+    /// What was found, as a sentence.
+    message: String,
+    /// What to do about it, as a sentence; none for an ok.
+    fix: Option<String>,
+}
+
+/// Everything `check` found, in the order it found it.
 #[derive(Debug, Default)]
-struct Findings {
-    problems: Vec<String>,
-    warnings: Vec<String>,
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn ok(&mut self, area: &'static str, message: impl Into<String>) {
+        self.push(Level::Ok, area, message.into(), None);
+    }
+
+    fn warning(&mut self, area: &'static str, message: impl Into<String>, fix: Option<String>) {
+        self.push(Level::Warning, area, message.into(), fix);
+    }
+
+    fn problem(&mut self, area: &'static str, message: impl Into<String>, fix: Option<String>) {
+        self.push(Level::Problem, area, message.into(), fix);
+    }
+
+    fn push(&mut self, level: Level, area: &'static str, message: String, fix: Option<String>) {
+        self.0.push(Finding {
+            level,
+            area,
+            message: super::sentence(&message),
+            fix: fix.map(|f| super::sentence(&f)),
+        });
+    }
+
+    fn count(&self, level: Level) -> usize {
+        self.0.iter().filter(|f| f.level == level).count()
+    }
+
+    /// 0 all fine, 1 warnings only, 2 a problem.
+    fn exit_code(&self) -> ExitCode {
+        match self.0.iter().map(|f| f.level).max() {
+            Some(Level::Problem) => ExitCode::from(2),
+            Some(Level::Warning) => ExitCode::from(1),
+            _ => ExitCode::SUCCESS,
+        }
+    }
+
+    /// The report for a person: ok, warnings, problems (the ones to act on last, nearest the
+    /// prompt), then one line that says what the whole means.
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for (level, title) in [
+            (Level::Ok, "OK"),
+            (Level::Warning, "Warnings"),
+            (Level::Problem, "Problems"),
+        ] {
+            let found: Vec<&Finding> = self.0.iter().filter(|f| f.level == level).collect();
+            if found.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{title} ({}):\n", found.len()));
+            for f in found {
+                out.push_str(&format!("  [{}] {}", f.area, f.message));
+                if let Some(fix) = &f.fix {
+                    out.push_str(&format!(" Fix: {fix}"));
+                }
+                out.push('\n');
+            }
+        }
+        let (warnings, problems) = (self.count(Level::Warning), self.count(Level::Problem));
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let summary = match (problems, warnings) {
+            (0, 0) => format!(
+                "All {} checks passed: start Steward with `steward serve`.",
+                self.count(Level::Ok)
+            ),
+            (0, w) => format!(
+                "{}, no problems: `steward serve` runs, but read {} above.",
+                plural(w, "warning", "warnings"),
+                if w == 1 { "it" } else { "them" }
+            ),
+            (p, w) => format!(
+                "{} and {}: Steward will not work as configured until {} fixed.",
+                plural(p, "problem", "problems"),
+                plural(w, "warning", "warnings"),
+                if p == 1 { "it is" } else { "they are" }
+            ),
+        };
+        out.push_str(&summary);
+        out.push('\n');
+        out
+    }
 }
 
 /// Runs `steward check` with the process environment.
-pub async fn run() -> anyhow::Result<ExitCode> {
+pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(&ProcessEnv)?;
     let mut found = Findings::default();
     missing_settings(&settings, &mut found);
     template_overrides(&settings, &mut found);
-    policy_warnings(&settings, &mut found);
+    policy(&settings, &mut found);
+    push_tests(&settings, &mut found);
+    if let Some(store) = reach_redis(&settings, &mut found).await {
+        long_exclusions(&settings, &store, &mut found).await;
+    }
     reach_e2b(&settings, &mut found).await;
-    reach_slack(&settings, &mut found).await;
-    open_socket(&settings, &mut found).await;
-    long_exclusions(&settings, &mut found).await;
-    for line in &found.problems {
-        println!("{line}");
+    slack::check(&settings, &mut found).await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&found.0)?);
+    } else {
+        print!("{}", found.render());
     }
-    for line in &found.warnings {
-        println!("Warning: {line}");
-    }
-    if !found.problems.is_empty() {
-        return Ok(ExitCode::from(1));
-    }
-    match found.warnings.len() {
-        0 => println!(
-            "Configuration is complete (listening on {}).",
-            settings.listen
-        ),
-        n => println!(
-            "Configuration is complete (listening on {}), with {n} {} above.",
-            settings.listen,
-            if n == 1 { "warning" } else { "warnings" }
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(found.exit_code())
 }
 
 /// Every message rendered from sample values, as `serve` does at start, so a broken override in
@@ -68,61 +177,93 @@ fn template_overrides(settings: &Settings, found: &mut Findings) {
     if let Some(dir) = &settings.slack.templates_dir
         && let Err(e) = crate::startup::load_templates(Some(dir))
     {
-        found.problems.push(format!(
-            "STEWARD_TEMPLATES ({}): {}; `steward serve` will not start with it.",
-            dir.display(),
-            e.to_string().trim_end_matches('.')
-        ));
+        found.problem(
+            "templates",
+            format!(
+                "STEWARD_TEMPLATES ({}): {}; `steward serve` will not start with it",
+                dir.display(),
+                e.to_string().trim_end_matches('.')
+            ),
+            Some("fix that template, or remove it to use the embedded one".into()),
+        );
     }
 }
 
 fn missing_settings(settings: &Settings, found: &mut Findings) {
     if settings.e2b.api_key.is_none() {
-        found
-            .problems
-            .push("E2B_API_KEY is not set: Steward cannot call E2B.".into());
+        found.problem(
+            "settings",
+            "E2B_API_KEY is not set: Steward cannot call E2B",
+            Some("set E2B_API_KEY to an API key from the E2B dashboard (API Keys)".into()),
+        );
     }
     if settings.e2b.team_id.is_none() {
-        found.problems.push(
-            "E2B_PROJECT_ID (or E2B_TEAM_ID) is not set: team metrics are unavailable.".into(),
+        found.problem(
+            "settings",
+            "E2B_PROJECT_ID (or E2B_TEAM_ID) is not set: team metrics are unavailable",
+            Some("set E2B_PROJECT_ID to the team id of the key's team (E2B dashboard, team settings)".into()),
         );
     }
     if settings.slack.bot_token.is_none() {
-        found
-            .problems
-            .push("SLACK_BOT_TOKEN is not set: Steward cannot post to Slack.".into());
+        found.problem(
+            "settings",
+            "SLACK_BOT_TOKEN is not set: Steward cannot post to Slack",
+            Some(
+                "set it to the Bot User OAuth Token (xoxb-…) on the app's OAuth & Permissions page"
+                    .into(),
+            ),
+        );
     }
     // In Socket Mode Slack's requests come over the app token's connection, unsigned.
     if settings.slack.signing_secret.is_none() && settings.socket.is_none() {
-        found
-            .problems
-            .push("SLACK_SIGNING_SECRET is not set: every Slack request will be refused.".into());
+        found.problem(
+            "settings",
+            "SLACK_SIGNING_SECRET is not set: every Slack request will be refused",
+            Some("set it to the Signing Secret on the app's Basic Information page (or use Socket Mode with SLACK_APP_TOKEN)".into()),
+        );
     }
 }
 
-fn policy_warnings(settings: &Settings, found: &mut Findings) {
+/// What `steward.toml` leaves without anyone or anywhere: cards with no channel, kills nobody may
+/// choose, sweeps that never run.
+fn policy(settings: &Settings, found: &mut Findings) {
     let policy = &settings.policy;
     match policy.approvals_channel() {
         Ok(Some(_)) => {}
-        Ok(None) => found.warnings.push(
-            "[channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from.".into(),
+        Ok(None) => found.warning(
+            "policy",
+            "[channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from",
+            Some("set `approvals = \"C…\"` under [channels] in steward.toml".into()),
         ),
-        Err(e) => found.problems.push(format!("{e}.")),
+        Err(e) => found.problem("policy", e, Some("use the channel's id (C…), not its name".into())),
     }
-    if let Err(e) = policy.sweep() {
-        found.problems.push(format!("{e}."));
+    match policy.sweep() {
+        Ok((_, Some(channel))) => found.ok(
+            "policy",
+            format!("scheduled sweeps are on: digests go to {channel}"),
+        ),
+        Ok((_, None)) => found.warning(
+            "policy",
+            "scheduled sweeps are off: no hygiene channel is set, so idle sandboxes are only found by a `/sandbox sweep` or `steward sweep`",
+            Some("set `hygiene = \"C…\"` under [channels] in steward.toml".into()),
+        ),
+        Err(e) => found.problem("policy", e, Some("use the channel's id (C…), not its name".into())),
     }
     let approvers = &policy.approvals.approvers;
     if nobody(approvers.rule_for(DecisionOption::Kill)) {
-        found.warnings.push(
-            "nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide.".into(),
+        found.warning(
+            "policy",
+            "nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide",
+            Some("add `kill = { users = [\"U…\"] }` under [approvals.approvers] in steward.toml".into()),
         );
     }
     if approvers.kill != *approvers.rule_for(DecisionOption::SnapshotThenKill)
         && nobody(approvers.rule_for(DecisionOption::SnapshotThenKill))
     {
-        found.warnings.push(
-            "nobody may choose Snapshot, then kill: [approvals.approvers] snapshot_then_kill is empty in steward.toml.".into(),
+        found.warning(
+            "policy",
+            "nobody may choose Snapshot, then kill: [approvals.approvers] snapshot_then_kill is empty in steward.toml",
+            Some("name someone in it, or remove it so the kill rule applies".into()),
         );
     }
 }
@@ -132,18 +273,127 @@ fn nobody(rule: &ApproverRule) -> bool {
     !rule.anyone && rule.users.is_empty() && rule.groups.is_empty()
 }
 
-/// One page of one sandbox: proves the URL, the key and the network all work.
+/// `[[push_tests]]` without a webhook secret: every push webhook is refused, so no test runs.
+fn push_tests(settings: &Settings, found: &mut Findings) {
+    let github = &settings.github;
+    if github.push_tests.is_empty() {
+        return;
+    }
+    let n = github.push_tests.len();
+    if github.webhook_secrets.is_empty() {
+        found.problem(
+            "github",
+            format!(
+                "{n} [[push_tests]] {} configured but no GitHub webhook secret is set: every push webhook is refused, so no test runs",
+                if n == 1 { "is" } else { "are" }
+            ),
+            Some("set GITHUB_WEBHOOK_SECRET to the secret of the repository's webhook (GitHub: Settings, Webhooks)".into()),
+        );
+    } else {
+        found.ok(
+            "github",
+            format!(
+                "{n} [[push_tests]] {} a GitHub webhook secret to verify pushes with",
+                if n == 1 { "has" } else { "have" }
+            ),
+        );
+    }
+}
+
+/// Redis answers, and keeps what Steward writes on disk. Answers the store when it answers.
+async fn reach_redis(settings: &Settings, found: &mut Findings) -> Option<Store> {
+    use secrecy::ExposeSecret;
+    let fix = Some("start Redis, or point REDIS_URL at one (redis://host:6379)".to_owned());
+    let store = match Store::redis_lazy(
+        settings.redis.url.expose_secret(),
+        &settings.redis.key_prefix,
+    ) {
+        Ok(store) => store,
+        Err(e) => {
+            found.problem("redis", format!("REDIS_URL cannot be used: {e}"), fix);
+            return None;
+        }
+    };
+    match tokio::time::timeout(REACH_TIMEOUT, store.ping()).await {
+        Ok(Ok(())) => found.ok(
+            "redis",
+            format!(
+                "Redis answers at REDIS_URL (key prefix `{}`)",
+                settings.redis.key_prefix
+            ),
+        ),
+        Ok(Err(e)) => {
+            found.problem(
+                "redis",
+                format!(
+                    "Redis (REDIS_URL) does not answer: {e}; Steward records nothing without it"
+                ),
+                fix,
+            );
+            return None;
+        }
+        Err(_) => {
+            found.problem(
+                "redis",
+                format!(
+                    "Redis (REDIS_URL) did not answer within {} s; Steward records nothing without it",
+                    REACH_TIMEOUT.as_secs()
+                ),
+                fix,
+            );
+            return None;
+        }
+    }
+    let durable = Some(
+        "run Redis with `appendonly yes` (redis.conf, or `redis-server --appendonly yes` as deploy/compose.yml does; docs/operations.md, \"Redis\")".to_owned(),
+    );
+    match tokio::time::timeout(REACH_TIMEOUT, store.persistence()).await {
+        Ok(Ok(Persistence::AppendOnly)) => found.ok(
+            "redis",
+            "Redis keeps an append-only file (appendonly yes): a restart keeps cases, decisions and runs",
+        ),
+        Ok(Ok(Persistence::Snapshots(rules))) => found.warning(
+            "redis",
+            format!(
+                "Redis only saves snapshots (save {rules}): a crash loses the cases and decisions made since the last one"
+            ),
+            durable,
+        ),
+        Ok(Ok(Persistence::Off)) => found.warning(
+            "redis",
+            "Redis keeps nothing on disk (appendonly no, no save rules): a Redis restart loses every open case, decision and run",
+            durable,
+        ),
+        Ok(Ok(Persistence::Unknown(why))) => found.warning(
+            "redis",
+            format!("could not tell whether Redis keeps its data on disk: {why}"),
+            Some("make sure its append-only file is on (your provider's persistence setting)".into()),
+        ),
+        Ok(Err(e)) => found.warning(
+            "redis",
+            format!("could not ask Redis whether it keeps its data on disk: {e}"),
+            durable,
+        ),
+        Err(_) => found.warning(
+            "redis",
+            "Redis did not say within the time whether it keeps its data on disk",
+            durable,
+        ),
+    }
+    Some(store)
+}
+
+/// One page of one sandbox proves the URL, the key and the network; the team's metrics prove
+/// E2B knows `E2B_PROJECT_ID` for that key.
 async fn reach_e2b(settings: &Settings, found: &mut Findings) {
     if settings.e2b.api_key.is_none() {
         return;
     }
+    let url = &settings.e2b.api_url;
+    let network = Some("check E2B_API_URL and that this machine can reach it".to_owned());
     let client = match E2bClient::new(&settings.e2b) {
         Ok(client) => client,
-        Err(e) => {
-            return found
-                .problems
-                .push(unreachable("E2B", &settings.e2b.api_url, &e));
-        }
+        Err(e) => return found.problem("e2b", unreachable("E2B", url, &e), network),
     };
     let query = ListQuery {
         limit: Some(1),
@@ -151,84 +401,59 @@ async fn reach_e2b(settings: &Settings, found: &mut Findings) {
         ..ListQuery::default()
     };
     match tokio::time::timeout(REACH_TIMEOUT, client.list_sandboxes_page(&query, None)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => found
-            .problems
-            .push(unreachable("E2B", &settings.e2b.api_url, &e)),
-        Err(_) => found.problems.push(format!(
-            "E2B at {} did not answer within {} s.",
-            settings.e2b.api_url,
-            REACH_TIMEOUT.as_secs()
-        )),
-    }
-}
-
-/// What Slack answers for a bot token it does not take: none sent, unknown, revoked, or of a
-/// deactivated account.
-const REFUSED_TOKEN: [&str; 4] = [
-    "not_authed",
-    "invalid_auth",
-    "token_revoked",
-    "account_inactive",
-];
-
-/// `auth.test`: proves the URL, the bot token and the network all work.
-async fn reach_slack(settings: &Settings, found: &mut Findings) {
-    if settings.slack.bot_token.is_none() {
-        return;
-    }
-    let client = match SlackClient::new(&settings.slack) {
-        Ok(client) => client,
-        Err(e) => {
-            return found
-                .problems
-                .push(unreachable("Slack", &settings.slack.api_url, &e));
+        Ok(Ok(_)) => found.ok("e2b", format!("E2B at {url} accepts E2B_API_KEY")),
+        Ok(Err(E2bError::Unauthorized)) => {
+            return found.problem(
+                "e2b",
+                format!("E2B at {url} refused E2B_API_KEY (401)"),
+                Some(
+                    "copy a current key from the E2B dashboard (API Keys) into E2B_API_KEY".into(),
+                ),
+            );
         }
-    };
-    match tokio::time::timeout(REACH_TIMEOUT, client.auth_test()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(crate::slack::client::SlackError::Api { code }))
-            if REFUSED_TOKEN.contains(&code.as_str()) =>
-        {
-            found.problems.push(format!(
-                "Slack refused SLACK_BOT_TOKEN ({code}): it must be the Bot User OAuth Token (xoxb-…) of this app, installed in the workspace, from the app's OAuth & Permissions page."
-            ))
+        Ok(Err(e)) => return found.problem("e2b", unreachable("E2B", url, &e), network),
+        Err(_) => {
+            return found.problem(
+                "e2b",
+                format!(
+                    "E2B at {url} did not answer within {} s",
+                    REACH_TIMEOUT.as_secs()
+                ),
+                network,
+            );
         }
-        Ok(Err(e)) => found
-            .problems
-            .push(unreachable("Slack", &settings.slack.api_url, &e)),
-        Err(_) => found.problems.push(format!(
-            "Slack at {} did not answer auth.test within {} s.",
-            settings.slack.api_url,
-            REACH_TIMEOUT.as_secs()
-        )),
     }
-}
-
-/// In Socket Mode, `apps.connections.open` with `SLACK_APP_TOKEN`: proves the token, its scope
-/// and that Socket Mode is on. The URL it returns is never connected to and expires unused.
-async fn open_socket(settings: &Settings, found: &mut Findings) {
-    use crate::slack::socket::{OpenError, SocketClient};
-    let Some(socket) = &settings.socket else {
+    let Some(team) = client.team_id().map(str::to_owned) else {
         return;
     };
-    let opened = match SocketClient::new(socket, &settings.slack.api_url) {
-        Ok(client) => tokio::time::timeout(REACH_TIMEOUT, client.open()).await,
-        Err(e) => Ok(Err(e)),
-    };
-    match opened {
-        Ok(Ok(_url)) => {}
-        Ok(Err(e @ OpenError::Refused { .. })) => found.problems.push(format!("{e}.")),
-        Ok(Err(e)) => found.problems.push(unreachable(
-            "Slack (Socket Mode)",
-            &settings.slack.api_url,
-            &e,
-        )),
-        Err(_) => found.problems.push(format!(
-            "Slack at {} did not answer apps.connections.open within {} s.",
-            settings.slack.api_url,
-            REACH_TIMEOUT.as_secs()
-        )),
+    let now = Utc::now();
+    let asked = client.team_metrics_max(
+        TeamMaxMetric::ConcurrentSandboxes,
+        Some(now - chrono::Duration::minutes(10)),
+        Some(now),
+    );
+    match tokio::time::timeout(REACH_TIMEOUT, asked).await {
+        Ok(Ok(_)) => found.ok("e2b", format!("E2B knows team `{team}` (E2B_PROJECT_ID)")),
+        Ok(Err(
+            e @ (E2bError::Forbidden { .. } | E2bError::NotFound { .. } | E2bError::BadRequest { .. }),
+        )) => found.problem(
+            "e2b",
+            format!("E2B does not know team `{team}` (E2B_PROJECT_ID) for this key: {e}"),
+            Some("set E2B_PROJECT_ID to the team id of the key's team (E2B dashboard, team settings)".into()),
+        ),
+        Ok(Err(e)) => found.problem(
+            "e2b",
+            format!("E2B did not answer for team `{team}` (E2B_PROJECT_ID): {e}"),
+            network,
+        ),
+        Err(_) => found.problem(
+            "e2b",
+            format!(
+                "E2B did not answer for team `{team}` within {} s",
+                REACH_TIMEOUT.as_secs()
+            ),
+            network,
+        ),
     }
 }
 
@@ -238,29 +463,26 @@ const LONG_EXCLUSIONS_SHOWN: usize = 20;
 /// Every Leave mark in Redis that keeps its subject out of sweeps for longer than
 /// `[hygiene] max_exclude_for` from when it was made (no end date counts: it is one), each a
 /// warning naming the subject, until when, who decided and the case. Such marks were made before
-/// the cap (or by a policy); sweeps honour them until their date. Redis not answering is a
-/// problem: Steward records nothing without it.
-async fn long_exclusions(settings: &Settings, found: &mut Findings) {
-    use secrecy::ExposeSecret;
-    let store = match Store::redis_lazy(
-        settings.redis.url.expose_secret(),
-        &settings.redis.key_prefix,
-    ) {
-        Ok(store) => store,
-        Err(e) => return found.problems.push(format!("{e}.")),
-    };
+/// the cap (or by a policy); sweeps honour them until their date.
+async fn long_exclusions(settings: &Settings, store: &Store, found: &mut Findings) {
     let marks = match tokio::time::timeout(REACH_TIMEOUT, store.all_left_marks()).await {
         Ok(Ok(marks)) => marks,
         Ok(Err(e)) => {
-            return found.problems.push(format!(
-                "Redis (REDIS_URL) could not be read, so long exclusions could not be listed: {e}."
-            ));
+            return found.problem(
+                "exclusions",
+                format!("Redis (REDIS_URL) could not be read, so long exclusions could not be listed: {e}"),
+                None,
+            );
         }
         Err(_) => {
-            return found.problems.push(format!(
-                "Redis (REDIS_URL) did not answer within {} s.",
-                REACH_TIMEOUT.as_secs()
-            ));
+            return found.problem(
+                "exclusions",
+                format!(
+                    "Redis (REDIS_URL) did not list the exclusions within {} s",
+                    REACH_TIMEOUT.as_secs()
+                ),
+                None,
+            );
         }
     };
     let max = settings.policy.hygiene.max_exclude_for;
@@ -290,19 +512,27 @@ async fn long_exclusions(settings: &Settings, found: &mut Findings) {
             Some(until) => format!("until {}", when(until)),
             None => "with no end date".to_owned(),
         };
-        found.warnings.push(format!(
-            "{subject} was left out of sweeps {until} (left{by} on {}, case {}): longer than [hygiene] max_exclude_for ({}) allows, so sweeps raise it again from {}.",
-            when(mark.at),
-            mark.case,
-            human_duration(max),
-            when(mark.at + cap)
-        ));
+        found.warning(
+            "exclusions",
+            format!(
+                "{subject} was left out of sweeps {until} (left{by} on {}, case {}): longer than [hygiene] max_exclude_for ({}) allows, so sweeps raise it again from {}",
+                when(mark.at),
+                mark.case,
+                human_duration(max),
+                when(mark.at + cap)
+            ),
+            None,
+        );
     }
     if long.len() > LONG_EXCLUSIONS_SHOWN {
-        found.warnings.push(format!(
-            "{} more subjects are kept out of sweeps for longer than [hygiene] max_exclude_for allows.",
-            long.len() - LONG_EXCLUSIONS_SHOWN
-        ));
+        found.warning(
+            "exclusions",
+            format!(
+                "{} more subjects are kept out of sweeps for longer than [hygiene] max_exclude_for allows",
+                long.len() - LONG_EXCLUSIONS_SHOWN
+            ),
+            None,
+        );
     }
 }
 

@@ -51,8 +51,10 @@ pub enum Command {
     E2b(e2b::E2bArgs),
     /// Run one hygiene sweep now: a dry run (opens nothing, posts nothing) unless `--live`.
     Sweep(sweep::SweepArgs),
-    /// Say which settings are missing, invalid or risky, and whether E2B and Slack answer.
-    Check,
+    /// Say what works, what is risky and what stops Steward, one line each with its fix: settings,
+    /// Redis and its persistence, E2B, Slack, every channel and approver `steward.toml` names.
+    /// Exits 0 when all is fine, 1 with warnings, 2 with a problem.
+    Check(check::CheckArgs),
     /// Read the audit log of approval cases.
     Audit(audit::AuditArgs),
     /// Serve Steward's MCP tools on stdin/stdout for a local agent, through the HTTP API of the
@@ -86,6 +88,17 @@ pub enum SimCommand {
     Slack(crate::sim::slack::SlackSimOptions),
 }
 
+impl Cli {
+    /// The log level when `RUST_LOG` is unset: `check`'s report is what it prints, so its
+    /// logs (an E2B retry, a Slack rate limit) stay quiet unless they are errors.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Check(_) => "error",
+            _ => "info",
+        }
+    }
+}
+
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -95,7 +108,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sim(SimCommand::Slack(opts)) => crate::sim::slack::run_cli(opts).await,
         Command::E2b(args) => e2b::run(args).await,
         Command::Sweep(args) => sweep::run(args).await,
-        Command::Check => check::run().await,
+        Command::Check(args) => check::run(args).await,
         Command::Audit(args) => audit::run(args).await,
         Command::Mcp => mcp::run().await,
         Command::Run(args) => run::run(args).await,

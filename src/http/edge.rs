@@ -97,8 +97,10 @@ fn refuse(stream: TcpStream, cap: usize) {
 fn log_connection_end(result: Result<(), hyper::Error>) {
     match result {
         Ok(()) => {}
+        // Routine: load balancers and health checkers open connections they never use, so
+        // this would otherwise be an INFO line every few seconds.
         Err(e) if e.is_timeout() => {
-            tracing::info!("closed a connection that did not send its request head in time");
+            tracing::debug!("closed a connection that did not send its request head in time");
         }
         Err(e) => tracing::debug!(error = %e, "connection ended with an error"),
     }

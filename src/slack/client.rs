@@ -20,6 +20,33 @@ use crate::ids::{SlackChannelId, SlackUserId};
 
 use super::render::Message;
 
+/// Who the bot token belongs to (`auth.test`).
+#[derive(Debug, Clone)]
+pub struct BotIdentity {
+    /// The workspace's name.
+    pub team: String,
+    /// The bot's user id, e.g. `U0BOT`.
+    pub user_id: String,
+    /// The bot's user name, which `/invite @name` takes.
+    pub user: Option<String>,
+}
+
+/// A channel as the bot sees it (`conversations.info`).
+#[derive(Debug, Clone)]
+pub struct ChannelInfo {
+    pub name: Option<String>,
+    pub is_member: bool,
+    pub is_archived: bool,
+}
+
+/// A workspace member (`users.info`).
+#[derive(Debug, Clone)]
+pub struct UserInfo {
+    pub name: Option<String>,
+    /// A deactivated account: it can no longer click anything.
+    pub deleted: bool,
+}
+
 /// How many times one call is retried after a 429.
 pub const RATE_LIMIT_MAX_RETRIES: u32 = 3;
 /// Longest `Retry-After` we wait for inside a request; longer limits surface as errors.
@@ -401,16 +428,57 @@ impl SlackClient {
             .collect()
     }
 
-    /// `auth.test`: whether the token works; answers the workspace's name. `steward check` calls it.
+    /// `auth.test`: whether the token works; answers the workspace and the bot's own user.
+    /// `steward check` calls it.
     #[tracing::instrument(skip(self))]
-    pub async fn auth_test(&self) -> Result<String, SlackError> {
+    pub async fn auth_test(&self) -> Result<BotIdentity, SlackError> {
         let api = &self.api;
         let answer = self
             .with_retry("auth.test", |token| async move {
                 api.open_session(&token).auth_test().await
             })
             .await?;
-        Ok(answer.team)
+        Ok(BotIdentity {
+            team: answer.team,
+            user_id: answer.user_id.to_string(),
+            user: answer.user,
+        })
+    }
+
+    /// `conversations.info`: whether a channel exists for the bot, its name, and whether the
+    /// bot is in it. `steward check` calls it for every channel in `steward.toml`.
+    #[tracing::instrument(skip(self))]
+    pub async fn channel_info(&self, channel: &str) -> Result<ChannelInfo, SlackError> {
+        let api = &self.api;
+        let answer = self
+            .with_retry("conversations.info", |token| {
+                let req = SlackApiConversationsInfoRequest::new(channel.into());
+                async move { api.open_session(&token).conversations_info(&req).await }
+            })
+            .await?;
+        let flags = &answer.channel.flags;
+        Ok(ChannelInfo {
+            name: answer.channel.name.clone(),
+            is_member: flags.is_member.unwrap_or(false),
+            is_archived: flags.is_archived.unwrap_or(false),
+        })
+    }
+
+    /// `users.info`: a user's name, and whether the account is deactivated. `steward check`
+    /// calls it for every approver.
+    #[tracing::instrument(skip(self))]
+    pub async fn user_info(&self, user: &SlackUserId) -> Result<UserInfo, SlackError> {
+        let api = &self.api;
+        let answer = self
+            .with_retry("users.info", |token| {
+                let req = SlackApiUsersInfoRequest::new(user.as_str().into());
+                async move { api.open_session(&token).users_info(&req).await }
+            })
+            .await?;
+        Ok(UserInfo {
+            name: answer.user.name.clone(),
+            deleted: answer.user.deleted.unwrap_or(false),
+        })
     }
 
     /// `files.getUploadURLExternal`: where to send a file of `length` bytes, and its id.

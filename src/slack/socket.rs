@@ -770,7 +770,8 @@ impl SocketClient {
     ) -> Option<(&'static str, Retry, bool)> {
         let plan = Disconnect::from_reason(reason);
         if plan == Disconnect::KeepServing {
-            tracing::info!(
+            // Routine: Slack refreshes every connection every few hours.
+            tracing::debug!(
                 reason,
                 "Slack will refresh the Socket Mode connection soon; serving on it until then"
             );
@@ -791,7 +792,7 @@ impl SocketClient {
             }
             Disconnect::Reconnect(retry) => {
                 if retry == Retry::Refresh {
-                    tracing::info!(reason, "Slack asked for a new Socket Mode connection");
+                    tracing::debug!(reason, "Slack asked for a new Socket Mode connection");
                 } else {
                     tracing::warn!(
                         reason,

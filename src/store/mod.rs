@@ -345,6 +345,19 @@ fn is_unfinished(state: &cases::CaseState) -> bool {
     )
 }
 
+/// What Redis writes to disk, so a restart keeps cases, decisions and runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Persistence {
+    /// `appendonly yes`: every write is logged (at most a second lost with `everysec`).
+    AppendOnly,
+    /// RDB snapshots only, on these `save` rules: a crash loses what changed since the last.
+    Snapshots(String),
+    /// Nothing: a restart loses everything.
+    Off,
+    /// Redis would not say (a managed Redis may refuse `CONFIG`), and why.
+    Unknown(String),
+}
+
 /// The one handle to Steward's state. Cloning is cheap (both variants are handles).
 #[derive(Clone)]
 pub enum Store {
@@ -397,6 +410,14 @@ impl Store {
     /// Checks the database answers (for readiness probes).
     pub async fn ping(&self) -> Result<(), StoreError> {
         delegate!(self.ping())
+    }
+
+    /// What the database keeps on disk, for `steward check`. The in-memory store keeps nothing.
+    pub async fn persistence(&self) -> Result<Persistence, StoreError> {
+        match self {
+            Store::Redis(s) => s.persistence().await,
+            Store::Memory(_) => Ok(Persistence::Off),
+        }
     }
 
     // ----- cases -----

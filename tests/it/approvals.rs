@@ -1110,7 +1110,7 @@ async fn restore_brings_a_killed_sandbox_back_from_its_snapshot_once_with_its_me
     .await;
     let text = card_text(&app, &case).await;
     assert!(
-        text.contains("Restore starts it again from snapshot"),
+        text.contains("Restore starts it again from the snapshot"),
         "{text}"
     );
     let creates_before = calls(&app, "create").await;
@@ -1123,7 +1123,8 @@ async fn restore_brings_a_killed_sandbox_back_from_its_snapshot_once_with_its_me
     );
     let restored = wait_until("the card names the restored sandbox", || async {
         let text = card_text(&app, &case).await;
-        text.contains("restored it from snapshot").then_some(text)
+        text.contains("restored it from the snapshot")
+            .then_some(text)
     })
     .await;
     assert!(!has_restore_button(&app, &case).await, "{restored}");
@@ -1253,7 +1254,8 @@ async fn a_restore_e2b_refuses_says_why_and_offers_restore_again() {
     })
     .await;
     assert!(
-        text.contains(&format!("Restoring from snapshot `{snapshot}` failed")),
+        text.contains("Restoring from the snapshot failed")
+            && text.contains(&format!("steward e2b create {snapshot}")),
         "{text}"
     );
     assert!(

@@ -574,8 +574,11 @@ async fn a_finished_card_says_the_sandbox_was_killed_after_its_snapshot() {
     let blocks = message.blocks.clone().unwrap();
     assert_eq!(
         blocks[0]["text"]["text"],
-        format!("Sandbox endsnap1 killed after snapshot {snapshot}")
+        "Sandbox endsnap1 killed, snapshot kept"
     );
+    // The long snapshot id is named once, in the command that starts a sandbox from it.
+    let shown = serde_json::to_string(&blocks).unwrap();
+    assert_eq!(shown.matches(snapshot.as_str()).count(), 1, "{shown}");
     let fields: Vec<&str> = blocks[2]["fields"]
         .as_array()
         .unwrap()

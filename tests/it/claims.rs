@@ -86,7 +86,7 @@ fn text(out: &Output) -> String {
 #[tokio::test]
 async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
     let out = steward(&["check"], &[]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let said = text(&out);
     for name in [
         "E2B_API_KEY",
@@ -94,26 +94,35 @@ async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
         "SLACK_BOT_TOKEN",
         "SLACK_SIGNING_SECRET",
     ] {
-        let line = said.lines().find(|l| l.starts_with(name));
+        let line = said
+            .lines()
+            .find(|l| l.starts_with(&format!("  [settings] {name}")));
         assert!(line.is_some_and(|l| l.contains("is not set")), "{said}");
     }
 
     // Complete means reachable too: check calls both simulators, and reads a policy with a
-    // channel and someone who may kill (without them it warns; see cli_output.rs).
+    // channel and someone who may kill (without them it warns; see check.rs).
     let e2b = sandbox_steward::sim::e2b::SimServer::start(sandbox_steward::sim::e2b::SimOptions {
         api_key: Some("e2b_secret_value_1234".into()),
         ..Default::default()
     })
     .await
     .unwrap();
-    let slack = sandbox_steward::sim::slack::SlackSim::start(Default::default())
-        .await
-        .unwrap();
+    let slack = sandbox_steward::sim::slack::SlackSim::start(
+        sandbox_steward::sim::slack::SlackSimOptions {
+            users: vec![("U0002".into(), None)],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Complete means durable too: a Redis that keeps its data on disk.
+    let redis = crate::common::DurableRedis::start();
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("steward.toml");
     std::fs::write(
         &policy,
-        "[channels]\napprovals = \"C0APPROVALS\"\n[approvals.approvers]\nkill = { users = [\"U0002\"] }\n",
+        "[channels]\napprovals = \"C0APPROVALS\"\nhygiene = \"C0HYGIENE\"\n[approvals.approvers]\nkill = { users = [\"U0002\"] }\n",
     )
     .unwrap();
     let (e2b_url, slack_url, policy) = (
@@ -126,7 +135,8 @@ async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
         &[
             ("E2B_API_URL", &e2b_url),
             ("E2B_API_KEY", "e2b_secret_value_1234"),
-            ("E2B_PROJECT_ID", "team-1"),
+            ("E2B_PROJECT_ID", e2b.team_id()),
+            ("REDIS_URL", &redis.url()),
             ("SLACK_API_URL", &slack_url),
             ("SLACK_BOT_TOKEN", "xoxb-secret-token"),
             ("SLACK_SIGNING_SECRET", "signing-secret-value"),
@@ -137,7 +147,7 @@ async fn steward_check_says_what_is_missing_and_passes_when_nothing_is() {
     .await;
     let said = text(&out);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("Configuration is complete"), "{said}");
+    assert!(said.contains("checks passed"), "{said}");
     for secret in [
         "e2b_secret_value_1234",
         "xoxb-secret-token",

@@ -54,10 +54,27 @@ fn policy_file(dir: &tempfile::TempDir, text: &str) -> String {
     path.display().to_string()
 }
 
+/// The lines of one group ("OK", "Warnings", "Problems") of `steward check`'s report, and its
+/// last line, so the snapshots hold no port or prefix.
+fn check_group(report: &str, title: &str) -> String {
+    let mut lines = report
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("{title} (")));
+    let mut out: Vec<&str> = lines.next().into_iter().collect();
+    out.extend(lines.take_while(|l| l.starts_with("  ")));
+    out.join("\n")
+}
+
 #[tokio::test]
 async fn steward_check_warns_about_nobody_to_kill_no_approvals_channel_and_unreachable_services() {
     let e2b = e2b_sim().await;
-    let slack = SlackSim::start(SlackSimOptions::default()).await.unwrap();
+    let slack = SlackSim::start(SlackSimOptions {
+        users: vec![("U01ALICE".into(), Some("alice".into()))],
+        ..SlackSimOptions::default()
+    })
+    .await
+    .unwrap();
+    let redis = crate::common::DurableRedis::start();
     let dir = tempfile::tempdir().unwrap();
     let base = |e2b_url: String, slack_url: String, policy: String| {
         vec![
@@ -69,6 +86,7 @@ async fn steward_check_warns_about_nobody_to_kill_no_approvals_channel_and_unrea
             ("SLACK_SIGNING_SECRET".to_owned(), "secret".to_owned()),
             ("STEWARD_LISTEN".to_owned(), "127.0.0.1:3999".to_owned()),
             ("STEWARD_CONFIG".to_owned(), policy),
+            ("REDIS_URL".to_owned(), redis.url()),
             ("RUST_LOG".to_owned(), "off".to_owned()),
         ]
     };
@@ -77,38 +95,61 @@ async fn steward_check_warns_about_nobody_to_kill_no_approvals_channel_and_unrea
         steward(&["check"], &pairs).await
     };
 
-    // Everything set and reachable, approvers and channel configured: nothing to say.
+    // Everything set and reachable, approvers and channels configured: nothing but ok.
     let good = policy_file(
         &dir,
-        "[channels]\napprovals = \"C0APPROVALS\"\n[approvals.approvers]\nkill = { users = [\"U01ALICE\"] }\n",
+        "[channels]\napprovals = \"C0APPROVALS\"\nhygiene = \"C0HYGIENE\"\n[approvals.approvers]\nkill = { users = [\"U01ALICE\"] }\n",
     );
     let out = run(base(e2b.base_url(), slack.api_url(), good)).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    insta::assert_snapshot!(stdout(&out), @"Configuration is complete (listening on 127.0.0.1:3999).");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).ends_with("checks passed: start Steward with `steward serve`.\n"),
+        "{}",
+        stdout(&out)
+    );
 
-    // Reachable, but nobody may kill and cards have no channel of their own: warnings, exit 0.
+    // Reachable, but nobody may kill, cards have no channel of their own and no sweep is
+    // scheduled: warnings, exit 1.
     let bare = policy_file(&dir, "");
     let out = run(base(e2b.base_url(), slack.api_url(), bare.clone())).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    insta::assert_snapshot!(stdout(&out), @r"
-    Warning: [channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from.
-    Warning: nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide.
-    Configuration is complete (listening on 127.0.0.1:3999), with 2 warnings above.
-    ");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stdout(&out);
+    insta::assert_snapshot!(check_group(&said, "Warnings"), @r#"
+    Warnings (3):
+      [policy] [channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from. Fix: set `approvals = "C…"` under [channels] in steward.toml.
+      [policy] scheduled sweeps are off: no hygiene channel is set, so idle sandboxes are only found by a `/sandbox sweep` or `steward sweep`. Fix: set `hygiene = "C…"` under [channels] in steward.toml.
+      [policy] nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide. Fix: add `kill = { users = ["U…"] }` under [approvals.approvers] in steward.toml.
+    "#);
+    assert!(
+        said.ends_with("3 warnings, no problems: `steward serve` runs, but read them above.\n"),
+        "{said}"
+    );
+    assert!(!said.contains("Problems"), "{said}");
 
     // Neither service answers: each is named with its URL, and check fails.
     let (dead_e2b, dead_slack) = (dead_url(), format!("{}/api", dead_url()));
     let out = run(base(dead_e2b.clone(), dead_slack.clone(), bare)).await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let said = stdout(&out)
         .replace(&dead_e2b, "E2B_URL")
         .replace(&dead_slack, "SLACK_URL");
-    insta::assert_snapshot!(said, @r"
-    E2B is unreachable: nothing answers at E2B_URL (connection refused).
-    Slack is unreachable: nothing answers at SLACK_URL (connection refused).
-    Warning: [channels] approvals is not set in steward.toml: case cards go to whichever channel the command came from.
-    Warning: nobody may choose Kill: [approvals.approvers] kill is empty in steward.toml, so kill cases would be posted that nobody can decide.
+    insta::assert_snapshot!(check_group(&said, "Problems"), @r"
+    Problems (2):
+      [e2b] E2B is unreachable: nothing answers at E2B_URL (connection refused). Fix: check E2B_API_URL and that this machine can reach it.
+      [slack] Slack is unreachable: nothing answers at SLACK_URL (connection refused). Fix: check SLACK_API_URL and that this machine can reach it.
     ");
+    assert!(
+        said.ends_with(
+            "2 problems and 3 warnings: Steward will not work as configured until they are fixed.\n"
+        ),
+        "{said}"
+    );
 }
 
 /// Socket Mode: the app token is tried with `apps.connections.open` (never with the token in
@@ -143,21 +184,23 @@ async fn steward_check_in_socket_mode_tries_the_app_token_and_needs_no_signing_s
         ]
     };
     let out = steward(&["check"], &with_token(APP_TOKEN)).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
+    let said = stdout(&out);
+    assert!(
+        said.contains("  [slack] Slack accepts SLACK_APP_TOKEN: Socket Mode is on for this app.\n"),
+        "{said}{}",
         stderr(&out)
     );
-    insta::assert_snapshot!(stdout(&out), @"Configuration is complete (listening on 127.0.0.1:3999).");
+    assert!(!said.contains("SLACK_SIGNING_SECRET"), "{said}");
 
     let wrong = "xapp-1-A0CHECK-wrong-token";
     let out = steward(&["check"], &with_token(wrong)).await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let said = format!("{}{}", stdout(&out), stderr(&out));
     assert!(!said.contains(wrong), "the token was printed: {said}");
-    insta::assert_snapshot!(stdout(&out), @"Slack refused SLACK_APP_TOKEN (invalid_auth): it must be an app-level token (xapp-…) of this app with the connections:write scope, and Socket Mode must be enabled for the app.");
+    assert!(
+        said.contains("  [slack] Slack refused SLACK_APP_TOKEN (invalid_auth): it must be an app-level token (xapp-…) of this app with the connections:write scope, and Socket Mode must be enabled for the app.\n"),
+        "{said}"
+    );
 }
 
 #[tokio::test]
@@ -190,13 +233,13 @@ async fn a_template_override_that_breaks_a_card_is_a_problem_for_check_and_stops
     let env = [("STEWARD_TEMPLATES", templates.as_str())];
 
     let out = steward(&["check"], &env).await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let said = stdout(&out).replace(&templates, "DIR");
     let line = said
         .lines()
-        .find(|l| l.starts_with("STEWARD_TEMPLATES"))
+        .find(|l| l.starts_with("  [templates] STEWARD_TEMPLATES"))
         .unwrap_or_else(|| panic!("no template problem: {said}"));
-    insta::assert_snapshot!(line, @r#"STEWARD_TEMPLATES (DIR): template case_card.json.j2 produced block 0, which is not valid Block Kit: {"text":42,"type":"section"}; `steward serve` will not start with it."#);
+    insta::assert_snapshot!(line, @r#"  [templates] STEWARD_TEMPLATES (DIR): template case_card.json.j2 produced block 0, which is not valid Block Kit: {"text":42,"type":"section"}; `steward serve` will not start with it. Fix: fix that template, or remove it to use the embedded one."#);
 
     let out = steward(&["serve"], &env).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

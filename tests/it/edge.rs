@@ -237,3 +237,33 @@ async fn a_request_not_answered_within_the_request_timeout_is_answered_408() {
     let seen = read_head(&mut stream).await;
     assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
 }
+
+/// Load balancers and health checkers open connections they never use; closing one is routine,
+/// so `steward serve` logs it at debug, not as an INFO line every few seconds. (With the edge at
+/// debug the line is there, so its absence at the default level is the level, not a lost line.)
+#[tokio::test]
+async fn closing_a_connection_that_never_sent_a_request_is_logged_at_debug_only() {
+    const LINE: &str = "closed a connection that did not send its request head in time";
+    for (filter, shown) in [
+        (None, false),
+        (Some("info,sandbox_steward::http::edge=debug"), true),
+    ] {
+        let mut env = vec![("STEWARD_HEADER_TIMEOUT", "1s")];
+        if let Some(filter) = filter {
+            env.push(("RUST_LOG", filter));
+        }
+        let serve = crate::common::serve_process(&env).await;
+        let mut silent = TcpStream::connect(&serve.addr).await.unwrap();
+        // The server logs, then drops the connection: once it is closed, the line was written.
+        let seen = read_until_closed(&mut silent).await;
+        assert!(seen.is_empty(), "{seen}");
+        let log = serve.stop().await;
+        assert_eq!(log.contains(LINE), shown, "RUST_LOG {filter:?}:\n{log}");
+        if shown {
+            assert!(
+                log.lines().any(|l| l.contains(LINE) && l.contains("DEBUG")),
+                "{log}"
+            );
+        }
+    }
+}

@@ -530,8 +530,12 @@ async fn a_kill_group_needs_a_kill_approver_and_its_snapshots_can_be_restored_fr
         slack,
         e2b,
         TestAppOptions {
-            // The guard stays out of the way here (its own test is below).
-            policy: Some(policy("kill_share_guard = 1.0")),
+            // The guard stays out of the way here (its own test is below). U0001, who starts
+            // the sweep, may kill too: only the two-person rule stops them.
+            policy: Some(policy("kill_share_guard = 1.0").replace(
+                &format!("[\"{KILLER}\"]"),
+                &format!("[\"{KILLER}\", \"U0001\"]"),
+            )),
             ..TestAppOptions::default()
         },
     )
@@ -556,9 +560,14 @@ async fn a_kill_group_needs_a_kill_approver_and_its_snapshots_can_be_restored_fr
         app.state.store.get_list(&list.id).await.unwrap().groups[g].decision,
         GroupDecision::Open
     );
-    // The person who started the sweep may not approve its kills either (two-person rule).
+    // The person who started the sweep may not approve its kills either (two-person rule), and
+    // is told so in the words of a sweep, not of a case they never asked for.
     let reply = click(&app, &list, "sweep_list_approve", Some(g), "U0001").await;
-    app.wait_for_hook(&reply).await;
+    let answer = crate::common::visible_text(&app.wait_for_hook(&reply).await);
+    assert!(
+        answer.contains("you started this sweep") && !answer.contains("asked for this case"),
+        "{answer}"
+    );
     assert!(mutations(&app.e2b_calls().await).is_empty());
 
     click(&app, &list, "sweep_list_approve", Some(g), KILLER).await;

@@ -13,6 +13,7 @@ mod api_tenancy;
 mod approvals;
 mod cards;
 mod chaos;
+mod check;
 mod check_exclusions;
 mod claims;
 mod cli_output;

@@ -200,7 +200,7 @@ async fn a_failing_suite_is_an_alert_case_with_the_failing_lines_and_the_whole_o
     let card = wait_until("the alert shows the decision", || async {
         let now = app.slack.message(ENG, &ts)?;
         shown(&now)
-            .contains(&format!("steward e2b connect {sandbox}"))
+            .contains(&format!("`e2b sandbox connect {sandbox}`"))
             .then_some(now)
     })
     .await;

@@ -211,7 +211,7 @@ async fn a_failed_run_card_recommends_snapshot_and_keep_first_and_that_click_sna
     assert!(done.evidence.run.is_some(), "the run stays on the case");
     eventually("the card says it was paused after its snapshot", || async {
         let text = card_text(&app, &case.id).await;
-        text.contains("Sandbox runbox1 paused after snapshot") && text.contains("Paused.")
+        text.contains("Sandbox runbox1 paused, snapshot kept") && text.contains("Paused.")
     })
     .await;
 }

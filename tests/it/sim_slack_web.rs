@@ -484,7 +484,7 @@ async fn snapshot_then_kill_clicked_on_the_page_is_verified_by_steward_and_the_c
         .wait_for("the card's end state", |w| {
             messages(w, APPROVALS)
                 .into_iter()
-                .find(|m| m["ts"] == ts && shown_text(m).contains("killed after snapshot"))
+                .find(|m| m["ts"] == ts && shown_text(m).contains("killed, snapshot kept"))
         })
         .await;
     assert_eq!(done["edited"], true);

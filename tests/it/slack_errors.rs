@@ -343,17 +343,24 @@ async fn steward_check_names_a_bot_token_slack_refuses() {
             .stdin(Stdio::null());
         async move { cmd.output().await.unwrap() }
     };
+    // The right token is taken (the rest of this setup, such as an approver the simulator
+    // does not know, is tests/it/check.rs's business).
     let good = check("xoxb-the-right-one").await;
-    assert_eq!(good.status.code(), Some(0), "{good:?}");
+    let said = String::from_utf8_lossy(&good.stdout).into_owned();
+    assert!(
+        said.contains("[slack] Slack accepts SLACK_BOT_TOKEN"),
+        "{said}"
+    );
+    assert!(!said.contains("Slack refused"), "{said}");
 
     for token in ["xoxb-a-stale-one", "not-a-slack-token"] {
         let out = check(token).await;
-        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
         let said = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         assert!(!said.contains(token), "the token was printed: {said}");
         assert!(
-            said.contains("Slack refused SLACK_BOT_TOKEN (invalid_auth): it must be the Bot User OAuth Token (xoxb-…)"),
+            said.contains("Slack refused SLACK_BOT_TOKEN (invalid_auth). Fix: set it to the Bot User OAuth Token (xoxb-…)"),
             "{said}"
         );
     }

@@ -290,8 +290,15 @@ async fn allowed(
     option: DecisionOption,
 ) -> Result<(), String> {
     let groups = groups_in_rule(svc, svc.policy.approvers.rule_for(option), user).await;
-    may_decide(&svc.policy, user, &groups, option, list.requester.as_ref())
-        .map_err(|refusal| refusal.to_string())
+    may_decide(&svc.policy, user, &groups, option, list.requester.as_ref()).map_err(|refusal| {
+        match refusal {
+            // A list has no "case" its requester asked for: they started the sweep.
+            crate::cases::Refusal::OwnRequest { option } => format!(
+                "You are an approver, but you started this sweep, so someone else has to approve its “{option}” groups (two-person rule). Nothing was changed."
+            ),
+            other => other.to_string(),
+        }
+    })
 }
 
 /// Audits a list-level action (on the list's first item case, so `/sandbox history` of the

@@ -335,10 +335,15 @@ fn group_view(
                 approve.confirm = Some(ConfirmParams {
                     title: format!("{}?", option_label(g.option)),
                     text: format!(
-                        "{} {} sandboxes of {}. A killed sandbox and its files cannot be \
+                        "{} {} {} of {}. A killed sandbox and its files cannot be \
                          brought back{}.",
                         option_label(g.option),
                         thousands(included),
+                        if included == 1 {
+                            "sandbox"
+                        } else {
+                            "sandboxes"
+                        },
                         g.owner.as_deref().unwrap_or("no owner"),
                         if g.option == DecisionOption::SnapshotThenKill {
                             " except from its snapshot"
@@ -359,9 +364,13 @@ fn group_view(
                 )
             } else {
                 Mrkdwn::text(&format!(
-                    "Recommended: {} these {}.",
+                    "Recommended: {} {}.",
                     option_label(g.option).to_lowercase(),
-                    thousands(included)
+                    if included == 1 {
+                        "this one".to_owned()
+                    } else {
+                        format!("these {}", thousands(included))
+                    }
                 ))
             }
         }
@@ -721,5 +730,55 @@ mod tests {
         assert_eq!(messages.len(), 1);
         let rendered = Templates::embedded().render(&messages[0]).unwrap();
         insta::assert_snapshot!("list_digest", picture(&rendered));
+    }
+
+    /// Groups are set apart: a divider before each, and a group's buttons right under its own
+    /// section, so no button row sits above another group's title; a group of one says so.
+    #[test]
+    fn each_groups_buttons_sit_under_its_own_title_and_a_group_of_one_is_singular() {
+        let now = DateTime::parse_from_rfc3339("2026-12-03T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut groups: Vec<ListGroup> = (0..GROUPS_PER_MESSAGE)
+            .map(|i| group(Some(&format!("o{i}")), DecisionOption::Pause, 3, false))
+            .collect();
+        groups[0] = group(Some("solo"), DecisionOption::Pause, 1, false);
+        groups[1] = group(Some("one"), DecisionOption::Kill, 1, false);
+        let list = ListCase {
+            id: ListId::parse("list_1").unwrap(),
+            version: 1,
+            created_at: now,
+            decide_by: now + chrono::Duration::days(2),
+            requester: None,
+            groups,
+            messages: vec![],
+            summary: "*Idle:* 42".into(),
+            expired_at: None,
+        };
+        let messages = list_messages(&list, &[], now);
+        let rendered = Templates::embedded().render(&messages[0]).unwrap();
+        let blocks = serde_json::to_value(&rendered.blocks).unwrap();
+        let blocks = blocks.as_array().unwrap();
+        assert!(blocks.len() <= 50, "Slack's cap: {}", blocks.len());
+        let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+        for (i, kind) in kinds.iter().enumerate() {
+            if *kind == "actions" {
+                assert!(
+                    matches!(kinds.get(i + 1), None | Some(&"divider")),
+                    "a button row above another block than a divider: {kinds:?}"
+                );
+            }
+        }
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "divider").count(),
+            GROUPS_PER_MESSAGE,
+            "{kinds:?}"
+        );
+        let text = picture(&rendered);
+        assert!(text.contains("Recommended: pause this one."), "{text}");
+        assert!(!text.contains("these 1."), "{text}");
+        assert!(text.contains("Recommended: pause these 3."), "{text}");
+        let json = serde_json::to_string(&rendered.blocks).unwrap();
+        assert!(json.contains("Kill 1 sandbox of one."), "{json}");
     }
 }

@@ -187,6 +187,14 @@ fn cluster_clients(nodes: &[String]) -> Result<(ClusterClient, ClusterClient), S
 /// `NOPERM`) is "can't reach it" too: no command will work until the operator fixes `REDIS_URL`
 /// or the ACL, so callers answer as for a Redis that is down (503), and the reason names the
 /// refusal without Redis's own text.
+/// The value of `field` in an `INFO` answer (`field:value` lines).
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim())
+    })
+}
+
 fn map_err(e: RedisError) -> StoreError {
     if let Some(code) = refusal(&e) {
         crate::metrics::redis_error("unavailable");
@@ -407,6 +415,39 @@ impl RedisStore {
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
+    }
+
+    /// What Redis keeps on disk: `CONFIG GET appendonly` and `save`, or, where a managed Redis
+    /// refuses `CONFIG`, the `aof_enabled` line of `INFO persistence`.
+    pub(crate) async fn persistence(&self) -> Result<super::Persistence, StoreError> {
+        use super::Persistence;
+        let config = |name: &'static str| async move {
+            let mut cmd = redis::cmd("CONFIG");
+            cmd.arg("GET").arg(name);
+            // `CONFIG GET x` answers `[x, value]` (a map under RESP3).
+            let pairs: Result<Vec<(String, String)>, StoreError> = self.query(&cmd).await;
+            pairs.map(|p| p.into_iter().next().map(|(_, v)| v).unwrap_or_default())
+        };
+        match (config("appendonly").await, config("save").await) {
+            (Ok(aof), _) if aof.trim() == "yes" => Ok(Persistence::AppendOnly),
+            (Ok(_), Ok(save)) if !save.trim().is_empty() => {
+                Ok(Persistence::Snapshots(save.trim().to_owned()))
+            }
+            (Ok(_), Ok(_)) => Ok(Persistence::Off),
+            _ => {
+                let info: String = self.query(redis::cmd("INFO").arg("persistence")).await?;
+                Ok(match info_field(&info, "aof_enabled") {
+                    Some("1") => Persistence::AppendOnly,
+                    Some(_) => Persistence::Unknown(
+                        "Redis refused CONFIG GET, and INFO says the append-only file is off"
+                            .into(),
+                    ),
+                    None => Persistence::Unknown(
+                        "Redis refused CONFIG GET and INFO persistence did not say".into(),
+                    ),
+                })
+            }
+        }
     }
 
     // Every ordinary command, pipeline and script goes through one of the three below, on the
