@@ -34,6 +34,7 @@ mod no_side_door;
 mod push_alerts;
 mod push_secrets;
 mod recheck;
+mod restored_life;
 mod run_cases;
 mod runs;
 mod shortening;
