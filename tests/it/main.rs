@@ -31,6 +31,7 @@ mod list_cases;
 mod mcp;
 mod metrics;
 mod no_side_door;
+mod orphans;
 mod push_alerts;
 mod push_secrets;
 mod recheck;
