@@ -301,6 +301,8 @@ fn the_manifest_asks_for_exactly_the_scopes_the_client_uses() {
         "chat.postMessage" | "chat.update" | "chat.postEphemeral" => "chat:write",
         "usergroups.users.list" => "usergroups:read",
         "files.getUploadURLExternal" | "files.completeUploadExternal" => "files:write",
+        // A public channel's; a private channel's is groups:history (added below).
+        "conversations.history" => "channels:history",
         "views.open" | "auth.test" => "none",
         other => panic!("{other}: add the scope Slack documents for it to this table"),
     };
@@ -322,6 +324,9 @@ fn the_manifest_asks_for_exactly_the_scopes_the_client_uses() {
         .filter(|s| *s != "none")
         .collect();
     needed.insert("commands"); // the /sandbox slash command
+    if called.contains(&"conversations.history") {
+        needed.insert("groups:history");
+    }
     for name in ["manifest.yml", "manifest.socket.yml"] {
         let manifest =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name))
