@@ -998,6 +998,7 @@ const DURATION_KEYS: &[&str] = &[
     "sandbox_margin",
     "keep_running_for",
     "restore_window",
+    "restored_timeout",
     "timeout",
     "max_exclude_for",
     "shutdown_grace",

@@ -32,6 +32,8 @@ const MIB: u64 = 1024 * 1024;
 const SPARKLINE_WIDTH: usize = 40;
 /// Longest table cell before it is cut.
 const MAX_CELL_CHARS: usize = 28;
+/// Widest cell of `/sandbox list steward`, whose run column names a run id and its requester.
+const RUN_CELL_CHARS: usize = 80;
 
 /// What a command needs to run.
 pub struct Context<'a> {
@@ -175,13 +177,21 @@ pub async fn list_page(
     page: u32,
 ) -> Reply {
     let e2b = ctx.e2b().map_err(about("The sandbox list"))?;
+    let mut metadata = args.metadata.clone();
+    if args.steward {
+        // Every sandbox Steward creates for a run (push tests included) is labelled so.
+        metadata.push((
+            crate::runs::engine::PURPOSE_METADATA_KEY.to_owned(),
+            crate::runs::engine::RUN_PURPOSE.to_owned(),
+        ));
+    }
     let query = ListQuery {
         state: match args.state {
             ListState::Running => e2b::StateFilter::Running,
             ListState::Paused => e2b::StateFilter::Paused,
             ListState::All => e2b::StateFilter::Both,
         },
-        metadata: args.metadata.clone(),
+        metadata,
         template: args.template.clone(),
         limit: Some(LIST_PAGE_SIZE),
         ..ListQuery::default()
@@ -247,7 +257,7 @@ pub async fn list_page(
                     size(i64::from(s.disk_size_mb) * MIB as i64),
                 ),
             };
-            vec![
+            let mut row = vec![
                 s.sandbox_id.to_string(),
                 s.alias.clone().unwrap_or_else(|| s.template_id.to_string()),
                 s.state.to_string(),
@@ -256,7 +266,14 @@ pub async fn list_page(
                 cpu,
                 mem,
                 disk,
-            ]
+            ];
+            if args.steward {
+                row.push(
+                    crate::runs::engine::describe_run_sandbox(&s.metadata)
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
+            row
         })
         .collect();
     let table = if rows.is_empty() {
@@ -264,13 +281,19 @@ pub async fn list_page(
     } else {
         let memory = format!("memory ({})", unit.name());
         let disk = format!("disk ({})", unit.name());
-        format::table(
-            &[
-                "id", "template", "state", "age", "idle for", "cpu", &memory, &disk,
-            ],
-            &rows,
-            MAX_CELL_CHARS,
-        )
+        let mut headers = vec![
+            "id", "template", "state", "age", "idle for", "cpu", &memory, &disk,
+        ];
+        if args.steward {
+            headers.push("run");
+        }
+        // A run id alone is 36 characters: Steward's own list keeps the run column whole.
+        let max_cell = if args.steward {
+            RUN_CELL_CHARS
+        } else {
+            MAX_CELL_CHARS
+        };
+        format::table(&headers, &rows, max_cell)
     };
     let next_page = listed.next_token.as_ref().and_then(|next| {
         ListCursor {
@@ -297,6 +320,9 @@ fn describe_list(args: &ListArgs) -> String {
         ListState::Paused => "paused".to_owned(),
         ListState::All => "running and paused".to_owned(),
     }];
+    if args.steward {
+        parts.push("Steward's runs and push tests".to_owned());
+    }
     if let Some(t) = &args.template {
         parts.push(format!("template={t}"));
     }

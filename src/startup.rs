@@ -20,6 +20,7 @@ use crate::approvals::BusyThreshold;
 use crate::approvals::Services;
 use crate::approvals::push_case::{PushCaseSettings, push_run_ended};
 use crate::approvals::run_case::{RunCaseSettings, end_unstarted_run_sandbox, open_run_case};
+use crate::approvals::worker::orphans::{ORPHAN_GRACE, ORPHANS_EVERY, OrphanSettings};
 use crate::approvals::worker::{self, LoopSettings};
 use crate::config::{ProcessEnv, Settings};
 use crate::e2b::E2bClient;
@@ -294,7 +295,7 @@ impl Application {
             )));
         }
         loops.push(tokio::spawn(worker::run_expiry(
-            svc,
+            svc.clone(),
             self.loops.expire_every,
             drained(),
         )));
@@ -312,6 +313,21 @@ impl Application {
                 tracing::info!("the E2B events poller is off ([events] poll_every = \"off\")")
             }
             (None, _) => {}
+        }
+        // Every sandbox Steward created for a run is accounted for, by one replica at a time.
+        if let (Some(runner), Some(_)) = (&self.state.runs, &self.state.e2b) {
+            let settings = OrphanSettings {
+                runner: runner.clone(),
+                run_cases: run_case_settings(runner.policy())?,
+                grace: ORPHAN_GRACE,
+                holder: self.loops.worker.consumer.clone(),
+            };
+            loops.push(tokio::spawn(worker::orphans::run_orphans(
+                svc,
+                settings,
+                ORPHANS_EVERY,
+                drained(),
+            )));
         }
         if let (Some(runner), false) = (
             &self.state.runs,
@@ -473,21 +489,32 @@ fn run_engine(
     ))
 }
 
+/// What a run case is opened with: `[channels] runs` and `[runs]`.
+fn run_case_settings(policy: &RunPolicy) -> anyhow::Result<RunCaseSettings> {
+    let channel = policy
+        .channel
+        .as_deref()
+        .map(SlackChannelId::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("[channels] runs in steward.toml is not a channel id: {e}"))?;
+    Ok(RunCaseSettings {
+        channel,
+        keep_running_for: policy.keep_running_for,
+        decide_within: policy.decide_within,
+    })
+}
+
 /// Where a finished run's sandbox goes: for a run a GitHub push started, the push-test outcome
 /// (`approvals::push_case::push_run_ended`: an alert in the entry's channel or `[channels]
 /// engineering`); for any other run, the run case (`approvals::run_case::open_run_case`; a run
 /// that failed before its command started has its sandbox killed by rule instead) in
 /// `[channels] runs` (or the approvals channel), under `[runs] on_finish`.
 fn run_hand_over(svc: Services, policy: &RunPolicy, state: &AppState) -> anyhow::Result<HandOver> {
+    let settings = run_case_settings(policy)?;
     let channel_setting = |name: &str, value: Option<&str>| {
         value.map(SlackChannelId::parse).transpose().map_err(|e| {
             anyhow::anyhow!("[channels] {name} in steward.toml is not a channel id: {e}")
         })
-    };
-    let settings = RunCaseSettings {
-        channel: channel_setting("runs", policy.channel.as_deref())?,
-        keep_running_for: policy.keep_running_for,
-        decide_within: policy.decide_within,
     };
     let push_settings = PushCaseSettings {
         channel: channel_setting(

@@ -9,8 +9,8 @@ use super::run_card::{self, RunCardParams};
 use crate::cases::{Case, CaseState, Decider, DecisionOption, Opener, StepOutcome, Subject};
 use crate::slack::format::{self, human_bytes, when};
 use crate::slack::payload::{
-    CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RESTORE, CASE_RETRY,
-    CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
+    CASE_KEEP_LONGER, CASE_REASON_ACTION, CASE_REASON_BLOCK, CASE_REASON_MODAL, CASE_RESTORE,
+    CASE_RETRY, CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ModalMetadata, case_option_action_id,
 };
 use crate::slack::render::{Field, MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 use crate::store::{Actor, AuditEvent};
@@ -518,7 +518,7 @@ fn result_lines(steps: &[crate::cases::StepRecord]) -> (Vec<String>, Option<Stri
     for record in steps {
         let line = match &record.outcome {
             // The id is named once, by the card's line on how to start from the snapshot.
-            StepOutcome::SnapshotCreated { snapshot_id } => {
+            StepOutcome::SnapshotCreated { snapshot_id, .. } => {
                 snapshot = Some(snapshot_id.to_string());
                 "Snapshot taken.".to_owned()
             }
@@ -748,13 +748,14 @@ fn restore_parts(
         Some(q) if q.sandbox.is_some() => Mrkdwn::markup(":recycle: ")
             .and(Mrkdwn::user(&q.by))
             .and(format!(
-                " restored it from {snapshot} as sandbox `{}` ({}).",
+                " restored it from {snapshot} as sandbox `{}` ({})",
                 q.sandbox
                     .as_ref()
                     .map(|s| s.to_string())
                     .unwrap_or_default(),
                 when(q.at)
-            )),
+            ))
+            .and(restored_end(q)),
         Some(q) if q.error.is_none() => {
             Mrkdwn::markup(":gear: ")
                 .and(Mrkdwn::user(&q.by))
@@ -784,10 +785,39 @@ fn restore_parts(
             style: None,
             confirm: None,
         }]
+    } else if restore.keep_longer_offered() {
+        vec![ButtonParams {
+            action_id: CASE_KEEP_LONGER.to_owned(),
+            text: "Keep longer".into(),
+            value: case.id.to_string(),
+            style: None,
+            confirm: None,
+        }]
     } else {
         Vec::new()
     };
     (Some(line), buttons)
+}
+
+/// The end of the restore line of a restored sandbox: when E2B ends it, and how long that
+/// was from the restore (or who kept it longer), so whoever needs it knows how long they have.
+fn restored_end(q: &crate::cases::RestoreRequest) -> Mrkdwn {
+    let Some(ends_at) = q.ends_at else {
+        return Mrkdwn::text(".");
+    };
+    let text = Mrkdwn::text(&format!("; it runs until {}", when(ends_at)));
+    match &q.kept_by {
+        Some(by) => text
+            .and(" (kept longer by ")
+            .and(Mrkdwn::user(by))
+            .and(")."),
+        None => {
+            // Rounded to the minute: the sandbox starts a few seconds after the request.
+            let secs = (ends_at - q.at).num_seconds().max(0).unsigned_abs();
+            let life = std::time::Duration::from_secs((secs + 30) / 60 * 60);
+            text.and(format!(" ({}).", format::human_duration(life)))
+        }
+    }
 }
 
 /// `case_modal.json.j2`: asks for a reason (and for Leave, an optional until-date).
@@ -1467,6 +1497,7 @@ mod tests {
                 step: crate::cases::Step::Snapshot,
                 outcome: StepOutcome::SnapshotCreated {
                     snapshot_id: snap.clone(),
+                    life_left_secs: None,
                 },
                 at: t(61),
             },
@@ -1657,6 +1688,7 @@ mod tests {
                             Step::Snapshot,
                             StepOutcome::SnapshotCreated {
                                 snapshot_id: snap.clone(),
+                                life_left_secs: None,
                             },
                         ),
                         step(Step::Kill, StepOutcome::Killed),

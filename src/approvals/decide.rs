@@ -523,6 +523,39 @@ pub async fn restore_clicked(
     }
 }
 
+/// A click on Keep longer under a restored sandbox: whoever may click Restore (the `restore`
+/// rule, by default the Pause rule that a run card's Keep running follows) gives it
+/// `[approvals] restored_timeout` more. It only ever extends, so no case is needed; the ask and
+/// what came of it are audited, and the card shows the new end.
+pub async fn keep_longer_clicked(
+    svc: &Services,
+    user: &SlackUserId,
+    case: Case,
+    clicked: &ClickedMessage,
+) -> Reply {
+    let case = match clicked_case(svc, case, user, clicked, "keep_longer").await {
+        Ok(case) => case,
+        Err(reply) => return reply,
+    };
+    let groups = groups_in_rule(svc, svc.policy.approvers.restore_rule(), user).await;
+    if crate::cases::may_restore(&svc.policy, user, &groups).is_err() {
+        let sentence = "You may not keep a restored sandbox longer: ask someone listed under [approvals.approvers] restore (or pause). Nothing was changed.";
+        audit(
+            &svc.store,
+            &case,
+            person(user),
+            "keep_longer",
+            &format!("refused: {sentence}"),
+        )
+        .await;
+        return Reply::Ephemeral(sentence.to_owned());
+    }
+    match super::worker::restore::keep_restored_longer(svc, &case, user).await {
+        Ok(()) => Reply::Nothing,
+        Err(sentence) => Reply::Ephemeral(sentence),
+    }
+}
+
 /// Shows the decision on the card, then queues the work (in that order, so the worker's later
 /// card updates always land after this one).
 async fn after_decision(svc: &Services, case: Case) {

@@ -342,7 +342,25 @@ pub async fn end_unstarted_run_sandbox(
     settings: &RunCaseSettings,
     now: DateTime<Utc>,
 ) -> Result<Case, ApprovalError> {
-    let policy = UNSTARTED_RULE.to_owned();
+    end_run_sandbox_by_rule(svc, sandbox, report, UNSTARTED_RULE, settings, now).await
+}
+
+/// The rule the orphan reconciler (`worker::orphans`) ends a run's sandbox by when nothing of
+/// its run can be shown or asked about.
+pub const ORPHAN_RULE: &str =
+    "a run's sandbox whose run cannot be shown holds nothing anyone can decide on";
+
+/// A run's sandbox ended by `rule`: its run case is decided Kill by that rule and queued (the
+/// worker re-checks the sandbox first), and the card says so. Safe to call again.
+pub async fn end_run_sandbox_by_rule(
+    svc: &Services,
+    sandbox: &SandboxId,
+    report: RunReport,
+    rule: &str,
+    settings: &RunCaseSettings,
+    now: DateTime<Utc>,
+) -> Result<Case, ApprovalError> {
+    let policy = rule.to_owned();
     let choice = PolicyChoice {
         option: DecisionOption::Kill,
         outcome: format!("kill by rule ({policy})"),

@@ -9,6 +9,7 @@
 //! Decided/Executing ──TransientFailure──▶ same state, `retrying` counts the step's failures
 //! Done (Snapshot, then kill) ──OfferRestore──▶ restore offered ──RequestRestore──▶ requested
 //!    ──Restored / RestoreFailed (offered again)──▶ …; CloseRestore after its `until`
+//! restored (window open) ──KeepRestoredLonger──▶ restored, with a later `ends_at`
 //! ```
 //! Everything else is a [`TransitionError`] and leaves the case as it was. This file must stay
 //! free of I/O and clock reads: `now` is a parameter so tests fix it.
@@ -66,11 +67,21 @@ pub enum Event {
     OfferRestore {
         snapshot: TemplateId,
         until: DateTime<Utc>,
+        /// How long the sandbox had left when it was snapshotted, in seconds, if known.
+        life_left_secs: Option<u64>,
     },
     /// A person asked for the sandbox back from its snapshot.
     RequestRestore { by: SlackUserId },
-    /// E2B started `sandbox` from the snapshot.
-    Restored { sandbox: SandboxId },
+    /// E2B started `sandbox` from the snapshot; it ends at `ends_at` unless kept longer.
+    Restored {
+        sandbox: SandboxId,
+        ends_at: Option<DateTime<Utc>>,
+    },
+    /// `by` kept the restored sandbox longer: E2B now ends it at `until`.
+    KeepRestoredLonger {
+        by: SlackUserId,
+        until: DateTime<Utc>,
+    },
     /// Starting it failed for good; Restore is offered again while the window is open.
     RestoreFailed { error: String },
     /// The restore window passed.
@@ -94,6 +105,7 @@ impl Event {
             Event::OfferRestore { .. } => "offer a restore of",
             Event::RequestRestore { .. } => "restore",
             Event::Restored { .. } | Event::RestoreFailed { .. } => "record the restore of",
+            Event::KeepRestoredLonger { .. } => "keep the restored sandbox of",
             Event::CloseRestore => "close the restore window of",
         }
     }
@@ -156,11 +168,19 @@ fn apply_restore(
     };
     let mut next = case.clone();
     match (&case.restore, &event) {
-        (None, Event::OfferRestore { snapshot, until }) => {
+        (
+            None,
+            Event::OfferRestore {
+                snapshot,
+                until,
+                life_left_secs,
+            },
+        ) => {
             next.restore = Some(Restore {
                 snapshot: snapshot.clone(),
                 until: *until,
                 closed: false,
+                life_left_secs: *life_left_secs,
                 request: None,
             });
         }
@@ -176,16 +196,27 @@ fn apply_restore(
                 at: now,
                 sandbox: None,
                 error: None,
+                ends_at: None,
+                kept_by: None,
             });
             next.restore = Some(r);
         }
-        (Some(r), Event::Restored { sandbox })
+        (Some(r), Event::Restored { sandbox, ends_at })
             if r.request.as_ref().is_some_and(|q| q.sandbox.is_none()) =>
         {
             let mut r = r.clone();
             if let Some(q) = r.request.as_mut() {
                 q.sandbox = Some(sandbox.clone());
                 q.error = None;
+                q.ends_at = *ends_at;
+            }
+            next.restore = Some(r);
+        }
+        (Some(r), Event::KeepRestoredLonger { by, until }) if r.keep_longer_offered() => {
+            let mut r = r.clone();
+            if let Some(q) = r.request.as_mut() {
+                q.ends_at = Some(*until);
+                q.kept_by = Some(by.clone());
             }
             next.restore = Some(r);
         }
@@ -222,6 +253,7 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
         Event::OfferRestore { .. }
             | Event::RequestRestore { .. }
             | Event::Restored { .. }
+            | Event::KeepRestoredLonger { .. }
             | Event::RestoreFailed { .. }
             | Event::CloseRestore
     ) {
@@ -517,6 +549,7 @@ mod tests {
             step: Step::Snapshot,
             outcome: StepOutcome::SnapshotCreated {
                 snapshot_id: snap_id(),
+                life_left_secs: None,
             },
             at: t(at),
         }
@@ -730,6 +763,7 @@ mod tests {
                 step: Step::Snapshot,
                 outcome: StepOutcome::SnapshotCreated {
                     snapshot_id: snap_id(),
+                    life_left_secs: None,
                 },
             },
             20,
@@ -769,6 +803,7 @@ mod tests {
                 step: Step::Snapshot,
                 outcome: StepOutcome::SnapshotCreated {
                     snapshot_id: snap_id(),
+                    life_left_secs: None,
                 },
             },
             21,
@@ -814,6 +849,7 @@ mod tests {
                 step: Step::Snapshot,
                 outcome: StepOutcome::SnapshotCreated {
                     snapshot_id: snap_id(),
+                    life_left_secs: None,
                 },
             },
             Event::StepDone {
@@ -889,6 +925,7 @@ mod tests {
             step: Step::Snapshot,
             outcome: StepOutcome::SnapshotCreated {
                 snapshot_id: snap_id(),
+                life_left_secs: None,
             },
         };
         case = apply(&case, done, t(21)).unwrap();
@@ -973,6 +1010,7 @@ mod tests {
                 step: Step::Snapshot,
                 outcome: StepOutcome::SnapshotCreated {
                     snapshot_id: snap_id(),
+                    life_left_secs: None,
                 },
             },
             Event::Finish,
@@ -1131,6 +1169,7 @@ mod tests {
         let offer = || Event::OfferRestore {
             snapshot: snap_id(),
             until: t(1000),
+            life_left_secs: Some(600),
         };
         // Only a Snapshot, then kill has a snapshot to restore from.
         assert!(apply(&kill_done, offer(), t(40)).is_err());
@@ -1164,8 +1203,23 @@ mod tests {
         assert!(failed.restore.as_ref().unwrap().offered());
         let again = apply(&failed, ask(), t(70)).unwrap();
         let sandbox = SandboxId::parse("inew1").unwrap();
-        let restored = apply(&again, Event::Restored { sandbox }, t(80)).unwrap();
+        let keep = |until| Event::KeepRestoredLonger { by: alice(), until };
+        assert!(
+            apply(&again, keep(t(5000)), t(75)).is_err(),
+            "nothing to keep longer before it is restored"
+        );
+        let ends_at = Some(t(3680));
+        let restored = apply(&again, Event::Restored { sandbox, ends_at }, t(80)).unwrap();
         assert!(!restored.restore.as_ref().unwrap().offered());
+        let request = restored.restore.as_ref().unwrap().request.as_ref().unwrap();
+        assert_eq!(request.ends_at, ends_at);
+        let kept = apply(&restored, keep(t(7290)), t(90)).unwrap();
+        let request = kept.restore.as_ref().unwrap().request.as_ref().unwrap();
+        assert_eq!(
+            (request.ends_at, request.kept_by.as_ref()),
+            (Some(t(7290)), Some(&alice()))
+        );
+        assert_eq!(kept.restore.as_ref().unwrap().life_left_secs, Some(600));
         assert!(apply(&restored, ask(), t(90)).is_err());
         // The window: not closed early; after it, closed, and asking is refused.
         assert!(matches!(

@@ -632,6 +632,11 @@ pub struct Restore {
     /// The window passed (the card no longer offers it); the snapshot stays.
     #[serde(default)]
     pub closed: bool,
+    /// How long the original sandbox had left to live when it was snapshotted, in seconds: a
+    /// restored sandbox never gets less (`[approvals] restored_timeout` is the floor). `None`
+    /// when unknown (a case restored before Steward recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life_left_secs: Option<u64>,
     /// A person asked for the sandbox back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RestoreRequest>,
@@ -648,9 +653,25 @@ pub struct RestoreRequest {
     /// Why the last try failed; the card offers Restore again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When E2B ends the restored sandbox (its timeout), as last set by Steward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<DateTime<Utc>>,
+    /// The last person who kept the restored sandbox longer (the card's Keep longer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_by: Option<SlackUserId>,
 }
 
 impl Restore {
+    /// The restored sandbox, once E2B started it.
+    pub fn restored(&self) -> Option<&SandboxId> {
+        self.request.as_ref().and_then(|q| q.sandbox.as_ref())
+    }
+
+    /// Whether the card offers Keep longer: a sandbox was restored and the window is open.
+    pub fn keep_longer_offered(&self) -> bool {
+        !self.closed && self.restored().is_some()
+    }
+
     /// Whether the card offers Restore now: the window is open and no request is in flight or
     /// done (a failed one may be asked again).
     pub fn offered(&self) -> bool {

@@ -37,7 +37,27 @@ pub struct ApprovalPolicy {
     /// from the snapshot), e.g. `"7d"`. The snapshot itself stays until someone deletes it.
     #[serde(deserialize_with = "deserialize_restore_window")]
     pub restore_window: Duration,
+    /// How long a sandbox restored from its snapshot runs before E2B ends it, e.g. `"1h"`
+    /// (never less than the original had left when it was snapshotted), and how much longer
+    /// each click on the card's Keep longer keeps it.
+    #[serde(deserialize_with = "deserialize_restored_timeout")]
+    pub restored_timeout: Duration,
     pub approvers: Approvers,
+}
+
+/// Default life of a restored sandbox: an hour, long enough to connect and use it.
+pub const DEFAULT_RESTORED_TIMEOUT_SECS: u64 = 60 * 60;
+
+fn deserialize_restored_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    let timeout = crate::duration::parse("approvals.restored_timeout", &text)
+        .map_err(serde::de::Error::custom)?;
+    if timeout < Duration::from_secs(60) {
+        return Err(serde::de::Error::custom(
+            "approvals.restored_timeout must be at least a minute, so the restored sandbox can be used",
+        ));
+    }
+    Ok(timeout)
 }
 
 /// Default restore window: a week.
@@ -55,6 +75,7 @@ impl Default for ApprovalPolicy {
             two_person_rule: true,
             min_timeout: Duration::from_secs(DEFAULT_MIN_TIMEOUT_SECS),
             restore_window: Duration::from_secs(DEFAULT_RESTORE_WINDOW_SECS),
+            restored_timeout: Duration::from_secs(DEFAULT_RESTORED_TIMEOUT_SECS),
             approvers: Approvers::default(),
         }
     }
@@ -453,6 +474,12 @@ delete_template = { users = ["U1"] }
         .unwrap()
         .approvals;
         assert_eq!(policy.restore_window, Duration::from_secs(2 * 24 * 3600));
+        assert_eq!(default.restored_timeout, Duration::from_secs(3600));
+        let longer = toml::from_str::<File>("[approvals]\nrestored_timeout = \"3h\"\n")
+            .unwrap()
+            .approvals;
+        assert_eq!(longer.restored_timeout, Duration::from_secs(3 * 3600));
+        assert!(toml::from_str::<File>("[approvals]\nrestored_timeout = \"10s\"\n").is_err());
         assert_eq!(
             may_restore(&policy, &user("U7"), &[]),
             Err(Refusal::NotARestorer)

@@ -44,6 +44,10 @@ impl Step {
 pub enum StepOutcome {
     SnapshotCreated {
         snapshot_id: TemplateId,
+        /// How long the sandbox had left to live when the snapshot was taken, in seconds, so
+        /// a restore from it gets no less. `None` when unknown (an adopted snapshot).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        life_left_secs: Option<u64>,
     },
     SnapshotVerified {
         snapshot_id: TemplateId,
@@ -120,7 +124,10 @@ mod tests {
         let snap = TemplateId::parse("team/snap:1").unwrap();
         let done = vec![rec(
             Step::Snapshot,
-            StepOutcome::SnapshotCreated { snapshot_id: snap },
+            StepOutcome::SnapshotCreated {
+                snapshot_id: snap,
+                life_left_secs: None,
+            },
         )];
         assert_eq!(
             remaining_steps(DecisionOption::SnapshotThenKill, &done),

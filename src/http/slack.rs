@@ -479,6 +479,13 @@ pub async fn handle_interaction(state: AppState, interaction: Interaction) -> Re
                 case_id,
                 CaseButton::Restore,
             ),
+            Action::CaseKeepLonger { case_id } => case_click(
+                &state,
+                &interaction,
+                block_action,
+                case_id,
+                CaseButton::KeepLonger,
+            ),
             Action::List {
                 button,
                 list,
@@ -508,6 +515,7 @@ enum CaseButton {
     Option(crate::cases::DecisionOption),
     Retry,
     Restore,
+    KeepLonger,
 }
 
 /// A click on a case card. Handled after the 200, in a task that first does the click's one
@@ -565,6 +573,9 @@ fn case_click(
                         }
                         CaseButton::Restore => {
                             decide::restore_clicked(&svc, user, case, &clicked).await
+                        }
+                        CaseButton::KeepLonger => {
+                            decide::keep_longer_clicked(&svc, user, case, &clicked).await
                         }
                     }
                 }

@@ -7,7 +7,7 @@
 //! and no more than `max_cases_per_sweep` (most expensive first).
 //! Cases are opened only through `approvals::open_case`, which neither reposts nor extends the
 //! deadline of a case that is already open. This module must not call E2B.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
@@ -152,31 +152,16 @@ pub(super) async fn post(
             tracing::info!(digest_ts = %found.1, "reusing the digest already posted for this slot");
             found
         }
-        None => {
-            let digest = ctx
-                .templates
-                .render(&digest_params(report, settled.then_some(&posted), false))
-                .map_err(|e| SweepError::Digest(e.to_string()))?;
-            // Posting and recording run on their own task: a sweep stopped mid-post (its lease
-            // lost) must not leave a posted digest unrecorded, or the takeover would post again.
-            let (slack, store, channel) = (ctx.slack.clone(), ctx.store.clone(), channel.clone());
-            let posting = tokio::spawn(async move {
-                let (channel, ts) = slack
-                    .post_message(&channel, digest)
-                    .await
+        None => match adopt_posted(ctx, slot, earlier.as_deref()).await? {
+            Some(found) => found,
+            None => {
+                let digest = ctx
+                    .templates
+                    .render(&digest_params(report, settled.then_some(&posted), false))
                     .map_err(|e| SweepError::Digest(e.to_string()))?;
-                if let Some(slot) = slot {
-                    let record = format!("{channel} {ts}");
-                    if let Err(e) = store.record_sweep_digest(slot, &record).await {
-                        tracing::warn!(error = %e, "could not record where the sweep digest was posted");
-                    }
-                }
-                Ok::<_, SweepError>((channel, ts))
-            });
-            posting
-                .await
-                .map_err(|e| SweepError::Digest(e.to_string()))??
-        }
+                post_digest(ctx, channel, digest, slot, now).await?
+            }
+        },
     };
     posted.channel = channel.to_string();
     posted.digest_ts = ts.clone();
@@ -254,9 +239,119 @@ pub(super) async fn post(
     Ok(posted)
 }
 
+/// `event_type` of the message metadata a scheduled digest is posted with; its payload's
+/// `sweep_id` is the slot (Unix seconds), so a digest whose post was answered too late to be
+/// recorded can be found in the channel and adopted instead of posted again.
+pub const DIGEST_EVENT_TYPE: &str = "steward_digest";
+/// How far before its "posting" mark a digest is looked for (replicas' and Slack's clocks
+/// differ a little).
+const POSTING_LOOKBACK_SECS: i64 = 60;
+
+/// The slot's id in a digest's metadata.
+fn sweep_id(slot: DateTime<Utc>) -> String {
+    slot.timestamp().to_string()
+}
+
+/// Posts the digest and records where. For a scheduled slot it first records a "posting"
+/// mark (`posting <channel> <unix secs>`) and posts with the slot in the message metadata, so
+/// a replica that dies between Slack accepting the post and the store recording it leaves
+/// enough for the next attempt to find the message ([`adopt_posted`]). Posting and recording
+/// run on their own task: a sweep stopped mid-post (its lease lost) must not leave a posted
+/// digest unrecorded, or the takeover would post again.
+async fn post_digest(
+    ctx: &SweepContext,
+    channel: &SlackChannelId,
+    digest: crate::slack::render::Message,
+    slot: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<(SlackChannelId, String), SweepError> {
+    if let Some(slot) = slot {
+        let mark = format!("{POSTING} {channel} {}", now.timestamp());
+        ctx.store.record_sweep_digest(slot, &mark).await?;
+    }
+    let (slack, store, channel) = (ctx.slack.clone(), ctx.store.clone(), channel.clone());
+    let posting = tokio::spawn(async move {
+        let posted = match slot {
+            Some(slot) => {
+                let payload = HashMap::from([("sweep_id".to_owned(), sweep_id(slot))]);
+                slack
+                    .post_message_with_metadata(&channel, digest, DIGEST_EVENT_TYPE, payload)
+                    .await
+            }
+            None => slack.post_message(&channel, digest).await,
+        };
+        let (channel, ts) = posted.map_err(|e| SweepError::Digest(e.to_string()))?;
+        if let Some(slot) = slot {
+            let record = format!("{channel} {ts}");
+            if let Err(e) = store.record_sweep_digest(slot, &record).await {
+                tracing::warn!(error = %e, "could not record where the sweep digest was posted");
+            }
+        }
+        Ok::<_, SweepError>((channel, ts))
+    });
+    posting
+        .await
+        .map_err(|e| SweepError::Digest(e.to_string()))?
+}
+
+/// When an earlier attempt for this slot left a "posting" mark but no ts (it may have died
+/// after Slack accepted the digest), the digest it may have posted, looked up by its metadata
+/// and recorded as this slot's. `None`: nothing to adopt, post it. A look-up Slack refuses
+/// (a missing `channels:history` scope) is logged and the digest posted: a second digest is
+/// better than none.
+async fn adopt_posted(
+    ctx: &SweepContext,
+    slot: Option<DateTime<Utc>>,
+    earlier: Option<&str>,
+) -> Result<Option<(SlackChannelId, String)>, SweepError> {
+    let (Some(slot), Some((channel, since))) = (slot, earlier.and_then(parse_posting)) else {
+        return Ok(None);
+    };
+    let oldest = (since - POSTING_LOOKBACK_SECS).max(0).to_string();
+    let found = ctx
+        .slack
+        .find_by_metadata(
+            &channel,
+            &oldest,
+            DIGEST_EVENT_TYPE,
+            "sweep_id",
+            &sweep_id(slot),
+        )
+        .await;
+    let ts = match found {
+        Ok(Some(ts)) => ts,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for a digest an earlier attempt may have posted; posting it");
+            return Ok(None);
+        }
+    };
+    tracing::info!(digest_ts = %ts, "adopting the digest an earlier attempt posted for this slot");
+    ctx.store
+        .record_sweep_digest(slot, &format!("{channel} {ts}"))
+        .await?;
+    Ok(Some((channel, ts)))
+}
+
+/// The word a "posting" mark starts with.
+const POSTING: &str = "posting";
+
+/// The `"posting <channel> <unix secs>"` mark of a digest being posted.
+fn parse_posting(text: &str) -> Option<(SlackChannelId, i64)> {
+    let mut words = text.split(' ');
+    if words.next()? != POSTING {
+        return None;
+    }
+    let channel = SlackChannelId::parse(words.next()?).ok()?;
+    Some((channel, words.next()?.parse().ok()?))
+}
+
 /// The `"<channel> <ts>"` recorded for a slot's digest.
 fn parse_posted(text: &str) -> Option<(SlackChannelId, String)> {
     let (channel, ts) = text.split_once(' ')?;
+    if channel == POSTING {
+        return None;
+    }
     Some((SlackChannelId::parse(channel).ok()?, ts.to_owned()))
 }
 

@@ -39,6 +39,30 @@ pub const RUN_LEASE: Duration = Duration::from_secs(15);
 pub const RUN_METADATA_KEY: &str = "steward.run";
 pub const REQUESTER_METADATA_KEY: &str = "steward.requester";
 pub const PURPOSE_METADATA_KEY: &str = "steward.purpose";
+/// The `steward.purpose` value of a run's sandbox: `steward e2b list --steward` and
+/// `/sandbox list steward` filter on it.
+pub const RUN_PURPOSE: &str = "run";
+/// Set by a restore on the sandbox started from a case's snapshot (it keeps the original's
+/// metadata), naming the case.
+const RESTORED_FROM_KEY: &str = "steward.restored_from";
+
+/// What a sandbox carrying Steward's run metadata is, in a few words for a list: the run and
+/// who asked for it (a push test's requester is `github:<owner/name>`), or the case it was
+/// restored by. `None` for a sandbox Steward did not create for a run.
+pub fn describe_run_sandbox(
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let run = metadata.get(RUN_METADATA_KEY)?;
+    let requester = metadata.get(REQUESTER_METADATA_KEY).map(String::as_str);
+    let mut text = match requester.and_then(|r| r.strip_prefix("github:")) {
+        Some(repository) => format!("push test of {repository}, run {run}"),
+        None => format!("run {run} for {}", requester.unwrap_or("unknown")),
+    };
+    if let Some(case) = metadata.get(RESTORED_FROM_KEY) {
+        text.push_str(&format!(", restored by case {case}"));
+    }
+    Some(text)
+}
 /// How many lines of output the hand-over's report carries.
 pub const REPORT_OUTPUT_LINES: usize = 20;
 /// How many lines of the sandbox's logs a run keeps.
@@ -495,7 +519,7 @@ impl RunEngine {
         req.metadata = BTreeMap::from([
             (RUN_METADATA_KEY.to_owned(), run.id.to_string()),
             (REQUESTER_METADATA_KEY.to_owned(), run.requester.clone()),
-            (PURPOSE_METADATA_KEY.to_owned(), "run".to_owned()),
+            (PURPOSE_METADATA_KEY.to_owned(), RUN_PURPOSE.to_owned()),
         ]);
         match self.e2b.create_sandbox(&req).await {
             Ok(created) => Ok((

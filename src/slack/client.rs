@@ -64,6 +64,8 @@ const UPLOAD_TIMEOUT_SECS: u64 = 120;
 const SLACK_FILES_HOST: &str = "files.slack.com";
 /// The only public host `response_url`s may point at.
 const SLACK_HOOKS_HOST: &str = "hooks.slack.com";
+/// Most pages of `conversations.history` one metadata look-up reads (200 messages each).
+pub const HISTORY_MAX_PAGES: u32 = 5;
 
 /// Why a Slack call failed. Carries no token.
 #[derive(Debug, thiserror::Error)]
@@ -312,6 +314,87 @@ impl SlackClient {
         let channel = SlackChannelId::parse(posted.channel.to_string())
             .map_err(|e| SlackError::Transport(format!("Slack returned a strange channel: {e}")))?;
         Ok((channel, posted.ts.to_string()))
+    }
+
+    /// `chat.postMessage` at the top level with message metadata (`event_type` and a payload
+    /// of strings), so the message can be found again by [`SlackClient::find_by_metadata`]
+    /// when the answer to this call is lost.
+    #[tracing::instrument(skip(self, message, payload))]
+    pub async fn post_message_with_metadata(
+        &self,
+        channel: &SlackChannelId,
+        message: Message,
+        event_type: &str,
+        payload: HashMap<String, String>,
+    ) -> Result<(SlackChannelId, String), SlackError> {
+        let mut content = message.into_content();
+        content.metadata = Some(SlackMessageMetadata {
+            event_type: event_type.to_owned(),
+            event_payload: Some(payload),
+        });
+        let api = &self.api;
+        let posted = self
+            .with_retry("chat.postMessage", |token| {
+                let req =
+                    SlackApiChatPostMessageRequest::new(channel.as_str().into(), content.clone());
+                async move { api.open_session(&token).chat_post_message(&req).await }
+            })
+            .await?;
+        let channel = SlackChannelId::parse(posted.channel.to_string())
+            .map_err(|e| SlackError::Transport(format!("Slack returned a strange channel: {e}")))?;
+        Ok((channel, posted.ts.to_string()))
+    }
+
+    /// The ts of the newest top-level message in `channel` since `oldest` (a Slack ts, or
+    /// Unix seconds) whose metadata has `event_type` and `key` = `value` in its payload
+    /// (`conversations.history` with `include_all_metadata`, at most [`HISTORY_MAX_PAGES`]
+    /// pages). Needs `channels:history` (`groups:history` for a private channel).
+    #[tracing::instrument(skip(self))]
+    pub async fn find_by_metadata(
+        &self,
+        channel: &SlackChannelId,
+        oldest: &str,
+        event_type: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>, SlackError> {
+        let api = &self.api;
+        let mut cursor: Option<SlackCursorId> = None;
+        for _ in 0..HISTORY_MAX_PAGES {
+            let mut req = SlackApiConversationsHistoryRequest::new()
+                .with_channel(channel.as_str().into())
+                .with_oldest(SlackTs::new(oldest.to_owned()))
+                .with_include_all_metadata(true)
+                .with_limit(200);
+            req.cursor = cursor.clone();
+            let page = self
+                .with_retry("conversations.history", |token| {
+                    let req = req.clone();
+                    async move { api.open_session(&token).conversations_history(&req).await }
+                })
+                .await?;
+            let found = page.messages.iter().find(|m| {
+                m.content.metadata.as_ref().is_some_and(|meta| {
+                    meta.event_type == event_type
+                        && meta
+                            .event_payload
+                            .as_ref()
+                            .and_then(|p| p.get(key))
+                            .is_some_and(|v| v == value)
+                })
+            });
+            if let Some(found) = found {
+                return Ok(Some(found.origin.ts.to_string()));
+            }
+            cursor = page
+                .response_metadata
+                .and_then(|m| m.next_cursor)
+                .filter(|c| !c.value().is_empty());
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(None)
     }
 
     /// `chat.update`. The blocks are always sent, so old buttons never survive an update.

@@ -54,6 +54,8 @@ pub struct ListArgs {
     pub template: Option<String>,
     /// `key=value` metadata filters, in the order given.
     pub metadata: Vec<(String, String)>,
+    /// `steward`: only the sandboxes Steward created for runs and push tests.
+    pub steward: bool,
 }
 
 /// Arguments of `logs`.
@@ -383,7 +385,12 @@ fn parse_list(args: &mut Args<'_>) -> Parsed {
     let mut template = None;
     let mut metadata = Vec::new();
     let mut state_given = false;
+    let mut steward = false;
     while let Some(word) = args.next_raw() {
+        if word.eq_ignore_ascii_case("steward") {
+            steward = true;
+            continue;
+        }
         if let Some((key, value)) = word.split_once('=') {
             if key.is_empty() || value.is_empty() {
                 return Err(format!(
@@ -406,7 +413,7 @@ fn parse_list(args: &mut Args<'_>) -> Parsed {
             "all" => ListState::All,
             _ => {
                 return Err(format!(
-                    "`{word}` is not a state: use running, paused or all, or a `key=value` filter."
+                    "`{word}` is not a state: use running, paused or all, `steward` for Steward's own, or a `key=value` filter."
                 ));
             }
         };
@@ -416,6 +423,7 @@ fn parse_list(args: &mut Args<'_>) -> Parsed {
         state,
         template,
         metadata,
+        steward,
     }))
 }
 
@@ -596,6 +604,16 @@ mod tests {
                 state: ListState::All,
                 template: None,
                 metadata: vec![],
+                steward: false,
+            }),
+        );
+        check(
+            "list running steward",
+            SandboxCommand::List(ListArgs {
+                state: ListState::Running,
+                template: None,
+                metadata: vec![],
+                steward: true,
             }),
         );
         check(
@@ -607,6 +625,7 @@ mod tests {
                     ("owner".into(), "alice".into()),
                     ("env".into(), "ci prod".into()),
                 ],
+                steward: false,
             }),
         );
         assert!(invalid("list running paused").contains("one state"));

@@ -20,6 +20,8 @@ pub const CASE_OPTION_PREFIX: &str = "case_";
 pub const CASE_RETRY: &str = "case_retry";
 /// Restore on a card whose Snapshot, then kill finished: start the sandbox again from its snapshot.
 pub const CASE_RESTORE: &str = "case_restore";
+/// Keep longer under a restored sandbox: its E2B timeout again (value: the case id).
+pub const CASE_KEEP_LONGER: &str = "case_keep_longer";
 /// The buttons of a sweep's list decision. A group's button value is `<list id>:<group index>`;
 /// Approve all's is the list id.
 pub const SWEEP_LIST_APPROVE: &str = "sweep_list_approve";
@@ -325,6 +327,8 @@ pub enum Action {
     CaseRetry { case_id: CaseId },
     /// Restore on a case whose Snapshot, then kill finished.
     CaseRestore { case_id: CaseId },
+    /// Keep longer under a sandbox restored from a case's snapshot.
+    CaseKeepLonger { case_id: CaseId },
     /// A button of a sweep's list decision.
     List {
         button: ListButton,
@@ -347,6 +351,9 @@ impl Action {
                 .unwrap_or_else(unknown),
             CASE_RESTORE => case_id()
                 .map(|case_id| Self::CaseRestore { case_id })
+                .unwrap_or_else(unknown),
+            CASE_KEEP_LONGER => case_id()
+                .map(|case_id| Self::CaseKeepLonger { case_id })
                 .unwrap_or_else(unknown),
             id if id.starts_with(CASE_OPTION_PREFIX) => {
                 match (

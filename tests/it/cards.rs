@@ -563,7 +563,7 @@ async fn a_finished_card_says_the_sandbox_was_killed_after_its_snapshot() {
     let snapshot = steps
         .iter()
         .find_map(|r| match &r.outcome {
-            sandbox_steward::cases::StepOutcome::SnapshotCreated { snapshot_id } => {
+            sandbox_steward::cases::StepOutcome::SnapshotCreated { snapshot_id, .. } => {
                 Some(snapshot_id.to_string())
             }
             _ => None,

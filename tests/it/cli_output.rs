@@ -210,7 +210,7 @@ async fn config_errors_are_one_sentence_once_naming_the_file_and_the_key() {
     let out = steward(&["check"], &[("STEWARD_CONFIG", &path)]).await;
     assert_eq!(out.status.code(), Some(2));
     let said = stderr(&out).replace(&path, "FILE");
-    insta::assert_snapshot!(said, @"error: FILE: line 2: `two_person` is not a setting of [approvals]; the settings there are `decide_within`, `two_person_rule`, `min_timeout`, `restore_window`, `approvers`.");
+    insta::assert_snapshot!(said, @"error: FILE: line 2: `two_person` is not a setting of [approvals]; the settings there are `decide_within`, `two_person_rule`, `min_timeout`, `restore_window`, `restored_timeout`, `approvers`.");
     assert!(stdout(&out).is_empty());
 
     let missing = dir.path().join("nope.toml").display().to_string();

@@ -359,3 +359,63 @@ async fn kill_at_a_terminal_runs_only_when_the_id_is_typed_back() {
     let gone = cli.run(&["get", &id]).await;
     assert_ne!(gone.code, 0, "{}", gone.stdout);
 }
+
+/// `list --steward`: only the sandboxes Steward started for runs and push tests, each naming
+/// its run (and a push test's repository), none of the rest of the fleet.
+#[tokio::test]
+async fn list_steward_shows_only_stewards_run_sandboxes_with_their_run() {
+    let cli = start(6).await;
+    let other = cli.seed("running").await;
+    let run = cli
+        .hooks
+        .seed(
+            json!({"templateID": "base", "state": "running", "metadata": {
+            "steward.run": "run_cli1", "steward.requester": "agent-a", "steward.purpose": "run"}}),
+        )
+        .await
+        .unwrap()["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let push = cli
+        .hooks
+        .seed(json!({"templateID": "base", "state": "paused", "metadata": {
+            "steward.run": "run_cli2", "steward.requester": "github:acme/api", "steward.purpose": "run"}}))
+        .await
+        .unwrap()["sandboxID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let table = cli.run(&["list", "--steward"]).await;
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("SANDBOX") && lines[0].contains("RUN"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains(" run")).count(),
+        2,
+        "two rows:\n{}",
+        table.stdout
+    );
+    let row_of = |id: &str| {
+        *lines
+            .iter()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} missing from\n{}", table.stdout))
+    };
+    assert!(
+        row_of(&run).contains("run run_cli1 for agent-a"),
+        "{}",
+        table.stdout
+    );
+    assert!(
+        row_of(&push).contains("push test of acme/api, run run_cli2"),
+        "{}",
+        table.stdout
+    );
+    assert!(!table.stdout.contains(&other));
+}

@@ -1489,3 +1489,59 @@ async fn a_leader_that_loses_its_lease_while_posting_the_digest_still_records_it
         .expect("the case card was posted");
     assert_eq!(card.thread_ts, digests[0].ts);
 }
+
+/// Issue 41: a replica that dies between Slack accepting the digest and the store recording
+/// it must not make the next attempt post a second digest. Slack here carries out the post and
+/// loses the answer (as when the connection drops); the retry finds the digest by its message
+/// metadata and adopts it, so the channel shows one digest, with the cases in its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_whose_post_answer_was_lost_is_adopted_not_posted_again() {
+    let w = world(config()).await;
+    w.idle_running(Some("alice")).await;
+    let latest = last_sweep_was(&w, 1).await;
+    w.slack
+        .add_fault_after_handling(sandbox_steward::sim::slack::Fault {
+            method: "chat.postMessage".into(),
+            status: 502,
+            retry_after_secs: None,
+            count: 1,
+            error: None,
+        });
+    let s = w.scheduler("replica-a");
+
+    let first = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(matches!(first, Tick::Failed { .. }), "{first:?}");
+    assert_eq!(w.digests().len(), 1, "Slack posted it all the same");
+    let mark = w.ctx.store.sweep_digest(latest).await.unwrap().unwrap();
+    assert!(mark.starts_with("posting "), "{mark}");
+
+    let second = scheduler_tick(&s, Utc::now()).await.unwrap();
+    assert!(matches!(second, Tick::Ran { .. }), "{second:?}");
+    let digests = w.digests();
+    assert_eq!(digests.len(), 1, "one digest in the channel");
+    let ts = digests[0].ts.clone().unwrap();
+    let recorded = w.ctx.store.sweep_digest(latest).await.unwrap().unwrap();
+    assert!(recorded.ends_with(&format!(" {ts}")), "{recorded}");
+    // The digest carries its slot, as Slack's history returns it.
+    assert_eq!(
+        digests[0].body["metadata"]["event_type"],
+        json!("steward_digest")
+    );
+    assert_eq!(
+        digests[0].body["metadata"]["event_payload"]["sweep_id"],
+        json!(latest.timestamp().to_string())
+    );
+    // The case cards went into the adopted digest's thread.
+    let replies: Vec<_> = w
+        .slack
+        .messages()
+        .into_iter()
+        .filter(|m| m.method == "chat.postMessage" && m.thread_ts.is_some())
+        .collect();
+    assert!(!replies.is_empty());
+    assert!(
+        replies
+            .iter()
+            .all(|m| m.thread_ts.as_deref() == Some(ts.as_str()))
+    );
+}

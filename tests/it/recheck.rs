@@ -158,7 +158,7 @@ async fn a_snapshot_that_succeeded_but_answered_502_is_not_taken_twice() {
     assert_eq!(calls(&app, "snapshot").await, 1, "no second snapshot");
     assert_eq!(app.e2b.hooks().state().await.unwrap()["snapshots"], 1);
     assert!(!sandbox_exists(&app, "lost1").await);
-    let StepOutcome::SnapshotCreated { snapshot_id } = &steps[0].outcome else {
+    let StepOutcome::SnapshotCreated { snapshot_id, .. } = &steps[0].outcome else {
         panic!("{steps:?}")
     };
     assert_eq!(steps.last().unwrap().outcome, StepOutcome::Killed);

@@ -696,3 +696,41 @@ async fn a_full_follow_up_queue_answers_that_steward_is_busy() {
     drop(busy);
     app.run_deferred("list").await;
 }
+
+/// `/sandbox list steward`: only the sandboxes Steward started for runs and push tests, each
+/// with its run in a column of its own.
+#[tokio::test]
+async fn list_steward_shows_only_stewards_own_sandboxes_naming_their_run() {
+    let app = app_with_known_sandboxes(3).await;
+    app.seed_sandbox(
+        json!({"sandboxID": "sbxrun7", "templateID": "base", "state": "running",
+        "metadata": {"steward.run": "run_slack7", "steward.requester": "agent-b",
+                     "steward.purpose": "run"}}),
+    )
+    .await;
+    app.seed_sandbox(
+        json!({"sandboxID": "sbxpush8", "templateID": "base", "state": "running",
+        "metadata": {"steward.run": "run_slack8", "steward.requester": "github:acme/web",
+                     "steward.purpose": "run"}}),
+    )
+    .await;
+    let post = app.run_deferred("list steward").await;
+    let mut ids = table_ids(&post);
+    ids.sort();
+    assert_eq!(ids, vec!["sbxpush8", "sbxrun7"]);
+    let shown = visible_text(&post);
+    assert!(shown.contains("Steward's runs and push tests"), "{shown}");
+    assert!(shown.contains("run run_slack7 for agent-b"), "{shown}");
+    assert!(
+        shown.contains("push test of acme/web, run run_slack8"),
+        "{shown}"
+    );
+    let refused: Value = app.post_command("list stewart").await.json().await.unwrap();
+    assert!(
+        refused["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`steward` for Steward's own"),
+        "{refused}"
+    );
+}

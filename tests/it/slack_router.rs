@@ -305,6 +305,8 @@ fn the_manifest_asks_for_exactly_the_scopes_the_client_uses() {
             // A public channel needs channels:read, a private one groups:read.
             "conversations.info" => &["channels:read", "groups:read"],
             "users.info" => &["users:read"],
+            // A public channel's history needs channels:history, a private one's groups:history.
+            "conversations.history" => &["channels:history", "groups:history"],
             "views.open" | "auth.test" => &[],
             other => panic!("{other}: add the scope Slack documents for it to this table"),
         }

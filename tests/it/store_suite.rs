@@ -310,6 +310,7 @@ fn outcome_of(step: Step) -> StepOutcome {
     match step {
         Step::Snapshot => StepOutcome::SnapshotCreated {
             snapshot_id: snap(),
+            life_left_secs: None,
         },
         Step::VerifySnapshot => StepOutcome::SnapshotVerified {
             snapshot_id: snap(),

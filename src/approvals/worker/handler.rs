@@ -157,7 +157,7 @@ pub fn snapshot_name(case: &Case) -> String {
 /// The snapshot an earlier step of this decision recorded taking, if any.
 fn recorded_snapshot(done: &[StepRecord]) -> Option<&TemplateId> {
     done.iter().find_map(|r| match &r.outcome {
-        StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id),
+        StepOutcome::SnapshotCreated { snapshot_id, .. } => Some(snapshot_id),
         _ => None,
     })
 }
@@ -172,7 +172,8 @@ fn snapshot_named(info: &SnapshotInfo, name: &str) -> bool {
 
 /// The re-check before a step on a sandbox: the sandbox must still be there and, before the
 /// first step and before every kill, look as it did when people decided (see
-/// [`recheck::sandbox_changes`]). `Ok(None)`: it is gone.
+/// [`recheck::sandbox_changes`]). `Ok(None)`: it is gone. Beside the fresh evidence, the end
+/// E2B has set for it.
 async fn recheck_sandbox(
     svc: &Services,
     e2b: &E2bClient,
@@ -180,12 +181,13 @@ async fn recheck_sandbox(
     id: &SandboxId,
     step: Step,
     done: &[StepRecord],
-) -> Result<Option<Evidence>, StepFailure> {
+) -> Result<Option<(Evidence, DateTime<Utc>)>, StepFailure> {
     let Some(detail) = reread_sandbox(svc, e2b, case, id).await.map_err(failure)? else {
         return Ok(None);
     };
+    let end_at = detail.end_at;
     if !done.is_empty() && step != Step::Kill {
-        return Ok(Some(evidence::from_detail(&detail, None)));
+        return Ok(Some((evidence::from_detail(&detail, None), end_at)));
     }
     // A worker that died mid-pause (the case was left Executing) may have paused it already:
     // paused is what was decided, not a change.
@@ -193,7 +195,7 @@ async fn recheck_sandbox(
         && detail.state == SandboxState::Paused
         && matches!(case.state, CaseState::Executing { .. })
     {
-        return Ok(Some(evidence::from_detail(&detail, None)));
+        return Ok(Some((evidence::from_detail(&detail, None), end_at)));
     }
     let samples = if detail.state == SandboxState::Running {
         fresh_metrics(svc, e2b, case, id).await.map_err(failure)?
@@ -221,7 +223,7 @@ async fn recheck_sandbox(
         };
         return Err(ask_again(svc, current, &change, &done));
     }
-    Ok(Some(current))
+    Ok(Some((current, end_at)))
 }
 
 /// The snapshot an earlier attempt of this decision took although its answer was lost (a 502
@@ -256,20 +258,25 @@ async fn list_snapshots(
     Ok(listed.items)
 }
 
-/// The Snapshot step's call, under this decision's snapshot name.
+/// The Snapshot step's call, under this decision's snapshot name. `end_at` is when E2B would
+/// have ended the sandbox (from the re-check just before): the life it had left is recorded
+/// with the snapshot, so a restore gives it no less.
 async fn take_snapshot(
     svc: &Services,
     e2b: &E2bClient,
     case: &Case,
     id: &SandboxId,
+    end_at: DateTime<Utc>,
 ) -> Result<StepOutcome, StepFailure> {
     let made = e2b.create_snapshot(id, Some(&snapshot_name(case))).await;
     let info = audited(svc, case, "create_snapshot", made, |s| {
         format!("snapshot {}", s.snapshot_id)
     })
     .await;
+    let life_left = (end_at - Utc::now()).num_seconds().max(0);
     step_outcome(info, |info| StepOutcome::SnapshotCreated {
         snapshot_id: info.snapshot_id,
+        life_left_secs: u64::try_from(life_left).ok(),
     })
 }
 
@@ -344,7 +351,8 @@ async fn shorten(
             "this case does not say how short the sandbox's timeout should be".into(),
         ));
     };
-    let Some(current) = recheck_sandbox(svc, e2b, case, id, Step::ShortenTimeout, done).await?
+    let Some((current, _)) =
+        recheck_sandbox(svc, e2b, case, id, Step::ShortenTimeout, done).await?
     else {
         return Ok(StepOutcome::AlreadyGone);
     };
@@ -409,9 +417,13 @@ async fn run_step(
             {
                 // Taken already: its answer was lost. (The brief pause of that snapshot also
                 // makes the sandbox look restarted, which the kill's re-check allows for.)
-                return Ok(StepOutcome::SnapshotCreated { snapshot_id });
+                return Ok(StepOutcome::SnapshotCreated {
+                    snapshot_id,
+                    life_left_secs: None,
+                });
             }
-            let Some(current) = recheck_sandbox(svc, e2b, case, id, step, done).await? else {
+            let Some((current, end_at)) = recheck_sandbox(svc, e2b, case, id, step, done).await?
+            else {
                 // Gone after a kill whose answer was lost (a 502 after E2B acted): that kill
                 // did it, so the case is done, not "already gone" and not failed.
                 let our_kill = step == Step::Kill
@@ -423,7 +435,7 @@ async fn run_step(
                 });
             };
             match step {
-                Step::Snapshot => take_snapshot(svc, e2b, case, id).await,
+                Step::Snapshot => take_snapshot(svc, e2b, case, id, end_at).await,
                 Step::Kill => {
                     let killed = e2b.kill_sandbox(id).await;
                     let killed = audited(svc, case, "kill_sandbox", killed, |_| "ok".into()).await;
@@ -513,7 +525,7 @@ async fn offer_restore(svc: &Services, case: Case) -> Case {
     let killed = steps.iter().any(|s| s.outcome == StepOutcome::Killed);
     let snapshot = steps.iter().find_map(|s| match &s.outcome {
         StepOutcome::SnapshotVerified { snapshot_id }
-        | StepOutcome::SnapshotCreated { snapshot_id } => Some(snapshot_id.clone()),
+        | StepOutcome::SnapshotCreated { snapshot_id, .. } => Some(snapshot_id.clone()),
         _ => None,
     });
     let (DecisionOption::SnapshotThenKill, true, Some(snapshot), None) =
@@ -521,10 +533,18 @@ async fn offer_restore(svc: &Services, case: Case) -> Case {
     else {
         return case;
     };
+    let life_left_secs = steps.iter().find_map(|s| match &s.outcome {
+        StepOutcome::SnapshotCreated { life_left_secs, .. } => *life_left_secs,
+        _ => None,
+    });
     let window = chrono::Duration::from_std(svc.policy.restore_window)
         .unwrap_or_else(|_| chrono::Duration::days(3650));
     let until = *at + window;
-    let event = Event::OfferRestore { snapshot, until };
+    let event = Event::OfferRestore {
+        snapshot,
+        until,
+        life_left_secs,
+    };
     match svc.store.apply_event(&case.id, event, Utc::now()).await {
         Ok(Updated::Applied(offered)) => {
             if let Err(e) = svc.store.watch_restore(&offered.id, until).await {

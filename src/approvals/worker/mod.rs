@@ -1,11 +1,13 @@
 //! The E2B side of a decision, run by every replica: the job handler ([`handler`]), the expiry
 //! pass that closes cases nobody decided ([`expiry`]), the reconcile pass that re-queues decided
-//! work whose job was lost ([`reconcile`]), and the loops that startup spawns ([`loops`]).
+//! work whose job was lost ([`reconcile`]), the pass that accounts for every sandbox Steward
+//! created for a run ([`orphans`]), and the loops that startup spawns ([`loops`]).
 //!
 //! Nothing here decides who may do what: it only runs what the store says was decided.
 pub mod expiry;
 pub mod handler;
 pub mod loops;
+pub mod orphans;
 pub mod reconcile;
 pub mod restore;
 

@@ -16,6 +16,7 @@ use crate::e2b::{
     SandboxMetric, SandboxState, StateFilter,
 };
 use crate::ids::{SandboxId, TemplateId};
+use crate::runs::engine::{PURPOSE_METADATA_KEY, RUN_PURPOSE, describe_run_sandbox};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum StateArg {
@@ -43,6 +44,9 @@ pub enum SandboxAction {
         /// Only sandboxes whose metadata has KEY=VALUE (repeat to require several).
         #[arg(long, value_name = "KEY=VALUE", value_parser = parse_pair)]
         metadata: Vec<(String, String)>,
+        /// Only the sandboxes Steward created for runs and push tests, each with its run.
+        #[arg(long)]
+        steward: bool,
         /// Page size, 1 to 100.
         #[arg(long)]
         limit: Option<u32>,
@@ -168,6 +172,13 @@ pub enum SandboxAction {
 const SANDBOX_HEADERS: &[&str] = &[
     "SANDBOX", "STATE", "TEMPLATE", "STARTED", "END", "CPUS", "MEMORY", "METADATA",
 ];
+/// How one listed sandbox becomes a table row.
+type Row = fn(&ListedSandbox) -> Vec<String>;
+
+/// `list --steward`: Steward's run sandboxes, each with what it is for instead of its metadata.
+const STEWARD_HEADERS: &[&str] = &[
+    "SANDBOX", "STATE", "TEMPLATE", "STARTED", "END", "CPUS", "MEMORY", "RUN",
+];
 const METRIC_HEADERS: &[&str] = &["CPUS", "CPU%", "MEMORY", "DISK"];
 
 /// Runs one sandbox action.
@@ -180,12 +191,19 @@ pub(super) async fn run(
         SandboxAction::List {
             state,
             template,
-            metadata,
+            mut metadata,
+            steward,
             limit,
             all_pages,
             page_token,
             max_pages,
         } => {
+            let (headers, row): (&[&str], Row) = if steward {
+                metadata.push((PURPOSE_METADATA_KEY.to_owned(), RUN_PURPOSE.to_owned()));
+                (STEWARD_HEADERS, steward_row)
+            } else {
+                (SANDBOX_HEADERS, sandbox_row)
+            };
             let query = ListQuery {
                 state: match state {
                     StateArg::Running => StateFilter::Running,
@@ -200,12 +218,12 @@ pub(super) async fn run(
             };
             if all_pages && page_token.is_none() {
                 let listing = client.list_sandboxes(&query).await?;
-                out.listing(&listing, SANDBOX_HEADERS, sandbox_row)?;
+                out.listing(&listing, headers, row)?;
             } else {
                 let page = client
                     .list_sandboxes_page(&query, page_token.as_deref())
                     .await?;
-                out.page(&page, SANDBOX_HEADERS, sandbox_row)?;
+                out.page(&page, headers, row)?;
             }
         }
         SandboxAction::Get { id } => {
@@ -493,6 +511,13 @@ fn sandbox_row(s: &ListedSandbox) -> Vec<String> {
         format!("{} MiB", s.memory_mb),
         metadata(&s.metadata),
     ]
+}
+
+fn steward_row(s: &ListedSandbox) -> Vec<String> {
+    let mut row = sandbox_row(s);
+    row.pop();
+    row.push(describe_run_sandbox(&s.metadata).unwrap_or_else(|| "-".into()));
+    row
 }
 
 /// What a sandbox's end time means: when it expires, or when it was paused.

@@ -466,6 +466,12 @@ pub(super) async fn api(
         _ => Err("unknown_method"),
     };
     world.calls.push(rec);
+    // Carried out, but the answer is lost (`SlackSim::add_fault_after_handling`).
+    if answer.is_ok()
+        && let Some(fault) = world.take_fault_after(&method)
+    {
+        return fault_response(fault);
+    }
     match answer {
         Ok(body) => Json(body).into_response(),
         Err(code) => api_error(code),
@@ -633,13 +639,38 @@ fn history(world: &SlackWorld, caller: Caller, value: &Value) -> Answer {
         ts_number(b.ts.as_deref().unwrap_or("0"))
             .total_cmp(&ts_number(a.ts.as_deref().unwrap_or("0")))
     });
-    let messages: Vec<Value> = messages.into_iter().map(|m| world.api_message(m)).collect();
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|m| with_metadata(world.api_message(m), m, value))
+        .collect();
     let (messages, has_more, meta) = page(value, messages);
     Ok(
         json!({"ok": true, "messages": messages, "has_more": has_more, "pin_count": 0,
               "channel_actions_ts": null, "channel_actions_count": 0,
               "response_metadata": meta}),
     )
+}
+
+/// A message's `metadata` (`event_type`, `event_payload`), as `chat.postMessage` was given it,
+/// added to its history entry when the call asked for `include_all_metadata` (Slack leaves it
+/// out otherwise). A form-encoded post carries it as a JSON string.
+fn with_metadata(mut out: Value, message: &Recorded, value: &Value) -> Value {
+    let asked = match value.get("include_all_metadata") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => s == "true" || s == "1",
+        _ => false,
+    };
+    let metadata = match message.body.get("metadata") {
+        Some(Value::String(text)) => serde_json::from_str(text).ok(),
+        Some(v @ Value::Object(_)) => Some(v.clone()),
+        _ => None,
+    };
+    if let (true, Some(metadata)) = (asked, metadata)
+        && metadata.get("event_type").is_some_and(Value::is_string)
+    {
+        out["metadata"] = metadata;
+    }
+    out
 }
 
 fn replies(world: &SlackWorld, caller: Caller, value: &Value) -> Answer {

@@ -406,6 +406,9 @@ pub struct SlackWorld {
     /// Current state of each posted message, keyed by (channel, ts).
     pub messages: BTreeMap<(String, String), Recorded>,
     pub faults: Vec<Fault>,
+    /// Failures of the answer only: the call is carried out (a message is posted), then
+    /// answered with the failure, as when the connection drops after Slack acted.
+    pub faults_after: Vec<Fault>,
     pub usergroups: HashMap<String, Vec<String>>,
     /// Seeded users: id to name (`None` when seeded without one).
     pub users: BTreeMap<String, Option<String>>,
@@ -515,6 +518,17 @@ impl SlackWorld {
     }
 
     /// Takes one matching fault, if programmed.
+    /// The next failure programmed for the answer of a `method` call already carried out.
+    fn take_fault_after(&mut self, method: &str) -> Option<Fault> {
+        let index = self.faults_after.iter().position(|f| f.method == method)?;
+        let fault = self.faults_after[index].clone();
+        self.faults_after[index].count -= 1;
+        if self.faults_after[index].count == 0 {
+            self.faults_after.remove(index);
+        }
+        Some(fault)
+    }
+
     fn take_fault(&mut self, method: &str) -> Option<Fault> {
         let index = self.faults.iter().position(|f| {
             f.method == method || (f.method == "hooks" && method.starts_with("hooks/"))
@@ -664,6 +678,12 @@ impl SlackSim {
 
     pub fn add_fault(&self, fault: Fault) {
         self.world().faults.push(fault);
+    }
+
+    /// The next `fault.count` calls of `fault.method` are carried out (a message is posted),
+    /// then answered with the fault: Slack acted, and the caller never heard.
+    pub fn add_fault_after_handling(&self, fault: Fault) {
+        self.world().faults_after.push(fault);
     }
 
     /// Seeds a user (`users.info`, `users.list`).
