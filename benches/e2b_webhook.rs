@@ -105,7 +105,9 @@ async fn main() -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()?;
-    println!("E2B webhook intake: {events} signed events, {concurrency} in flight, client in-process");
+    println!(
+        "E2B webhook intake: {events} signed events, {concurrency} in flight, client in-process"
+    );
     for (name, want_duplicates) in [("new", false), ("repeat", true)] {
         let (took, latencies, duplicates) =
             round(&client, &url, bodies.clone(), concurrency).await?;

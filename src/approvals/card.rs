@@ -1600,6 +1600,7 @@ mod tests {
                     crate::cases::Step::Snapshot,
                     StepOutcome::SnapshotCreated {
                         snapshot_id: snap.clone(),
+                        life_left_secs: None,
                     },
                 ),
                 step(
@@ -1622,6 +1623,8 @@ mod tests {
                     at: t(200),
                     sandbox: None,
                     error: Some("E2B had a server error (500)".into()),
+                    ends_at: None,
+                    kept_by: None,
                 }),
             ),
         ] {
@@ -1630,6 +1633,7 @@ mod tests {
                 until: t(7 * 86_400),
                 closed,
                 request,
+                life_left_secs: None,
             });
             let json = render(&case);
             let text = json.to_string();
