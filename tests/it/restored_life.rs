@@ -89,7 +89,7 @@ async fn snapshot_kill_and_restore(app: &TestApp, sandbox: &str) -> (CaseId, San
     click(app, &case, "case_restore", "U0003", &hook()).await;
     let text = wait_until("the card names the restored sandbox", || async {
         let text = card_text(app, &case).await;
-        text.contains("restored it from snapshot").then_some(text)
+        text.contains(" restored it from ").then_some(text)
     })
     .await;
     let stored = app.state.store.get_case(&case).await.unwrap();
