@@ -97,6 +97,12 @@ pub(super) enum Op {
     Template,
     DeleteTemplate,
     Events,
+    /// `GET /events/webhooks`.
+    Webhooks,
+    /// `POST /events/webhooks`.
+    RegisterWebhook,
+    /// `DELETE /events/webhooks/{id}`.
+    DeleteWebhook,
 }
 
 impl Op {
@@ -122,19 +128,21 @@ impl Op {
             Op::Template => "template",
             Op::DeleteTemplate => "delete-template",
             Op::Events => "events",
+            Op::Webhooks | Op::RegisterWebhook | Op::DeleteWebhook => "webhooks",
         }
     }
 
     fn method(self) -> Method {
         match self {
-            Op::Kill | Op::DeleteTemplate => Method::DELETE,
+            Op::Kill | Op::DeleteTemplate | Op::DeleteWebhook => Method::DELETE,
             Op::Create
             | Op::Pause
             | Op::Resume
             | Op::Connect
             | Op::Timeout
             | Op::Refresh
-            | Op::Snapshot => Method::POST,
+            | Op::Snapshot
+            | Op::RegisterWebhook => Method::POST,
             _ => Method::GET,
         }
     }
@@ -142,7 +150,7 @@ impl Op {
     fn replay(self) -> Replay {
         match self {
             Op::Create | Op::Resume | Op::Connect | Op::Snapshot => Replay::OnlyUnavailable,
-            Op::Pause | Op::Timeout | Op::Refresh => Replay::Never,
+            Op::Pause | Op::Timeout | Op::Refresh | Op::RegisterWebhook => Replay::Never,
             _ => Replay::Idempotent,
         }
     }

@@ -9,7 +9,7 @@
 mod client;
 mod error;
 mod events;
-pub use events::MAX_EVENTS_PAGE;
+pub use events::{MAX_EVENTS_PAGE, Webhook};
 mod metrics;
 pub mod model;
 pub mod paging;

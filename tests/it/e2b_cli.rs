@@ -42,9 +42,16 @@ async fn start(sandboxes: usize) -> Cli {
 impl Cli {
     /// Runs `steward e2b ARGS` with no terminal on stdin and only the E2B variables we set.
     async fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[]).await
+    }
+
+    /// [`Cli::run`] with extra environment variables.
+    async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steward"))
             .arg("e2b")
             .args(args)
+            .env_remove("E2B_WEBHOOK_SECRET")
+            .envs(env.iter().copied())
             .env_remove("E2B_API_KEY")
             .env_remove("E2B_TEAM_ID")
             .env_remove("E2B_REQUEST_TIMEOUT")
@@ -418,4 +425,77 @@ async fn list_steward_shows_only_stewards_run_sandboxes_with_their_run() {
         table.stdout
     );
     assert!(!table.stdout.contains(&other));
+}
+
+#[tokio::test]
+async fn webhooks_are_registered_with_the_secret_from_the_environment_listed_and_deleted() {
+    let cli = start(0).await;
+    let refused = cli
+        .run(&[
+            "webhooks",
+            "register",
+            "--url",
+            "https://steward.example.com",
+        ])
+        .await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("E2B_WEBHOOK_SECRET is not set"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        cli.hooks.calls_of("webhooks").await.unwrap(),
+        0,
+        "nothing was sent"
+    );
+
+    let secret = "whsec-cli-test-secret";
+    let env = [("E2B_WEBHOOK_SECRET", secret)];
+    let made = cli
+        .run_with(
+            &[
+                "webhooks",
+                "register",
+                "--url",
+                "https://steward.example.com/",
+            ],
+            &env,
+        )
+        .await;
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    assert!(
+        made.stdout
+            .contains("https://steward.example.com/e2b/webhook"),
+        "{}",
+        made.stdout
+    );
+    assert!(!made.stdout.contains(secret) && !made.stderr.contains(secret));
+    let listed = cli.run_with(&["--json", "webhooks", "list"], &env).await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let hooks = listed.json();
+    assert_eq!(hooks.as_array().unwrap().len(), 1, "{hooks}");
+    assert_eq!(hooks[0]["url"], "https://steward.example.com/e2b/webhook");
+    assert!(hooks[0]["events"].as_array().unwrap().len() == 5, "{hooks}");
+    assert!(!listed.stdout.contains(secret));
+    let table = cli.run(&["webhooks", "list"]).await;
+    assert!(table.stdout.contains("killed"), "{}", table.stdout);
+    let id = hooks[0]["id"].as_str().unwrap();
+    let deleted = cli.run(&["webhooks", "delete", id]).await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    assert!(
+        deleted.stdout.contains("Deleted webhook"),
+        "{}",
+        deleted.stdout
+    );
+    assert_eq!(
+        cli.run(&["--json", "webhooks", "list"]).await.json(),
+        json!([])
+    );
+    let again = cli.run(&["webhooks", "delete", id]).await;
+    assert_eq!(
+        again.code, 1,
+        "a second delete names E2B's 404: {}",
+        again.stdout
+    );
 }

@@ -24,10 +24,12 @@ mod output;
 mod sandboxes;
 mod snapshots;
 mod team;
+mod webhooks;
 
 pub use sandboxes::{SandboxAction, StateArg};
 pub use snapshots::SnapshotAction;
 pub use team::{MaxArg, TeamAction};
+pub use webhooks::WebhookAction;
 
 #[derive(Debug, clap::Args)]
 pub struct E2bArgs {
@@ -47,6 +49,9 @@ pub enum Action {
     Team(TeamAction),
     #[command(flatten)]
     Snapshot(SnapshotAction),
+    /// E2B's lifecycle webhook registrations: register, list, delete.
+    #[command(subcommand)]
+    Webhooks(WebhookAction),
 }
 
 // The parsers' errors end with a period: clap prints them as the end of its sentence.
@@ -107,6 +112,7 @@ async fn execute(args: E2bArgs) -> anyhow::Result<()> {
         Action::Sandbox(action) => sandboxes::run(action, &client, &out).await,
         Action::Team(action) => team::run(action, &client, &out).await,
         Action::Snapshot(action) => snapshots::run(action, &client, &out).await,
+        Action::Webhooks(action) => webhooks::run(action, &client, &out).await,
     }
 }
 
