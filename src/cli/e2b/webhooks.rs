@@ -29,7 +29,10 @@ pub enum WebhookAction {
     /// List the team's webhook registrations.
     List,
     /// Delete a registration by id (E2B then delivers nothing more to it).
-    Delete { id: String },
+    Delete {
+        /// The registration's id, as `steward e2b webhooks list` shows it.
+        id: String,
+    },
 }
 
 /// `https://host` becomes `https://host/e2b/webhook`; a URL that already ends in it stays.
