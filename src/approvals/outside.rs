@@ -35,6 +35,34 @@ impl Applied {
     }
 }
 
+/// What the card of a waiting case says about `event` (and the state E2B now reports), for the
+/// changes a person deciding should know of; `None` for the others.
+fn observation(event: &LifecycleEvent) -> Option<(String, Option<String>)> {
+    let at = event.at.format("%Y-%m-%d %H:%M UTC");
+    match event.kind {
+        EventKind::Paused => Some((
+            format!("E2B: the sandbox was paused at {at}, outside Steward."),
+            Some("paused".to_owned()),
+        )),
+        EventKind::Resumed => Some((
+            format!(
+                "E2B: the sandbox was resumed at {at}, outside Steward: someone may be using it again, so the evidence above is older than that; look again before deciding."
+            ),
+            Some("running".to_owned()),
+        )),
+        EventKind::Updated => event.set_timeout.map(|end| {
+            (
+                format!(
+                    "E2B: its timeout was changed at {at}; E2B now ends it at {}.",
+                    end.format("%Y-%m-%d %H:%M UTC")
+                ),
+                None,
+            )
+        }),
+        _ => None,
+    }
+}
+
 /// The sentence a case closed by `event` shows.
 fn ended_sentence(event: &LifecycleEvent) -> String {
     let by = event
@@ -61,6 +89,21 @@ pub async fn apply_event(
     let actor = || Actor::Steward {
         part: "e2b events".into(),
     };
+    if case.state == CaseState::Pending
+        // E2B's timestamps are whole seconds: an event in the second the case was opened counts.
+        && event.at + chrono::Duration::seconds(1) > case.created_at
+        && let Some((note, state)) = observation(event)
+    {
+        let observed = Event::Observed {
+            note: note.clone(),
+            state,
+        };
+        if let Updated::Applied(noted) = svc.store.apply_event(&case.id, observed, now).await? {
+            audit(&svc.store, &noted, actor(), "e2b_event", &note).await;
+            refresh_card(&svc.store, &svc.slack, &svc.templates, &noted).await;
+            return Ok(Applied::Noted);
+        }
+    }
     if event.kind == EventKind::Killed && case.state == CaseState::Pending {
         let what = ended_sentence(event);
         match svc

@@ -7,6 +7,7 @@
 //! Decided/Executing ──EvidenceChanged──▶ Pending (fresh evidence, a note, a new deadline);
 //!    an item of a list decision (no card to ask on) is Left by Steward instead
 //! Decided/Executing ──TransientFailure──▶ same state, `retrying` counts the step's failures
+//! Pending ──EndedOutside (E2B: killed elsewhere)──▶ EndedOutside; Pending ──Observed──▶ Pending (a note)
 //! Done (Snapshot, then kill) ──OfferRestore──▶ restore offered ──RequestRestore──▶ requested
 //!    ──Restored / RestoreFailed (offered again)──▶ …; CloseRestore after its `until`
 //! restored (window open) ──KeepRestoredLonger──▶ restored, with a later `ends_at`
@@ -44,6 +45,10 @@ pub enum Event {
     Expire,
     /// The subject ended outside Steward (an E2B lifecycle event) while the case waited.
     EndedOutside { what: String },
+    /// Something happened to the subject outside Steward while the case waited (an E2B
+    /// lifecycle event: paused, resumed, a new timeout): the card gets `note` and, when given,
+    /// the state E2B now reports. The case keeps waiting.
+    Observed { note: String, state: Option<String> },
     /// A worker starts (or, after a crash, takes over) running the decision.
     StartExecuting,
     /// A worker finished one step of the plan.
@@ -95,6 +100,7 @@ impl Event {
             Event::Decide { .. } | Event::DecideByPolicy { .. } => "decide",
             Event::Expire => "expire",
             Event::EndedOutside { .. } => "close",
+            Event::Observed { .. } => "note on",
             Event::StartExecuting => "start executing",
             Event::StepDone { .. } => "record a step of",
             Event::Finish => "finish",
@@ -289,6 +295,17 @@ pub fn apply(case: &Case, event: Event, now: DateTime<Utc>) -> Result<Case, Tran
 
         (CaseState::Pending, Event::EndedOutside { what }) => {
             CaseState::EndedOutside { what, at: now }
+        }
+
+        (CaseState::Pending, Event::Observed { note, state }) => {
+            next.notes.push(Note {
+                at: now,
+                text: note,
+            });
+            if let Some(state) = state {
+                next.evidence.state = Some(state);
+            }
+            CaseState::Pending
         }
 
         (

@@ -348,3 +348,70 @@ async fn a_replica_started_after_downtime_catches_up_from_the_events_api() {
         "{audit:?}"
     );
 }
+
+#[tokio::test]
+async fn a_pause_or_a_new_timeout_outside_steward_is_noted_on_the_waiting_card_and_an_older_event_is_not()
+ {
+    let app = app(Some(SECRET)).await;
+    let case = open_kill_case(&app, "ioutside6").await;
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        "/events/webhooks",
+        Some(json!({
+            "name": "steward", "url": format!("{}/e2b/webhook", app.address),
+            "events": ["sandbox.lifecycle.updated", "sandbox.lifecycle.paused"],
+            "signatureSecret": SECRET,
+        })),
+    )
+    .await;
+    // An event from before the case was opened changes nothing on it.
+    let old = event(
+        "ev-old-pause",
+        "paused",
+        "ioutside6",
+        "2020-01-01T00:00:00Z",
+    );
+    assert_eq!(deliver(&app, &old, Some(&sign(SECRET, &old))).await.0, 200);
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        "/sandboxes/ioutside6/timeout",
+        Some(json!({"timeout": 3600})),
+    )
+    .await;
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        "/sandboxes/ioutside6/pause",
+        None,
+    )
+    .await;
+    let stored = wait_until("both changes are noted", || async {
+        let case = app.state.store.get_case(&case).await.unwrap();
+        (case.notes.len() >= 2).then_some(case)
+    })
+    .await;
+    assert_eq!(stored.state, CaseState::Pending, "the case still waits");
+    assert_eq!(stored.notes.len(), 2, "{:?}", stored.notes);
+    let notes: Vec<&str> = stored.notes.iter().map(|n| n.text.as_str()).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("timeout was changed")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("was paused at")),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("2020-01-01")), "{notes:?}");
+    assert_eq!(stored.evidence.state.as_deref(), Some("paused"));
+    let text = wait_until("the card shows the pause", || async {
+        let text = card_blocks(&app, &case).await.to_string();
+        text.contains("was paused at").then_some(text)
+    })
+    .await;
+    assert!(
+        has_buttons(&serde_json::from_str(&text).unwrap()),
+        "still decidable"
+    );
+}
