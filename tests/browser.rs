@@ -611,7 +611,13 @@ async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_
     me.click_in_group(&pause_group, "sweep_list_approve").await;
     me.confirm_if_asked("2-approve-confirm").await;
     me.see_group(&pause_group, "Approved by").await;
-    let done = me.see_group(&pause_group, "✅").await;
+    // The demo's E2B refuses its first pause once: the group says so and offers Retry failed.
+    me.see_group(&pause_group, "1 failed").await;
+    me.show_group(&pause_group).await;
+    me.screenshot("3-group-one-failed").await;
+    me.click_in_group(&pause_group, "sweep_list_retry").await;
+    me.confirm_if_asked("3-retry-confirm").await;
+    let done = me.see_group(&pause_group, "2 done").await;
     assert!(
         !done.contains(":white_check_mark:"),
         "the emoji is drawn: {done}"

@@ -147,8 +147,9 @@ pub fn banner(h: &DemoHandle, program: &str) -> String {
         REQUESTER.name, REQUESTER.label
     ));
     line(format!(
-        "  2. In #hygiene, as {} ({}), click Approve group on a Pause group and watch its progress; \
-         click Exclude… on another, tick a sandbox or paste an id.",
+        "  2. In #hygiene, as {} ({}), click Approve group on a Pause group and watch its progress \
+         (the demo's E2B refuses its first pause once, so click Retry failed); click Exclude… on \
+         another, tick a sandbox or paste an id.",
         APPROVER.name, APPROVER.label
     ));
     line(format!(

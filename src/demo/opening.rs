@@ -54,6 +54,19 @@ pub async fn run(
     repo: Option<&DemoRepo>,
 ) -> Opening {
     let mut opening = Opening::default();
+    // So a newcomer meets Retry failed: E2B refuses the demo's first pause, once (the banner says
+    // so). It is queued before anything can pause, and only an approved group pauses.
+    if let Some(e2b) = &demo.e2b {
+        let refusal = json!({
+            "op": "pause", "status": 403, "count": 1,
+            "message": "Team is blocked from pausing sandboxes right now (a refusal the demo scripts once, so Retry failed has something to retry)",
+        });
+        if let Err(e) = e2b.hooks().fault_from(refusal).await {
+            opening
+                .problems
+                .push(format!("could not script the one refused pause: {e}"));
+        }
+    }
     match sweep {
         None => opening
             .problems

@@ -47,6 +47,8 @@ struct FaultRequest {
     count: Option<u32>,
     retry_after_secs: Option<u64>,
     error_code: Option<String>,
+    /// The error body's `message` instead of the status's usual one.
+    message: Option<String>,
     /// `before` (default): fail instead of handling. `after`: handle, then answer the fault.
     when: Option<String>,
 }
@@ -61,9 +63,10 @@ pub(crate) async fn add_fault(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply
             OPS.join(", ")
         )));
     }
-    if ![429, 500, 502, 503, 504].contains(&req.status) {
+    // 403 is E2B refusing the team (blocked, over its plan); the rest are outages.
+    if ![403, 429, 500, 502, 503, 504].contains(&req.status) {
         return Err(ApiError::bad_request(
-            "status must be one of 429, 500, 502, 503, 504",
+            "status must be one of 403, 429, 500, 502, 503, 504",
         ));
     }
     let count = req.count.unwrap_or(1);
@@ -87,6 +90,7 @@ pub(crate) async fn add_fault(State(sim): State<Arc<Sim>>, body: Bytes) -> Reply
         remaining: count,
         retry_after_secs: req.retry_after_secs.unwrap_or(1),
         error_code: req.error_code.clone(),
+        message: req.message.clone(),
         after,
     });
     Ok((

@@ -169,6 +169,8 @@ pub(crate) struct FaultRule {
     pub remaining: u32,
     pub retry_after_secs: u64,
     pub error_code: Option<String>,
+    /// The error body's `message`, instead of the status's usual one.
+    pub message: Option<String>,
     /// Handle the request first (the change happens), then answer with the fault: a lost
     /// response, as when a proxy times out after E2B acted.
     pub after: bool,
@@ -322,6 +324,9 @@ impl Sim {
                 rule.remaining -= 1;
                 let mut err = fault_error(rule.status, rule.retry_after_secs);
                 err.error_code = rule.error_code.clone();
+                if let Some(message) = &rule.message {
+                    err.message = message.clone();
+                }
                 let after = rule.after;
                 control.faults.retain(|r| r.remaining > 0);
                 return Some((err, after));
@@ -347,6 +352,7 @@ impl Sim {
 
 fn fault_error(status: StatusCode, retry_after_secs: u64) -> ApiError {
     let message = match status.as_u16() {
+        403 => "Forbidden",
         429 => "Rate limit exceeded",
         502 => "Bad gateway",
         503 => "Service unavailable, please retry",
