@@ -259,6 +259,29 @@ pub fn sandbox_url(env: &dyn Env) -> Result<Option<String>, ConfigError> {
     }
 }
 
+/// `STEWARD_PUBLIC_URL`: the base URL Slack, GitHub and E2B reach this deployment at
+/// (`https://steward.example.com`), without a trailing slash. Optional: `steward check` uses it to
+/// tell whether E2B's webhook registration points here, `steward e2b webhooks register` as its
+/// default `--url`.
+pub fn public_url(env: &dyn Env) -> Result<Option<String>, ConfigError> {
+    let Some(text) = env
+        .var("STEWARD_PUBLIC_URL")
+        .filter(|t| !t.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let text = text.trim().trim_end_matches('/').to_owned();
+    match url::Url::parse(&text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
+            Ok(Some(text))
+        }
+        _ => Err(ConfigError::Invalid {
+            name: "STEWARD_PUBLIC_URL".into(),
+            reason: "it must be an https:// URL like https://steward.example.com".into(),
+        }),
+    }
+}
+
 /// Policy read from `steward.toml`. Every field has a default.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -865,6 +888,8 @@ pub struct Settings {
     /// `E2B_WEBHOOK_SECRET` (comma-separated, so one can be rotated): the signature secrets
     /// `POST /e2b/webhook` accepts; empty turns the route off.
     pub e2b_webhook_secrets: Vec<SecretString>,
+    /// `STEWARD_PUBLIC_URL` (see [`public_url`]).
+    pub public_url: Option<String>,
     pub policy: Policy,
 }
 
@@ -923,6 +948,7 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .map(|s| SecretString::from(s.to_owned()))
                 .collect(),
+            public_url: public_url(env)?,
             policy,
         })
     }

@@ -162,6 +162,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         long_exclusions(&settings, &store, &mut found).await;
     }
     reach_e2b(&settings, &mut found).await;
+    lifecycle_events(&settings, &mut found).await;
     slack::check(&settings, &mut found).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&found.0)?);
@@ -454,6 +455,106 @@ async fn reach_e2b(settings: &Settings, found: &mut Findings) {
             ),
             network,
         ),
+    }
+}
+
+/// How E2B's lifecycle events reach this deployment: the webhook registrations E2B holds for the
+/// team (those ending in `/e2b/webhook` are Steward's), `E2B_WEBHOOK_SECRET`, and the poller.
+async fn lifecycle_events(settings: &Settings, found: &mut Findings) {
+    if settings.e2b.api_key.is_none() {
+        return;
+    }
+    let Ok(client) = E2bClient::new(&settings.e2b) else {
+        return;
+    };
+    let poll = settings.policy.events_poll_every().ok().flatten();
+    let polling = match poll {
+        Some(every) => format!(
+            "one replica polls E2B's events API every {}",
+            crate::slack::format::human_duration(every)
+        ),
+        None => "the poller is off ([events] poll_every = \"off\")".to_owned(),
+    };
+    let hooks = match tokio::time::timeout(REACH_TIMEOUT, client.webhooks()).await {
+        Ok(Ok(hooks)) => hooks,
+        Ok(Err(e)) => {
+            return found.warning(
+                "events",
+                format!("E2B did not list its webhook registrations ({e}); {polling}"),
+                None,
+            );
+        }
+        Err(_) => {
+            return found.warning(
+                "events",
+                "E2B did not list its webhook registrations in time".to_owned(),
+                None,
+            );
+        }
+    };
+    let ours: Vec<&str> = hooks
+        .iter()
+        .filter(|h| h.enabled && h.url.trim_end_matches('/').ends_with("/e2b/webhook"))
+        .map(|h| h.url.as_str())
+        .collect();
+    let register = match &settings.public_url {
+        Some(_) => {
+            "run `steward e2b webhooks register` (it registers STEWARD_PUBLIC_URL)".to_owned()
+        }
+        None => "run `steward e2b webhooks register --url https://<this deployment>`".to_owned(),
+    };
+    // Where E2B should deliver, when the deployment says where it is reached.
+    let here = settings
+        .public_url
+        .as_deref()
+        .map(|base| format!("{base}/e2b/webhook"));
+    let points_here = here
+        .as_deref()
+        .map(|here| ours.iter().any(|u| u.trim_end_matches('/') == here));
+    match (settings.e2b_webhook_secrets.is_empty(), ours.is_empty()) {
+        (true, true) if poll.is_some() => found.ok(
+            "events",
+            format!("no E2B webhook is registered, so events arrive by polling: {polling}"),
+        ),
+        (true, true) => found.warning(
+            "events",
+            "no E2B webhook is registered and the poller is off: Steward hears of sandboxes changed outside it only at sweeps".to_owned(),
+            Some(format!("set E2B_WEBHOOK_SECRET and {register}, or remove [events] poll_every = \"off\"")),
+        ),
+        (true, false) => found.problem(
+            "events",
+            format!(
+                "E2B delivers lifecycle events to {}, but E2B_WEBHOOK_SECRET is not set here, so every delivery is refused",
+                ours.join(", ")
+            ),
+            Some("set E2B_WEBHOOK_SECRET to the registration's signature secret on every replica".into()),
+        ),
+        (false, true) => found.warning(
+            "events",
+            format!("E2B_WEBHOOK_SECRET is set but no E2B webhook registration points at an /e2b/webhook; {polling}"),
+            Some(register),
+        ),
+        (false, false) => match (points_here, here) {
+            (Some(false), Some(here)) => found.warning(
+                "events",
+                format!(
+                    "E2B delivers lifecycle events to {}, not to this deployment ({here}, from STEWARD_PUBLIC_URL); {polling}",
+                    ours.join(", ")
+                ),
+                Some(format!("{register}, and delete the registration that is not yours with `steward e2b webhooks delete <id>` if nothing else uses it")),
+            ),
+            (Some(_), Some(here)) => found.ok(
+                "events",
+                format!("E2B delivers lifecycle events to this deployment ({here}); {polling}"),
+            ),
+            _ => found.ok(
+                "events",
+                format!(
+                    "E2B delivers lifecycle events to {} (set STEWARD_PUBLIC_URL and check can tell whether that is this deployment); {polling}",
+                    ours.join(", ")
+                ),
+            ),
+        },
     }
 }
 

@@ -605,3 +605,80 @@ fn the_example_policy_loads_and_names_every_section_and_key() {
         }
     }
 }
+
+#[tokio::test]
+async fn steward_check_says_how_e2b_lifecycle_events_reach_this_deployment() {
+    let w = world().await;
+    let mut env = w.env(GOOD_POLICY);
+    let out = check(&env, &[]).await;
+    let report = stdout(&out);
+    line_in(&report, "OK", "events", "events arrive by polling");
+
+    // A secret but no registration: a warning naming the command that registers one.
+    set(&mut env, "E2B_WEBHOOK_SECRET", "whsec-check-test");
+    let out = check(&env, &[]).await;
+    let report = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    let line = line_in(&report, "Warnings", "events", "no E2B webhook registration");
+    assert!(line.contains("steward e2b webhooks register"), "{line}");
+    assert!(!both(&out).contains("whsec-check-test"), "{report}");
+
+    // Registered: fine.
+    let r = reqwest::Client::new()
+        .post(format!("{}/events/webhooks", w.e2b.base_url()))
+        .header("X-API-Key", E2B_KEY)
+        .json(&serde_json::json!({
+            "name": "steward", "url": "https://steward.example.com/e2b/webhook",
+            "signatureSecret": "whsec-check-test",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let out = check(&env, &[]).await;
+    let report = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    line_in(
+        &report,
+        "OK",
+        "events",
+        "E2B delivers lifecycle events to https://steward.example.com/e2b/webhook",
+    );
+
+    // Where this deployment is reached, when it says: a registration elsewhere is a warning.
+    set(&mut env, "STEWARD_PUBLIC_URL", "https://other.example.com/");
+    let out = check(&env, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    let line = line_in(
+        &stdout(&out),
+        "Warnings",
+        "events",
+        "not to this deployment (https://other.example.com/e2b/webhook",
+    );
+    assert!(line.contains("steward e2b webhooks register"), "{line}");
+    set(
+        &mut env,
+        "STEWARD_PUBLIC_URL",
+        "https://steward.example.com",
+    );
+    let out = check(&env, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    line_in(
+        &stdout(&out),
+        "OK",
+        "events",
+        "E2B delivers lifecycle events to this deployment (https://steward.example.com/e2b/webhook)",
+    );
+    env.retain(|(k, _)| k != "STEWARD_PUBLIC_URL");
+
+    // Registered but the secret missing here: every delivery would be refused.
+    env.retain(|(k, _)| k != "E2B_WEBHOOK_SECRET");
+    let out = check(&env, &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", both(&out));
+    line_in(
+        &stdout(&out),
+        "Problems",
+        "events",
+        "E2B_WEBHOOK_SECRET is not set here",
+    );
+}

@@ -19,8 +19,9 @@ const EVENTS: [&str; 5] = [
 pub enum WebhookAction {
     /// Register this deployment's `/e2b/webhook` with E2B, signed with E2B_WEBHOOK_SECRET.
     Register {
-        /// Steward's public base URL (https://steward.example.com) or the full webhook URL.
-        #[arg(long)]
+        /// Steward's public base URL (https://steward.example.com) or the full webhook URL;
+        /// default STEWARD_PUBLIC_URL.
+        #[arg(long, env = "STEWARD_PUBLIC_URL")]
         url: String,
         /// The registration's name in E2B.
         #[arg(long, default_value = "steward")]
