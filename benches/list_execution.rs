@@ -129,6 +129,7 @@ async fn run(sandboxes: usize, latency_ms: u64, concurrency: usize) -> anyhow::R
             ..ListSettings::default()
         },
         draining: tokio_util::sync::CancellationToken::new(),
+        watch: Default::default(),
     };
     hooks.reset_calls().await?;
     let approve = ListEvent::Approve {

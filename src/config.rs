@@ -305,6 +305,8 @@ pub struct Policy {
     pub workers: WorkersConfig,
     /// E2B lifecycle events: how often one replica polls E2B's events API (`[events]`).
     pub events: EventsConfig,
+    /// Rules on E2B's lifecycle events (`[[watch]]`); checked by [`Settings::load`].
+    pub watch: Vec<crate::watch::WatchEntry>,
 }
 
 /// `[events]` as written: `poll_every` (default `1m`; `off` turns the poller off), how often one
@@ -755,6 +757,11 @@ impl Policy {
     }
 
     /// `[events] poll_every` checked: `None` when it is `off`.
+    /// The checked `[[watch]]` rules.
+    pub fn watch_rules(&self) -> Result<Vec<crate::watch::WatchRule>, String> {
+        crate::watch::check(&self.watch)
+    }
+
     pub fn events_poll_every(&self) -> Result<Option<std::time::Duration>, String> {
         match self.events.poll_every.as_deref().map(str::trim) {
             None => Ok(Some(DEFAULT_EVENTS_POLL_EVERY)),
@@ -923,6 +930,12 @@ impl Settings {
         })?;
         policy
             .events_poll_every()
+            .map_err(|reason| ConfigError::Invalid {
+                name: "steward.toml".into(),
+                reason,
+            })?;
+        policy
+            .watch_rules()
             .map_err(|reason| ConfigError::Invalid {
                 name: "steward.toml".into(),
                 reason,
@@ -1268,7 +1281,7 @@ authors = { "alice@example.com" = "U0ALICE" }
             ]
             .join("\n"),
             @r#"
-        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`, `workers`, `events`.
+        DIR/steward.toml: line 1: `chanels` is not a setting of the top level; the settings there are `channels`, `approvals`, `hygiene`, `limits`, `runs`, `api`, `github`, `push_tests`, `workers`, `events`, `watch`.
         DIR/steward.toml: line 2: `foo` is not a setting of [hygiene.idle]; the settings there are `cpu_threshold_pct`, `idle_window`, `disk_growth_bytes`, `paused_threshold`, `paused_kill_after`, `significant_disk_bytes`, `grace_period`, `expires_soon`, `keep_key`, `owner_keys`, `prices`, `templates`.
         DIR/steward.toml: line 2, `decide_within` in [approvals]: it must be a duration in quotes, like "24h" or "90m", not integer `5`.
         DIR/steward.toml: line 2 is not valid TOML: string values must be quoted, expected literal string.

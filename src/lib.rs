@@ -50,3 +50,4 @@ pub mod slack;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod watch;

@@ -66,6 +66,7 @@ pub const JOB_DURATION: &str = "steward_job_duration_seconds";
 pub const JOB_STEP_DURATION: &str = "steward_job_step_duration_seconds";
 /// E2B lifecycle events received, by event and what Steward did with them.
 pub const E2B_EVENTS: &str = "steward_e2b_events_total";
+pub const WATCH_FINDINGS: &str = "steward_watch_findings_total";
 /// Fleet sweeps, by mode and outcome.
 pub const SWEEPS: &str = "steward_sweeps_total";
 /// How long a fleet sweep took, by mode.
@@ -297,7 +298,13 @@ pub const SERIES: &[Series] = &[
         E2B_EVENTS,
         Kind::Counter,
         &["event", "outcome"],
-        "E2B lifecycle events received by webhook, by event (created, updated, paused, resumed, killed, other) and outcome (closed: a waiting case closed; noted: in a case's audit trail; no_case; duplicate; refused: mis-signed, malformed or too large; failed: retried on the next delivery).",
+        "E2B lifecycle events received by webhook, by event (created, updated, paused, resumed, killed, other) and outcome (closed: a waiting case closed; watched: a [[watch]] rule raised it; noted: in a case's audit trail; no_case; duplicate; refused: mis-signed, malformed or too large; failed: retried on the next delivery).",
+    ),
+    series(
+        WATCH_FINDINGS,
+        Kind::Counter,
+        &["rule_kind", "outcome"],
+        "What [[watch]] rules raised, by rule kind (creation, burst) and outcome (case, already_open, notice, alert: a burst alert posted, grown: an alert updated with more sandboxes, dry_run: only logged, failed: a notice not posted).",
     ),
     series(
         BUILD_INFO,
@@ -620,9 +627,14 @@ pub struct SweepFigures {
 /// A sweep that ended (`mode`: `live`, `dry_run`); its figures when it succeeded.
 /// One E2B lifecycle event delivery. `event`: `created`, `updated`, `paused`, `resumed`,
 /// `killed`, `other` (or `unknown` before it was parsed); `outcome`: `closed`, `noted`,
-/// `no_case`, `duplicate`, `refused`, `failed`.
+/// `no_case`, `watched`, `duplicate`, `refused`, `failed`.
 pub fn e2b_event(event: &'static str, outcome: &'static str) {
     counter!(E2B_EVENTS, "event" => event, "outcome" => outcome).increment(1);
+}
+
+/// What a `[[watch]]` rule raised (see [`WATCH_FINDINGS`]).
+pub fn watch(rule_kind: &'static str, outcome: &'static str) {
+    counter!(WATCH_FINDINGS, "rule_kind" => rule_kind, "outcome" => outcome).increment(1);
 }
 
 pub fn sweep(mode: &'static str, took: Duration, figures: Option<SweepFigures>) {

@@ -127,6 +127,11 @@ pub fn build_state_with_store(settings: Settings, store: Store) -> anyhow::Resul
         tasks: TaskTracker::new(),
         socket: None,
         draining: CancellationToken::new(),
+        watch: Arc::new(
+            policy
+                .watch_rules()
+                .map_err(|reason| anyhow::anyhow!(reason))?,
+        ),
         settings: Arc::new(settings),
     }))
 }

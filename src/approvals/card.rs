@@ -587,7 +587,9 @@ pub const NO_REASON: &str = "no reason given";
 /// (and Steward's own "no reason given") as Steward's text.
 fn reason_shown(case: &Case) -> Mrkdwn {
     match &case.opener {
-        Opener::Sweep => Mrkdwn::text(&format::cut(&case.reason, CARD_REASON_MAX_CHARS)),
+        Opener::Sweep | Opener::Watch { .. } => {
+            Mrkdwn::text(&format::cut(&case.reason, CARD_REASON_MAX_CHARS))
+        }
         _ if case.reason == NO_REASON => Mrkdwn::text(NO_REASON),
         Opener::Person { .. } | Opener::Agent { .. } => {
             Mrkdwn::quoted(&case.reason, CARD_REASON_MAX_CHARS)
@@ -610,6 +612,7 @@ fn uncut_card_params(case: &Case) -> CaseCardParams {
         Opener::Person { user } => Mrkdwn::user(user),
         Opener::Sweep => Mrkdwn::text("The hygiene sweep"),
         Opener::Agent { name } => Mrkdwn::text(&format!("Agent {name}")),
+        Opener::Watch { rule } => Mrkdwn::text(&format!("Watch rule {rule}")),
     };
     // An agent is nobody people know by sight: its card says plainly what it asks for.
     let asks = match (&case.opener, &case.subject) {

@@ -28,6 +28,7 @@ pub mod repair;
 pub mod request;
 pub mod run_card;
 pub mod run_case;
+pub mod watch;
 pub mod worker;
 
 /// How long one replica may hold the right to post a case's card. Whoever opens or asks about a
@@ -58,6 +59,8 @@ pub struct Services {
     /// Cancelled when this replica starts stopping: decided work finishes the step in flight
     /// and leaves the rest to another replica.
     pub draining: tokio_util::sync::CancellationToken,
+    /// `[[watch]]`: the rules E2B's lifecycle events are checked against.
+    pub watch: Arc<Vec<crate::watch::WatchRule>>,
 }
 
 /// The CPU percentage above which a sandbox of a template counts as busy (`[hygiene.idle]`). The
@@ -156,6 +159,9 @@ pub fn actor_of(opener: &Opener) -> Actor {
             part: "sweep".into(),
         },
         Opener::Agent { name } => Actor::Agent { name: name.clone() },
+        Opener::Watch { rule } => Actor::Steward {
+            part: format!("watch rule {rule}"),
+        },
     }
 }
 

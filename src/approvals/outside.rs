@@ -22,6 +22,17 @@ pub enum Applied {
     Closed,
     /// Recorded in the case's audit trail; the case itself did not change.
     Noted,
+    /// A `[[watch]]` rule raised it (a case, a notice, a burst alert, or a dry-run log line).
+    Watched,
+}
+
+/// Why an event was not handled; its next delivery (or poll) handles it again.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Watch(#[from] super::watch::WatchError),
 }
 
 impl Applied {
@@ -31,6 +42,7 @@ impl Applied {
             Applied::NoCase => "no_case",
             Applied::Closed => "closed",
             Applied::Noted => "noted",
+            Applied::Watched => "watched",
         }
     }
 }
@@ -81,7 +93,13 @@ pub async fn apply_event(
     svc: &Services,
     event: &LifecycleEvent,
     now: DateTime<Utc>,
-) -> Result<Applied, StoreError> {
+) -> Result<Applied, EventError> {
+    if event.kind == EventKind::Created && !svc.watch.is_empty() {
+        let raised = super::watch::on_created(svc, event, now).await?;
+        if raised.any() {
+            return Ok(Applied::Watched);
+        }
+    }
     let subject = Subject::Sandbox(event.sandbox.clone());
     let Some(case) = svc.store.case_for_subject(&subject).await? else {
         return Ok(Applied::NoCase);

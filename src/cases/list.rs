@@ -81,6 +81,10 @@ pub struct ListGroup {
     /// Which of the list's messages shows this group (0: the digest itself).
     #[serde(default)]
     pub message: usize,
+    /// A group a person answers by choosing one of these (a burst alert's Pause all, Kill all,
+    /// Leave) rather than approving `option`; empty for a sweep's groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<DecisionOption>,
 }
 
 impl ListGroup {
@@ -128,6 +132,25 @@ pub struct ListCase {
     /// The list was closed at its deadline.
     #[serde(default)]
     pub expired_at: Option<DateTime<Utc>>,
+    /// Set when a `[[watch]]` burst rule raised this list rather than a sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Box<BurstAlert>>,
+}
+
+/// What a burst alert is about: the rule and the group whose creations it lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BurstAlert {
+    pub rule: String,
+    /// What the burst is counted by: `owner`, `template`, `metadata team`.
+    pub by: String,
+    /// The group's value: the owner, the template, the metadata value.
+    pub value: String,
+    pub more_than: usize,
+    pub within_secs: u64,
+    /// Creations counted, the listed ones and those past the list's cap.
+    pub count: usize,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
 }
 
 /// Something that happens to a list.
@@ -154,6 +177,20 @@ pub enum ListEvent {
     Expire,
     /// Where the list's messages were posted.
     Posted { messages: Vec<Card> },
+    /// Answer a group that offers [`ListGroup::choices`] with one of them.
+    Choose {
+        group: usize,
+        option: DecisionOption,
+        by: SlackUserId,
+    },
+    /// More of a burst arrived: add these items to an open group (those already in it are
+    /// skipped) and count the burst again.
+    Grow {
+        group: usize,
+        items: Vec<ListItem>,
+        count: usize,
+        last_at: DateTime<Utc>,
+    },
 }
 
 /// Why a list event was not applied. Each reads as a sentence for the person who clicked.
@@ -175,6 +212,8 @@ pub enum ListRefusal {
     NotInGroup(SandboxId),
     #[error("The until-date must be in the future.")]
     UntilInPast,
+    #[error("{0} is not one of this group's choices.")]
+    NotAChoice(DecisionOption),
 }
 
 /// Applies `event` to `list` at `now`.
@@ -255,6 +294,35 @@ pub fn apply_list(
                         at: now,
                     });
                 }
+            }
+        }
+        ListEvent::Choose { group, option, by } => {
+            let g = open_group(&mut next, group)?;
+            if !g.choices.contains(&option) {
+                return Err(ListRefusal::NotAChoice(option));
+            }
+            g.option = option;
+            g.decision = GroupDecision::Approved {
+                by,
+                at: now,
+                over_guard: false,
+            };
+        }
+        ListEvent::Grow {
+            group,
+            items,
+            count,
+            last_at,
+        } => {
+            let g = open_group(&mut next, group)?;
+            for item in items {
+                if !g.items.iter().any(|i| i.sandbox == item.sandbox) {
+                    g.items.push(item);
+                }
+            }
+            if let Some(b) = &mut next.burst {
+                b.count = b.count.max(count);
+                b.last_at = b.last_at.max(last_at);
             }
         }
         ListEvent::Expire | ListEvent::Posted { .. } => unreachable!("handled above"),
@@ -398,6 +466,7 @@ mod tests {
             decision: GroupDecision::Open,
             excluded: vec![],
             message: 0,
+            choices: Vec::new(),
         }
     }
 
@@ -412,6 +481,7 @@ mod tests {
             messages: vec![],
             summary: String::new(),
             expired_at: None,
+            burst: None,
         }
     }
 

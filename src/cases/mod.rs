@@ -414,6 +414,10 @@ pub enum Opener {
     Agent {
         name: String,
     },
+    /// A `[[watch]]` rule on E2B's lifecycle events, by its name.
+    Watch {
+        rule: String,
+    },
 }
 
 impl Opener {

@@ -55,7 +55,7 @@ enum Level {
 struct Finding {
     level: Level,
     /// What it is about: `settings`, `redis`, `e2b`, `slack`, `channels`, `approvers`, `policy`,
-    /// `github`, `exclusions` or `templates`.
+    /// `github`, `exclusions`, `templates` or `events`.
     area: &'static str,
     /// What was found, as a sentence.
     message: String,
@@ -462,6 +462,14 @@ async fn reach_e2b(settings: &Settings, found: &mut Findings) {
 /// team (those ending in `/e2b/webhook` are Steward's), `E2B_WEBHOOK_SECRET`, and the poller.
 async fn lifecycle_events(settings: &Settings, found: &mut Findings) {
     if settings.e2b.api_key.is_none() {
+        return;
+    }
+    // E2B unreachable or refusing the key is said once, by the `e2b` check.
+    if found
+        .0
+        .iter()
+        .any(|f| f.area == "e2b" && f.level == Level::Problem)
+    {
         return;
     }
     let Ok(client) = E2bClient::new(&settings.e2b) else {

@@ -96,6 +96,8 @@ pub struct AppHandles {
     /// Cancelled at the first stop signal: `/readyz` says 503, workers take no new jobs and hand
     /// back what they will not finish, while HTTP keeps answering until the replica stops.
     pub draining: tokio_util::sync::CancellationToken,
+    /// `[[watch]]`, checked at startup.
+    pub watch: Arc<Vec<crate::watch::WatchRule>>,
 }
 
 impl AppState {
@@ -117,6 +119,7 @@ impl AppState {
                 .map(|s| s.config.list_settings())
                 .unwrap_or_default(),
             draining: self.draining.clone(),
+            watch: self.watch.clone(),
         }
     }
 }

@@ -620,6 +620,7 @@ fn list_click(
             }
             ListButton::Review => lists::review_clicked(&svc, click).await,
             ListButton::Retry => lists::retry_clicked(&svc, click).await,
+            ListButton::Choose(option) => lists::choose_clicked(&svc, click, option).await,
             ListButton::Exclude => match lists::exclude_clicked(&svc, click).await {
                 Ok(modal) => open_modal(&svc, &interaction, &modal).await,
                 Err(reply) => reply,

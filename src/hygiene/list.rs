@@ -125,6 +125,7 @@ pub(super) async fn post_list(
             decision: GroupDecision::Open,
             excluded: Vec::new(),
             message: 0,
+            choices: Vec::new(),
         });
     }
     let list = ListCase {
@@ -137,6 +138,7 @@ pub(super) async fn post_list(
         messages: Vec::new(),
         summary: summary(report, decide_by),
         expired_at: None,
+        burst: None,
     };
     if list.groups.is_empty() {
         return Ok(posted);

@@ -29,6 +29,9 @@ pub const SWEEP_LIST_APPROVE_ALL: &str = "sweep_list_approve_all";
 pub const SWEEP_LIST_REVIEW: &str = "sweep_list_review";
 pub const SWEEP_LIST_EXCLUDE: &str = "sweep_list_exclude";
 pub const SWEEP_LIST_RETRY: &str = "sweep_list_retry";
+/// A choice on a group that offers several (a burst alert's Pause all, Kill all, Leave); its
+/// value is `<list id>:<group index>:<option>`.
+pub const SWEEP_LIST_CHOOSE: &str = "sweep_list_choose";
 /// `callback_id` of the modal that excludes sandboxes from a list's group.
 pub const SWEEP_LIST_EXCLUDE_MODAL: &str = "sweep_list_exclude";
 /// `action_id` of the exclude modal's checkboxes (block ids `pick_<n>`), paste box and date.
@@ -389,6 +392,21 @@ impl Action {
                     _ => unknown(),
                 }
             }
+            SWEEP_LIST_CHOOSE => action
+                .value
+                .as_deref()
+                .and_then(|v| v.rsplit_once(':'))
+                .and_then(|(target, option)| {
+                    Some((ListTarget::decode(target)?, DecisionOption::parse(option)?))
+                })
+                .and_then(|(target, option)| {
+                    Some(Self::List {
+                        button: ListButton::Choose(option),
+                        list: target.list,
+                        group: Some(target.group?),
+                    })
+                })
+                .unwrap_or_else(unknown),
             LIST_NEXT_PAGE => action
                 .value
                 .as_deref()
@@ -408,6 +426,8 @@ pub enum ListButton {
     Review,
     Exclude,
     Retry,
+    /// One of a group's choices (a burst alert's).
+    Choose(DecisionOption),
 }
 
 /// A list (and one of its groups) as a button value or modal metadata: `list_x:3`, `list_x`,

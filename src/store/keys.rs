@@ -224,6 +224,20 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
+    /// A `[[watch]]` burst rule's recent creations in one group (zset scored by ms).
+    pub fn watch_creations(&self, rule: &str, group: &str) -> String {
+        format!(
+            "{}:watch:creations:{}",
+            self.prefix,
+            watch_digest(rule, group)
+        )
+    }
+
+    /// The open alert list of a `[[watch]]` burst rule's group.
+    pub fn watch_alert(&self, rule: &str, group: &str) -> String {
+        format!("{}:watch:alert:{}", self.prefix, watch_digest(rule, group))
+    }
+
     /// The time of the newest E2B lifecycle event the poller has read.
     pub fn events_watermark(&self) -> String {
         format!("{}:e2b-events:watermark", self.prefix)
@@ -307,6 +321,20 @@ pub fn hash_tag(key: &str) -> Option<&str> {
     let start = key.find('{')?;
     let len = key[start + 1..].find('}')?;
     (len > 0).then(|| &key[start + 1..start + 1 + len])
+}
+
+/// A rule name and a group (an owner, a template, any metadata value) as a short key part:
+/// whatever they hold, the key stays short and printable.
+fn watch_digest(rule: &str, group: &str) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(rule.as_bytes());
+    h.update([0]);
+    h.update(group.as_bytes());
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ struct State {
     lists: HashMap<ListId, (u64, String)>,
     /// Lists still in play, by creation (ms).
     active_lists: BTreeMap<(i64, String), ()>,
+    /// `[[watch]]` creations per (rule, group): sandbox -> ms.
+    watch_creations: HashMap<(String, String), HashMap<String, i64>>,
+    /// `[[watch]]` open alerts per (rule, group) (no expiry in memory).
+    watch_alerts: HashMap<(String, String), String>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -980,6 +984,68 @@ impl MemoryStore {
             .collect();
         let next = (end < s.audit.len()).then(|| AuditCursor(end.to_string()));
         Ok((events, next))
+    }
+}
+
+impl MemoryStore {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn record_creation(
+        &self,
+        rule: &str,
+        group: &str,
+        sandbox: &str,
+        at_ms: i64,
+        from_ms: i64,
+        to_ms: i64,
+        keep_ms: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut s = self.lock();
+        let set = s
+            .watch_creations
+            .entry((rule.to_owned(), group.to_owned()))
+            .or_default();
+        set.insert(sandbox.to_owned(), at_ms);
+        set.retain(|_, ms| *ms >= at_ms - keep_ms);
+        let mut found: Vec<(String, i64)> = set
+            .iter()
+            .filter(|(_, ms)| (from_ms..=to_ms).contains(*ms))
+            .map(|(id, ms)| (id.clone(), *ms))
+            .collect();
+        found.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        Ok(found)
+    }
+
+    pub(crate) async fn burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        candidate: &str,
+        _ttl: Duration,
+    ) -> Result<String, StoreError> {
+        let mut s = self.lock();
+        Ok(s.watch_alerts
+            .entry((rule.to_owned(), group.to_owned()))
+            .or_insert_with(|| candidate.to_owned())
+            .clone())
+    }
+
+    pub(crate) async fn replace_burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        current: &str,
+        next: &str,
+        _ttl: Duration,
+    ) -> Result<String, StoreError> {
+        let mut s = self.lock();
+        let slot = s
+            .watch_alerts
+            .entry((rule.to_owned(), group.to_owned()))
+            .or_insert_with(|| current.to_owned());
+        if slot == current {
+            *slot = next.to_owned();
+        }
+        Ok(slot.clone())
     }
 }
 

@@ -22,6 +22,7 @@ mod memory;
 pub mod push_tests;
 mod redis;
 mod settings;
+pub mod watch;
 pub use lists::ListUpdated;
 pub use push_tests::{FailingPush, PushTest};
 pub use settings::RedisSettings;

@@ -57,3 +57,4 @@ mod store_cluster;
 mod store_redis_down;
 mod store_suite;
 mod terminal_output;
+mod watch_rules;

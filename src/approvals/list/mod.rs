@@ -31,7 +31,9 @@ use crate::slack::format::when;
 use crate::slack::render::{Message, Mrkdwn, Templates};
 use crate::store::{Actor, ListUpdated, Store, StoreError, Updated};
 
+mod choose;
 pub mod view;
+pub use choose::choose_clicked;
 
 /// Default lease of one list item's execution: short, so a dead replica's sandboxes are taken
 /// over quickly (it is renewed before every step, and a list's steps are single E2B calls).

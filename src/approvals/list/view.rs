@@ -11,8 +11,8 @@ use crate::ids::{SandboxId, SlackUserId};
 use crate::slack::format::{human_bytes, human_duration, when};
 use crate::slack::payload::{
     CASE_UNTIL_ACTION, CASE_UNTIL_BLOCK, ListTarget, SWEEP_LIST_APPROVE, SWEEP_LIST_APPROVE_ALL,
-    SWEEP_LIST_EXCLUDE, SWEEP_LIST_EXCLUDE_MODAL, SWEEP_LIST_PASTE_ACTION, SWEEP_LIST_PASTE_BLOCK,
-    SWEEP_LIST_PICK_ACTION, SWEEP_LIST_RETRY, SWEEP_LIST_REVIEW,
+    SWEEP_LIST_CHOOSE, SWEEP_LIST_EXCLUDE, SWEEP_LIST_EXCLUDE_MODAL, SWEEP_LIST_PASTE_ACTION,
+    SWEEP_LIST_PASTE_BLOCK, SWEEP_LIST_PICK_ACTION, SWEEP_LIST_RETRY, SWEEP_LIST_REVIEW,
 };
 use crate::slack::render::{MessageParams, Mrkdwn, RenderError, SAMPLE_TEXT, Templates};
 
@@ -164,6 +164,16 @@ pub fn list_messages(
 
 fn headline(list: &ListCase) -> String {
     let sandboxes: usize = list.groups.iter().map(|g| g.items.len()).sum();
+    if let Some(b) = &list.burst {
+        return format!(
+            "Burst: {} sandboxes created for {} {} within {} (watch rule {})",
+            thousands(b.count.max(sandboxes)),
+            b.by,
+            b.value,
+            human_duration(std::time::Duration::from_secs(b.within_secs)),
+            b.rule
+        );
+    }
     format!(
         "Fleet hygiene: {} idle sandboxes in {} groups to decide",
         thousands(sandboxes),
@@ -239,6 +249,9 @@ fn header(list: &ListCase, now: DateTime<Utc>) -> ListHeader {
             deny: "Cancel".into(),
         }),
     });
+    if let Some(b) = &list.burst {
+        return burst_header(list, b, sandboxes, now);
+    }
     ListHeader {
         title: format!(
             "Fleet hygiene · {} idle sandboxes to decide",
@@ -249,6 +262,131 @@ fn header(list: &ListCase, now: DateTime<Utc>) -> ListHeader {
         status,
         approve_all,
     }
+}
+
+/// Sandbox ids a choosing group names before "and N more".
+const ITEMS_NAMED: usize = 6;
+
+/// `` `a`, `b` and 4 more ``: the sandboxes of a group answered by choosing.
+fn named_items(g: &ListGroup) -> String {
+    let mut named = g
+        .items
+        .iter()
+        .take(ITEMS_NAMED)
+        .map(|i| format!("`{}`", i.sandbox))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if g.items.len() > ITEMS_NAMED {
+        named.push_str(&format!(
+            " and {} more",
+            thousands(g.items.len() - ITEMS_NAMED)
+        ));
+    }
+    named
+}
+
+/// A burst alert's header: what the rule saw, and where the decision stands.
+fn burst_header(
+    list: &ListCase,
+    b: &crate::cases::list::BurstAlert,
+    sandboxes: usize,
+    now: DateTime<Utc>,
+) -> ListHeader {
+    let within = human_duration(std::time::Duration::from_secs(b.within_secs));
+    let count = b.count.max(sandboxes);
+    // The group holds metadata an agent wrote: quoted data, never formatting.
+    let summary = Mrkdwn::text(&format!(
+        ":rotating_light: *{}* sandboxes were created for {} ",
+        thousands(count),
+        b.by
+    ))
+    .and(Mrkdwn::quoted(&b.value, OWNER_MAX_CHARS))
+    .and(Mrkdwn::text(&format!(
+        " {}: more than {} within {} (watch rule `{}`). {}",
+        if when(b.first_at) == when(b.last_at) {
+            format!("at {}", when(b.first_at))
+        } else {
+            format!("between {} and {}", when(b.first_at), when(b.last_at))
+        },
+        thousands(b.more_than),
+        within,
+        b.rule,
+        if count > sandboxes {
+            format!(
+                "The first {} are listed; the rest are counted.",
+                thousands(sandboxes)
+            )
+        } else {
+            "This alert grows as more arrive.".to_owned()
+        }
+    )));
+    let status = if !open(list, now) {
+        Mrkdwn::text(&format!(
+            ":zzz: This alert expired {}: nothing was done.",
+            when(list.expired_at.unwrap_or(list.decide_by))
+        ))
+    } else if list
+        .groups
+        .iter()
+        .all(|g| g.decision != GroupDecision::Open)
+    {
+        Mrkdwn::text("Decided.")
+    } else {
+        Mrkdwn::text(&format!(
+            ":hourglass_flowing_sand: Waiting for a decision by {}. Nothing is done to a sandbox \
+             until someone chooses; each is re-checked just before.",
+            when(list.decide_by)
+        ))
+    };
+    ListHeader {
+        title: format!("Burst · {} sandboxes in {within}", thousands(count)),
+        summary,
+        guard: None,
+        status,
+        approve_all: None,
+    }
+}
+
+/// The buttons of a group answered by choosing (a burst alert's), most cautious first.
+fn choice_buttons(g: &ListGroup, target: &str) -> Vec<ButtonParams> {
+    let included = g.included().count();
+    g.choices
+        .iter()
+        .map(|&option| {
+            let (text, style) = match option {
+                DecisionOption::Pause => ("Pause all of these", Some("primary")),
+                DecisionOption::Kill => ("Kill all of these", Some("danger")),
+                DecisionOption::SnapshotThenKill => ("Snapshot, then kill all", Some("danger")),
+                _ => ("Leave them", None),
+            };
+            let confirm = matches!(
+                option,
+                DecisionOption::Kill | DecisionOption::SnapshotThenKill
+            )
+            .then(|| ConfirmParams {
+                title: "Kill all of these?".into(),
+                text: format!(
+                    "Kill {} {}. A killed sandbox and its files cannot be brought back. Each is \
+                     re-checked just before; one that changed is left alone.",
+                    thousands(included),
+                    if included == 1 {
+                        "sandbox"
+                    } else {
+                        "sandboxes"
+                    }
+                ),
+                confirm: "Kill all".into(),
+                deny: "Cancel".into(),
+            });
+            ButtonParams {
+                action_id: SWEEP_LIST_CHOOSE.into(),
+                text: text.into(),
+                value: format!("{target}:{}", option.as_str()),
+                style,
+                confirm,
+            }
+        })
+        .collect()
 }
 
 fn option_label(option: DecisionOption) -> &'static str {
@@ -276,18 +414,36 @@ fn group_view(
         (Some(owner), None) => Mrkdwn::quoted(owner, OWNER_MAX_CHARS),
         (None, _) => Mrkdwn::text("*No owner in metadata*"),
     };
-    let title = owner.and(Mrkdwn::text(&format!(
-        " · *{}* · {} sandbox{}",
-        option_label(g.option),
-        thousands(g.items.len()),
-        if g.items.len() == 1 { "" } else { "es" }
-    )));
+    let choosing = !g.choices.is_empty();
+    let title = if choosing {
+        Mrkdwn::text(&format!(
+            "*{} sandbox{}* in this alert",
+            thousands(g.items.len()),
+            if g.items.len() == 1 { "" } else { "es" }
+        ))
+    } else {
+        owner
+    };
+    let title = if choosing {
+        title
+    } else {
+        title.and(Mrkdwn::text(&format!(
+            " · *{}* · {} sandbox{}",
+            option_label(g.option),
+            thousands(g.items.len()),
+            if g.items.len() == 1 { "" } else { "es" }
+        )))
+    };
     let cost = if g.cost_per_day_usd.abs() < 0.005 {
         0.0
     } else {
         g.cost_per_day_usd
     };
-    let mut facts = vec![format!("${cost:.2} a day")];
+    let mut facts = if choosing {
+        vec![named_items(g)]
+    } else {
+        vec![format!("${cost:.2} a day")]
+    };
     if g.paused_disk_bytes > 0 {
         facts.push(format!(
             "{} of disk held while paused",
@@ -319,6 +475,13 @@ fn group_view(
     let status = match (&g.decision, progress) {
         (GroupDecision::Open, _) if !open(list, now) => {
             Mrkdwn::text("Expired undecided: nothing was done.")
+        }
+        (GroupDecision::Open, _) if choosing => {
+            buttons = choice_buttons(g, &target);
+            Mrkdwn::text(
+                "Pause all of these or kill all of these: one decision for every sandbox listed, \
+                 carried out once each. Leave them and nothing is done.",
+            )
         }
         (GroupDecision::Open, _) => {
             let included = g.included().count();
@@ -634,6 +797,7 @@ mod tests {
             decision: GroupDecision::Open,
             excluded: vec![],
             message: 0,
+            choices: Vec::new(),
         }
     }
 
@@ -695,6 +859,7 @@ mod tests {
                       costing $961.86 a day (1,929 pause · 412 snapshot, then kill · 5 kill)"
                 .into(),
             expired_at: None,
+            burst: None,
         };
         list.groups[1].decision = GroupDecision::Approved {
             by: SlackUserId::parse("U0ERIN").unwrap(),
@@ -754,6 +919,7 @@ mod tests {
             messages: vec![],
             summary: "*Idle:* 42".into(),
             expired_at: None,
+            burst: None,
         };
         let messages = list_messages(&list, &[], now);
         let rendered = Templates::embedded().render(&messages[0]).unwrap();

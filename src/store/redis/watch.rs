@@ -1,0 +1,103 @@
+//! `[[watch]]` burst state: a sorted set of creations per (rule, group), scored by creation time
+//! (ms), and the (rule, group)'s open alert list id with a TTL.
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{RedisStore, ms};
+use crate::store::StoreError;
+
+/// KEYS: the creations zset. ARGV: score, sandbox, trim below, ttl ms, from, to.
+static RECORD_CREATION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[5], ARGV[6], 'WITHSCORES')
+"#,
+    )
+});
+
+/// KEYS: the alert key. ARGV: expected id, next id, ttl ms. Returns the id now recorded.
+static REPLACE_ALERT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('GET', KEYS[1])
+if (not cur) or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return ARGV[2]
+end
+return cur
+"#,
+    )
+});
+
+impl RedisStore {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn record_creation(
+        &self,
+        rule: &str,
+        group: &str,
+        sandbox: &str,
+        at_ms: i64,
+        from_ms: i64,
+        to_ms: i64,
+        keep_ms: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let raw: Vec<(String, f64)> = self
+            .invoke(
+                RECORD_CREATION
+                    .key(self.keys().watch_creations(rule, group))
+                    .arg(at_ms)
+                    .arg(sandbox)
+                    .arg(at_ms - keep_ms)
+                    .arg(keep_ms.max(1))
+                    .arg(from_ms)
+                    .arg(to_ms),
+            )
+            .await?;
+        Ok(raw.into_iter().map(|(id, s)| (id, s as i64)).collect())
+    }
+
+    pub(crate) async fn burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        candidate: &str,
+        ttl: Duration,
+    ) -> Result<String, StoreError> {
+        // SET NX GET (Redis 7): the old value when there was one, else ours was set.
+        let old: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(self.keys().watch_alert(rule, group))
+                    .arg(candidate)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("PX")
+                    .arg(ms(ttl).max(1)),
+            )
+            .await?;
+        Ok(old.unwrap_or_else(|| candidate.to_owned()))
+    }
+
+    pub(crate) async fn replace_burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        current: &str,
+        next: &str,
+        ttl: Duration,
+    ) -> Result<String, StoreError> {
+        self.invoke(
+            REPLACE_ALERT
+                .key(self.keys().watch_alert(rule, group))
+                .arg(current)
+                .arg(next)
+                .arg(ms(ttl).max(1)),
+        )
+        .await
+    }
+}

@@ -1,0 +1,87 @@
+//! What `[[watch]]` burst rules keep: the recent creations of each (rule, group) by time, and
+//! the one alert list a burst grows while it is open, so replicas that receive a burst's events
+//! count them together and never post a second alert for it.
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::{Store, StoreError};
+use crate::ids::{ListId, SandboxId};
+
+macro_rules! delegate {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            Store::Redis(s) => s.$method($($arg),*).await,
+            Store::Memory(s) => s.$method($($arg),*).await,
+        }
+    };
+}
+
+/// How long past a burst's window its creations are kept: events arrive late and out of order
+/// (webhook retries, the poller's overlap), and a late one must still find its neighbours.
+pub const BURST_SLACK: Duration = Duration::from_secs(15 * 60);
+
+impl Store {
+    /// Records that `sandbox` was created at `at` in `group` of burst rule `rule`, and returns
+    /// the creations recorded within `within` either side of `at` (this one included), by time.
+    /// Recording the same sandbox twice keeps one entry.
+    pub async fn record_creation(
+        &self,
+        rule: &str,
+        group: &str,
+        sandbox: &SandboxId,
+        at: DateTime<Utc>,
+        within: Duration,
+    ) -> Result<Vec<(SandboxId, DateTime<Utc>)>, StoreError> {
+        let window_ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX / 4);
+        let keep_ms = window_ms.saturating_mul(2) + BURST_SLACK.as_millis() as i64;
+        let at_ms = at.timestamp_millis();
+        let raw: Vec<(String, i64)> = delegate!(self.record_creation(
+            rule,
+            group,
+            sandbox.as_str(),
+            at_ms,
+            at_ms - window_ms,
+            at_ms + window_ms,
+            keep_ms
+        ))?;
+        Ok(raw
+            .into_iter()
+            .filter_map(|(id, ms)| {
+                Some((
+                    SandboxId::parse(&id).ok()?,
+                    Utc.timestamp_millis_opt(ms).single()?,
+                ))
+            })
+            .collect())
+    }
+
+    /// The open alert of (`rule`, `group`): the one already recorded, or `candidate`, which is
+    /// then recorded for `ttl`. Two replicas asking at once get the same answer.
+    pub async fn burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        candidate: &ListId,
+        ttl: Duration,
+    ) -> Result<ListId, StoreError> {
+        let id: String = delegate!(self.burst_alert(rule, group, candidate.as_str(), ttl))?;
+        ListId::parse(&id).map_err(|_| StoreError::Corrupt(format!("burst alert id {id:?}")))
+    }
+
+    /// Replaces the alert of (`rule`, `group`) by `next` if it is still `current` (a decided
+    /// alert does not grow: the burst's next creations start a new one). Returns the alert now
+    /// recorded.
+    pub async fn replace_burst_alert(
+        &self,
+        rule: &str,
+        group: &str,
+        current: &ListId,
+        next: &ListId,
+        ttl: Duration,
+    ) -> Result<ListId, StoreError> {
+        let id: String =
+            delegate!(self.replace_burst_alert(rule, group, current.as_str(), next.as_str(), ttl))?;
+        ListId::parse(&id).map_err(|_| StoreError::Corrupt(format!("burst alert id {id:?}")))
+    }
+}
