@@ -613,6 +613,41 @@ impl E2bClient {
     }
 }
 
+impl E2bClient {
+    /// What E2B says now of the sandboxes on one page of `GET /v2/sandboxes` (under `q`, from
+    /// `next_token`): the page, and the latest metrics sample of its running sandboxes from one
+    /// `GET /sandboxes/metrics` (a page holds at most 100, the most that call takes). Up to 100
+    /// sandboxes' state and load in two calls, for re-checking many sandboxes just before acting
+    /// on them (a list's approved group); a failed metrics read fails the whole reading, so
+    /// nothing is acted on with a guess.
+    #[tracing::instrument(skip(self, q))]
+    pub async fn read_sandboxes_page(
+        &self,
+        q: &super::model::ListQuery,
+        next_token: Option<&str>,
+    ) -> Result<
+        (
+            Page<super::model::ListedSandbox>,
+            std::collections::HashMap<SandboxId, super::model::SandboxMetric>,
+        ),
+        E2bError,
+    > {
+        let page = self.list_sandboxes_page(q, next_token).await?;
+        let running: Vec<SandboxId> = page
+            .items
+            .iter()
+            .filter(|s| s.state == super::model::SandboxState::Running)
+            .map(|s| s.sandbox_id.clone())
+            .collect();
+        let metrics = if running.is_empty() {
+            std::collections::HashMap::new()
+        } else {
+            self.metrics_many(&running).await?
+        };
+        Ok((page, metrics))
+    }
+}
+
 /// Whether a 404's body says no more than that the route is not there (a server's generic
 /// "Not found", "404 page not found", a spec validator's "no matching operation was found"),
 /// rather than naming the sandbox or template that is missing.

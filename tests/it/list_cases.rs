@@ -1047,3 +1047,92 @@ async fn a_pasted_stranger_is_refused_and_the_corrected_form_then_excludes() {
     let stored = app.state.store.get_list(&list.id).await.unwrap();
     assert_eq!(stored.groups[g].excluded.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_group_is_re_checked_in_batches_and_still_leaves_one_busy_again_and_records_one_gone()
+ {
+    let (slack, e2b) = simulators(0, 0).await;
+    let app = spawn_app_on(
+        slack,
+        e2b,
+        TestAppOptions {
+            policy: Some(policy("")),
+            ..TestAppOptions::default()
+        },
+    )
+    .await;
+    // More than one listing page (E2B lists at most 100 a page), beside another owner's
+    // sandboxes that the batched reads must not mix up with them.
+    let n = 230;
+    let ids = seed(&app, n, &idle_running("grace")).await;
+    seed(&app, 40, &idle_running("heidi")).await;
+    let list = sweep(&app).await;
+    let g = group_of(&list, "grace", DecisionOption::Pause);
+    assert_eq!(list.groups[g].items.len(), n);
+    // Just before the group's turn: one is used again, another is killed outside Steward.
+    let hooks = app.e2b.hooks();
+    hooks
+        .change(&ids[n / 2], json!({"profile": "busy"}))
+        .await
+        .unwrap();
+    let e2b_client = app.state.e2b.as_ref().unwrap();
+    let gone = sandbox_steward::ids::SandboxId::parse(ids[7].as_str()).unwrap();
+    e2b_client.kill_sandbox(&gone).await.unwrap();
+    hooks.reset_calls().await.unwrap();
+
+    click(&app, &list, "sweep_list_approve", Some(g), PAUSER).await;
+    within(120, "the group settles", || async {
+        settled(&app.state.store, &list, g).await
+    })
+    .await;
+    let p = group_progress(&app.state.store, &list, g).await;
+    assert_eq!(
+        (p.total, p.done, p.skipped, p.failed),
+        (n, n - 1, 1, 0),
+        "{p:?}"
+    );
+    let calls = app.e2b_calls().await;
+    assert_eq!(
+        mutations(&calls),
+        [("pause".to_owned(), (n - 2) as u64)],
+        "{calls:?}"
+    );
+    // Read in batches: a few listing pages and metrics batches, not a detail read and a
+    // metrics read per sandbox (the gone one is looked up on its own).
+    let one_by_one =
+        calls.get("get").copied().unwrap_or(0) + calls.get("metrics").copied().unwrap_or(0);
+    let batched =
+        calls.get("list").copied().unwrap_or(0) + calls.get("metrics-many").copied().unwrap_or(0);
+    assert!(one_by_one <= 4, "read one by one: {calls:?}");
+    // A page read covers up to 100 of them (a reading older than 5 s is read again, so a slow
+    // machine reads more pages, but never one per sandbox).
+    assert!(
+        batched >= 2 && batched < n as u64,
+        "read in batches of up to 100: {calls:?}"
+    );
+    let busy = e2b_client
+        .get_sandbox(&sandbox_steward::ids::SandboxId::parse(ids[n / 2].as_str()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        busy.state.as_str(),
+        "running",
+        "the busy one was left alone"
+    );
+    let gone_case = &list.groups[g]
+        .items
+        .iter()
+        .find(|i| i.sandbox == gone)
+        .unwrap()
+        .case;
+    let case = app.state.store.get_case(gone_case).await.unwrap();
+    assert!(
+        matches!(
+            &case.state,
+            sandbox_steward::cases::CaseState::Done { steps, .. }
+                if steps.iter().any(|s| s.outcome == sandbox_steward::cases::StepOutcome::AlreadyGone)
+        ),
+        "{:?}",
+        case.state
+    );
+}

@@ -13,7 +13,7 @@
 //! This module decides who may click what (`cases::may_decide` per option); it never calls E2B
 //! itself: only `execute_case` does.
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -32,6 +32,7 @@ use crate::slack::render::{Message, Mrkdwn, Templates};
 use crate::store::{Actor, ListUpdated, Store, StoreError, Updated};
 
 mod choose;
+pub mod reading;
 pub mod view;
 pub use choose::choose_clicked;
 
@@ -843,6 +844,8 @@ struct Work {
     case: Case,
     option: DecisionOption,
     approver: SlackUserId,
+    /// The batched re-check readings of the item's group.
+    readings: Option<Arc<reading::Readings>>,
 }
 
 /// Carries out `list`'s approved groups while holding its lease: decides each waiting item for
@@ -885,7 +888,7 @@ async fn drive_holding(
         {
             list = expired;
         }
-        let work = pending_work(&svc.store, &list).await?;
+        let work = pending_work(&svc.store, svc.e2b.as_ref(), &list).await?;
         refresh(svc, &list).await;
         if work.is_empty() {
             let undecided = list
@@ -967,41 +970,75 @@ fn keep_lease_and_progress(
     })
 }
 
-/// The approved groups' items still to be decided or finished.
-async fn pending_work(store: &Store, list: &ListCase) -> Result<Vec<Work>, StoreError> {
+/// The approved groups' items still to be decided or finished, group by group, each group's in
+/// the order E2B lists them (oldest first) so its items' re-checks can be read in batches
+/// ([`reading::Readings`]) just before their turns.
+async fn pending_work(
+    store: &Store,
+    e2b: Option<&crate::e2b::E2bClient>,
+    list: &ListCase,
+) -> Result<Vec<Work>, StoreError> {
     let mut wanted = Vec::new();
-    for g in &list.groups {
+    for (gi, g) in list.groups.iter().enumerate() {
         let GroupDecision::Approved { by, .. } = &g.decision else {
             continue;
         };
         for item in g.included() {
-            wanted.push((g, by, item));
+            wanted.push((gi, g, by, item));
         }
     }
     let keys: Vec<_> = wanted
         .iter()
-        .map(|(_, _, i)| (Subject::Sandbox(i.sandbox.clone()), i.case.clone()))
+        .map(|(_, _, _, i)| (Subject::Sandbox(i.sandbox.clone()), i.case.clone()))
         .collect();
     let cases = store.cases_of(&keys).await?;
-    Ok(wanted
+    let mut work: Vec<(usize, Work)> = wanted
         .into_iter()
         .zip(cases)
         .filter_map(
-            |((g, by, _), case): ((&ListGroup, &SlackUserId, _), Option<Case>)| {
+            |((gi, g, by, _), case): ((usize, &ListGroup, &SlackUserId, _), Option<Case>)| {
                 let case = case?;
                 let todo = match &case.state {
                     CaseState::Pending => list.expired_at.is_none(),
                     CaseState::Decided { .. } | CaseState::Executing { .. } => true,
                     _ => false,
                 };
-                todo.then(|| Work {
-                    case,
-                    option: g.option,
-                    approver: by.clone(),
+                todo.then(|| {
+                    (
+                        gi,
+                        Work {
+                            case,
+                            option: g.option,
+                            approver: by.clone(),
+                            readings: None,
+                        },
+                    )
                 })
             },
         )
-        .collect())
+        .collect();
+    fn order_key(w: &Work) -> Option<(Option<DateTime<Utc>>, &str)> {
+        match &w.case.subject {
+            Subject::Sandbox(id) => Some(reading::listing_order(w.case.evidence.started_at, id)),
+            _ => None,
+        }
+    }
+    work.sort_by(|(ga, a), (gb, b)| ga.cmp(gb).then_with(|| order_key(a).cmp(&order_key(b))));
+    if let Some(e2b) = e2b {
+        for chunk in work.chunk_by_mut(|(ga, _), (gb, _)| ga == gb) {
+            let items = chunk.iter().filter_map(|(_, w)| match &w.case.subject {
+                Subject::Sandbox(id) => {
+                    Some((id, w.case.evidence.started_at, &w.case.evidence.metadata))
+                }
+                _ => None,
+            });
+            let readings = Arc::new(reading::Readings::new(e2b, items));
+            for (_, w) in chunk.iter_mut() {
+                w.readings = Some(readings.clone());
+            }
+        }
+    }
+    Ok(work.into_iter().map(|(_, w)| w).collect())
 }
 
 /// Decides (if still waiting) and executes one item. True when it ended (done, failed,
@@ -1011,6 +1048,7 @@ async fn act(svc: &Services, work: Work, item_lease: Duration) -> bool {
         case,
         option,
         approver,
+        readings,
     } = work;
     if svc.draining.is_cancelled() {
         return false;
@@ -1044,7 +1082,14 @@ async fn act(svc: &Services, work: Work, item_lease: Duration) -> bool {
             }
         }
     }
-    match super::worker::execute_case(svc, &case.id, item_lease).await {
+    match super::worker::handler::execute_case_reading(
+        svc,
+        &case.id,
+        item_lease,
+        readings.as_deref(),
+    )
+    .await
+    {
         Ok(_) => true,
         Err(crate::jobs::JobError::Permanent(_)) => true,
         Err(crate::jobs::JobError::Transient(reason) | crate::jobs::JobError::HandBack(reason)) => {

@@ -11,6 +11,7 @@
 //! This file must not decide who may do what: it only runs what the store says was decided.
 use chrono::{DateTime, Utc};
 
+use crate::approvals::list::reading::Readings;
 use crate::approvals::{Services, audit, evidence, refresh_card};
 use crate::cases::{
     Case, CaseState, Decider, DecisionOption, Event, Evidence, Step, StepOutcome, StepRecord,
@@ -181,9 +182,50 @@ async fn recheck_sandbox(
     id: &SandboxId,
     step: Step,
     done: &[StepRecord],
+    readings: Option<&Readings>,
 ) -> Result<Option<(Evidence, DateTime<Utc>)>, StepFailure> {
-    let Some(detail) = reread_sandbox(svc, e2b, case, id).await.map_err(failure)? else {
-        return Ok(None);
+    // A list's item, before its first step: the batched reading taken moments ago, when it
+    // shows the sandbox (otherwise it is read on its own below). Not for a run's case, whose
+    // samples must not predate the case.
+    let batched = match readings {
+        Some(readings) if done.is_empty() && case.evidence.run.is_none() => {
+            readings.take(id, case.evidence.started_at).await
+        }
+        _ => None,
+    };
+    let (detail, batched_samples) = match batched {
+        Some(read) => {
+            let outcome = format!(
+                "{}{} (read {} ms before, with {} other(s) of its group)",
+                read.listed.state,
+                read.metric
+                    .as_ref()
+                    .map_or_else(String::new, |m| format!(", cpu {:.1} %", m.cpu_used_pct)),
+                read.at.elapsed().as_millis(),
+                read.batch.saturating_sub(1),
+            );
+            audit(
+                &svc.store,
+                case,
+                worker_actor(),
+                "e2b:read_sandboxes_page",
+                &outcome,
+            )
+            .await;
+            let detail = SandboxDetail {
+                listed: read.listed,
+                envd_access_token: None,
+                allow_internet_access: None,
+                domain: None,
+                network: None,
+                lifecycle: None,
+            };
+            (detail, Some(read.metric.into_iter().collect::<Vec<_>>()))
+        }
+        None => match reread_sandbox(svc, e2b, case, id).await.map_err(failure)? {
+            Some(detail) => (detail, None),
+            None => return Ok(None),
+        },
     };
     let end_at = detail.end_at;
     if !done.is_empty() && step != Step::Kill {
@@ -197,10 +239,12 @@ async fn recheck_sandbox(
     {
         return Ok(Some((evidence::from_detail(&detail, None), end_at)));
     }
-    let samples = if detail.state == SandboxState::Running {
-        fresh_metrics(svc, e2b, case, id).await.map_err(failure)?
-    } else {
-        Vec::new()
+    let samples = match batched_samples {
+        Some(samples) => samples,
+        None if detail.state == SandboxState::Running => {
+            fresh_metrics(svc, e2b, case, id).await.map_err(failure)?
+        }
+        None => Vec::new(),
     };
     let busiest = busiest_cpu(&samples);
     let current = evidence::from_detail(&detail, samples.iter().max_by_key(|m| m.timestamp_unix));
@@ -352,7 +396,7 @@ async fn shorten(
         ));
     };
     let Some((current, _)) =
-        recheck_sandbox(svc, e2b, case, id, Step::ShortenTimeout, done).await?
+        recheck_sandbox(svc, e2b, case, id, Step::ShortenTimeout, done, None).await?
     else {
         return Ok(StepOutcome::AlreadyGone);
     };
@@ -396,6 +440,7 @@ async fn run_step(
     case: &Case,
     step: Step,
     done: &[StepRecord],
+    readings: Option<&Readings>,
 ) -> Result<StepOutcome, StepFailure> {
     let Some(e2b) = svc.e2b.as_ref() else {
         return Err(StepFailure::Permanent(
@@ -422,7 +467,8 @@ async fn run_step(
                     life_left_secs: None,
                 });
             }
-            let Some((current, end_at)) = recheck_sandbox(svc, e2b, case, id, step, done).await?
+            let Some((current, end_at)) =
+                recheck_sandbox(svc, e2b, case, id, step, done, readings).await?
             else {
                 // Gone after a kill whose answer was lost (a 502 after E2B acted): that kill
                 // did it, so the case is done, not "already gone" and not failed.
@@ -581,13 +627,24 @@ pub async fn execute_case(
     case_id: &CaseId,
     lease: std::time::Duration,
 ) -> Result<Case, JobError> {
+    execute_case_reading(svc, case_id, lease, None).await
+}
+
+/// [`execute_case`] for a list's item: its first step's re-check uses `readings`, the batched
+/// reading of its group, when that shows the sandbox and is fresh.
+pub async fn execute_case_reading(
+    svc: &Services,
+    case_id: &CaseId,
+    lease: std::time::Duration,
+    readings: Option<&Readings>,
+) -> Result<Case, JobError> {
     let before = svc.store.get_case(case_id).await?;
     let draining = Some(&svc.draining);
     let result =
         jobs::execute_decision_leased(&svc.store, case_id, lease, draining, |step, done| {
             let svc = svc.clone();
             let case = before.clone();
-            async move { run_step(&svc, &case, step, &done).await }
+            async move { run_step(&svc, &case, step, &done, readings).await }
         })
         .await;
     if matches!(result, Err(JobError::Transient(_) | JobError::HandBack(_))) {
