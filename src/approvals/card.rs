@@ -196,6 +196,12 @@ fn evidence_fields(case: &Case) -> Vec<Field> {
     if let Some(t) = e.paused_since {
         push("Paused since", Mrkdwn::text(&when(t)));
     }
+    if !e.lifecycle.is_empty() {
+        push(
+            "Lifecycle (E2B)",
+            Mrkdwn::text(&lifecycle_line(&e.lifecycle)),
+        );
+    }
     if let Some(m) = &e.metrics {
         push(
             "Latest sample",
@@ -237,6 +243,25 @@ fn evidence_fields(case: &Case) -> Vec<Field> {
     }
     out.truncate(10);
     out
+}
+
+/// Lifecycle entries a card shows (the newest).
+const LIFECYCLE_SHOWN: usize = 5;
+
+/// `created 12-07 02:00 · paused 12-07 18:00 · resumed 12-08 09:12 UTC`: the newest few of E2B's
+/// lifecycle events, in the order they happened.
+fn lifecycle_line(entries: &[crate::cases::LifecycleEntry]) -> String {
+    let skip = entries.len().saturating_sub(LIFECYCLE_SHOWN);
+    let mut line = entries[skip..]
+        .iter()
+        .map(|e| format!("{} {}", e.what, e.at.format("%m-%d %H:%M")))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    line.push_str(" UTC");
+    if skip > 0 {
+        line = format!("… {line}");
+    }
+    line
 }
 
 /// `2 sandboxes and 1 snapshot`.

@@ -37,6 +37,7 @@ pub fn from_detail(detail: &SandboxDetail, metric: Option<&SandboxMetric>) -> Ev
         template_usage: None,
         run: None,
         push: None,
+        lifecycle: Vec::new(),
     }
 }
 

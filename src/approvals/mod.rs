@@ -220,6 +220,7 @@ pub async fn open_built_case(
     target: CardTarget,
 ) -> Result<Opened, ApprovalError> {
     let actor = actor_of(&case.opener);
+    let case = with_lifecycle(store, case).await;
     let (case, created) = match store.open_case(case).await? {
         Opened::Created(case) => {
             audit(store, &case, actor, "open", &case.reason.clone()).await;
@@ -242,6 +243,25 @@ pub async fn open_built_case(
     } else {
         Opened::Existing(stored)
     })
+}
+
+/// `case` with its sandbox's recent lifecycle (E2B's events, as received) in its evidence, when
+/// it has none yet; unchanged when the store cannot say (the card then shows no lifecycle).
+pub async fn with_lifecycle(store: &Store, mut case: Case) -> Case {
+    if let crate::cases::Subject::Sandbox(id) = &case.subject
+        && case.evidence.lifecycle.is_empty()
+    {
+        match store.lifecycle_of(id).await {
+            Ok(entries) => {
+                case.evidence.lifecycle = entries
+                    .into_iter()
+                    .map(|(at, what)| crate::cases::LifecycleEntry { at, what })
+                    .collect();
+            }
+            Err(e) => tracing::debug!(sandbox = %id, error = %e, "no lifecycle for the card"),
+        }
+    }
+    case
 }
 
 /// Posts the card of `case` (which has none yet) to `target` and records it. `Ok(None)` when

@@ -94,6 +94,11 @@ pub async fn apply_event(
     event: &LifecycleEvent,
     now: DateTime<Utc>,
 ) -> Result<Applied, EventError> {
+    // Every event is kept as the sandbox's history first, so a case opened for it (now, by a
+    // rule below, or later) shows E2B's own account of its life.
+    svc.store
+        .record_lifecycle(&event.sandbox, event.at, event.kind.as_str())
+        .await?;
     if event.kind == EventKind::Created && !svc.watch.is_empty() {
         let raised = super::watch::on_created(svc, event, now).await?;
         if raised.any() {

@@ -245,6 +245,18 @@ pub struct Evidence {
     /// The push whose tests failed in this sandbox, when the case is a push-test alert.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushReport>,
+    /// The sandbox's recent lifecycle as E2B's events told it (created, paused, resumed, ...),
+    /// oldest first; empty when no event was received.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle: Vec<LifecycleEntry>,
+}
+
+/// One lifecycle event of a sandbox, as E2B reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleEntry {
+    pub at: DateTime<Utc>,
+    /// `created`, `updated`, `paused`, `resumed`, `killed`.
+    pub what: String,
 }
 
 /// The push whose test run failed, as its alert shows it (the run itself is in

@@ -77,6 +77,7 @@ pub fn case_draft(ctx: &SweepContext, s: &IdleSandbox, now: DateTime<Utc>) -> Ca
             template_usage: None,
             run: None,
             push: None,
+            lifecycle: Vec::new(),
         },
         recommendation: cases::Recommendation {
             option: option_for(s.recommendation),

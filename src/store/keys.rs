@@ -224,6 +224,11 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
+    /// A sandbox's recent lifecycle events (a capped list of `"<ms> <kind>"`).
+    pub fn sandbox_lifecycle(&self, sandbox: &str) -> String {
+        format!("{}:lifecycle:{}", self.prefix, sandbox)
+    }
+
     /// A `[[watch]]` burst rule's recent creations in one group (zset scored by ms).
     pub fn watch_creations(&self, rule: &str, group: &str) -> String {
         format!(

@@ -63,6 +63,8 @@ struct State {
     watch_creations: HashMap<(String, String), HashMap<String, i64>>,
     /// `[[watch]]` open alerts per (rule, group) (no expiry in memory).
     watch_alerts: HashMap<(String, String), String>,
+    /// Each sandbox's recent lifecycle entries (no expiry in memory).
+    lifecycles: HashMap<String, Vec<String>>,
 }
 
 /// One run: its record, its kept output and its files until uploaded.
@@ -988,6 +990,33 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    pub(crate) async fn record_lifecycle(
+        &self,
+        sandbox: &str,
+        entry: &str,
+        _ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let list = s.lifecycles.entry(sandbox.to_owned()).or_default();
+        if !list.iter().any(|e| e == entry) {
+            list.push(entry.to_owned());
+            let kept = crate::store::watch::LIFECYCLE_KEPT;
+            if list.len() > kept {
+                list.drain(..list.len() - kept);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn lifecycle_of(&self, sandbox: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .lock()
+            .lifecycles
+            .get(sandbox)
+            .cloned()
+            .unwrap_or_default())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn record_creation(
         &self,

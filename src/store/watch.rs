@@ -1,6 +1,7 @@
-//! What `[[watch]]` burst rules keep: the recent creations of each (rule, group) by time, and
-//! the one alert list a burst grows while it is open, so replicas that receive a burst's events
-//! count them together and never post a second alert for it.
+//! What E2B's lifecycle events leave in the store: each sandbox's recent lifecycle (for the
+//! evidence of a case opened later), and for `[[watch]]` burst rules the recent creations of each
+//! (rule, group) by time and the one alert list a burst grows while it is open, so replicas that
+//! receive a burst's events count them together and never post a second alert for it.
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -21,7 +22,53 @@ macro_rules! delegate {
 /// (webhook retries, the poller's overlap), and a late one must still find its neighbours.
 pub const BURST_SLACK: Duration = Duration::from_secs(15 * 60);
 
+/// Lifecycle entries kept per sandbox (the newest).
+pub const LIFECYCLE_KEPT: usize = 12;
+/// How long a sandbox's lifecycle is kept after its last event: E2B keeps events 7 days.
+pub const LIFECYCLE_TTL: Duration = Duration::from_secs(8 * 24 * 3600);
+/// After a `killed` event: no case will be opened for it any more.
+pub const LIFECYCLE_TTL_ENDED: Duration = Duration::from_secs(3600);
+
 impl Store {
+    /// Appends one lifecycle event (`created`, `paused`, ...) to `sandbox`'s recent history.
+    /// A repeat of the same event (same kind, same time) is kept once.
+    pub async fn record_lifecycle(
+        &self,
+        sandbox: &SandboxId,
+        at: DateTime<Utc>,
+        kind: &str,
+    ) -> Result<(), StoreError> {
+        let ttl = if kind == "killed" {
+            LIFECYCLE_TTL_ENDED
+        } else {
+            LIFECYCLE_TTL
+        };
+        let entry = format!("{} {kind}", at.timestamp_millis());
+        delegate!(self.record_lifecycle(sandbox.as_str(), &entry, ttl))
+    }
+
+    /// `sandbox`'s recent lifecycle, oldest first.
+    pub async fn lifecycle_of(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Vec<(DateTime<Utc>, String)>, StoreError> {
+        let raw: Vec<String> = delegate!(self.lifecycle_of(sandbox.as_str()))?;
+        let mut entries: Vec<(DateTime<Utc>, String)> = raw
+            .iter()
+            .filter_map(|e| {
+                let (ms, kind) = e.split_once(' ')?;
+                Some((
+                    Utc.timestamp_millis_opt(ms.parse().ok()?).single()?,
+                    kind.to_owned(),
+                ))
+            })
+            .collect();
+        // Events arrive out of order; shown by when they happened.
+        entries.sort();
+        entries.dedup();
+        Ok(entries)
+    }
+
     /// Records that `sandbox` was created at `at` in `group` of burst rule `rule`, and returns
     /// the creations recorded within `within` either side of `at` (this one included), by time.
     /// Recording the same sandbox twice keeps one entry.

@@ -49,7 +49,10 @@ async fn register(app: &TestApp) {
         "/events/webhooks",
         Some(json!({
             "name": "steward", "url": format!("{}/e2b/webhook", app.address), "enabled": true,
-            "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
+            "events": [
+                "sandbox.lifecycle.created", "sandbox.lifecycle.paused",
+                "sandbox.lifecycle.resumed", "sandbox.lifecycle.killed",
+            ],
             "signatureSecret": SECRET,
         })),
     )
@@ -370,4 +373,55 @@ burst = { more_than = 3, within = "10m", by = "owner" }
     })
     .await;
     peer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_card_shows_the_sandboxs_lifecycle_as_e2b_reported_it() {
+    let app = app("").await;
+    let id = create(&app, json!({"owner": "ann"}), 3600).await;
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        &format!("/sandboxes/{id}/pause"),
+        None,
+    )
+    .await;
+    e2b(
+        &app,
+        reqwest::Method::POST,
+        &format!("/sandboxes/{id}/resume"),
+        Some(json!({"timeout": 3600})),
+    )
+    .await;
+    let sandbox = SandboxId::parse(&id).unwrap();
+    wait_until("three lifecycle events are recorded", || async {
+        let seen = app.state.store.lifecycle_of(&sandbox).await.unwrap();
+        (seen.len() == 3).then_some(())
+    })
+    .await;
+
+    let name = hook();
+    app.post_command_to(&format!("kill {id} done with it"), &name)
+        .await;
+    let said = visible_text(&app.wait_for_hook(&name).await);
+    assert!(said.contains("Opened case"), "{said}");
+    let case = case_of(&app, &id).await.unwrap();
+    let kinds: Vec<&str> = case
+        .evidence
+        .lifecycle
+        .iter()
+        .map(|e| e.what.as_str())
+        .collect();
+    assert_eq!(kinds, ["created", "paused", "resumed"]);
+    let card = case.card.clone().unwrap();
+    let shown = visible_text(&app.slack.message(card.channel.as_str(), &card.ts).unwrap());
+    let line = shown
+        .lines()
+        .skip_while(|l| !l.contains("Lifecycle (E2B)"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lifecycle on the card: {shown}"));
+    assert!(
+        line.starts_with("created ") && line.contains(" · paused ") && line.contains(" · resumed "),
+        "{line}"
+    );
 }

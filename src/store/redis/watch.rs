@@ -34,7 +34,50 @@ return cur
     )
 });
 
+/// KEYS: the sandbox's lifecycle list. ARGV: entry, kept, ttl ms. A repeat is not added again.
+static RECORD_LIFECYCLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local seen = redis.call('LPOS', KEYS[1], ARGV[1])
+if not seen then
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"#,
+    )
+});
+
 impl RedisStore {
+    pub(crate) async fn record_lifecycle(
+        &self,
+        sandbox: &str,
+        entry: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let _: i64 = self
+            .invoke(
+                RECORD_LIFECYCLE
+                    .key(self.keys().sandbox_lifecycle(sandbox))
+                    .arg(entry)
+                    .arg(crate::store::watch::LIFECYCLE_KEPT)
+                    .arg(ms(ttl).max(1)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn lifecycle_of(&self, sandbox: &str) -> Result<Vec<String>, StoreError> {
+        self.query(
+            redis::cmd("LRANGE")
+                .arg(self.keys().sandbox_lifecycle(sandbox))
+                .arg(0)
+                .arg(-1),
+        )
+        .await
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn record_creation(
         &self,
