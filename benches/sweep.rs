@@ -5,10 +5,13 @@
 //! Override with `STEWARD_BENCH_SIZES=1000,10000`, `STEWARD_BENCH_LATENCY_MS` and
 //! `STEWARD_BENCH_WINDOWS` (candidate windows read at once, default 64).
 //!
-//! The floor: each list page needs the previous page's token, so listing costs
-//! `pages × latency` however much else runs in parallel; the last page's latest metrics add one
-//! more round trip. Everything else (batch metrics, store look-ups, candidate windows, team
-//! metrics) can overlap with paging. The simulator runs on its own thread and runtime, as E2B
+//! The floors: each list page needs the previous page's token, so a listing costs
+//! `pages × latency` however much else runs in parallel. The single-stream floor is the whole
+//! fleet listed as one stream (`ceil(fleet / 100)` pages); the sweep lists running and paused
+//! sandboxes as two concurrent streams, so its own floor is the longer stream
+//! (`max(ceil(running / 100), ceil(paused / 100))` pages). The ratio `x` is against the
+//! single-stream floor; `x2` against the two-stream one. Everything else (batch metrics, store
+//! look-ups, candidate windows, team metrics) can overlap with paging. The simulator runs on its own thread and runtime, as E2B
 //! runs on its own machines, but shares the two cores; peak memory is the process's VmHWM, which
 //! includes the simulator's world.
 use std::sync::Arc;
@@ -38,11 +41,13 @@ async fn main() -> anyhow::Result<()> {
     let latency = Duration::from_millis(latency_ms);
     println!("sweep (dry run): {latency_ms} ms simulated E2B latency");
     println!(
-        "{:>8} {:>9} {:>9} {:>6} {:>9} {:>9} {:>7} {:>11} {:>7} {:>12} {:>9}",
+        "{:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9} {:>7} {:>11} {:>7} {:>12} {:>9}",
         "fleet",
         "wall",
-        "floor",
+        "1-floor",
+        "2-floor",
         "x",
+        "x2",
         "E2B calls",
         "windows",
         "pages",
@@ -83,16 +88,20 @@ async fn main() -> anyhow::Result<()> {
         let report = sweep_once(&ctx, chrono::Utc::now(), SweepMode::DryRun).await?;
         let wall = started.elapsed();
         let pages = report.pages;
-        let floor = latency * (pages + 1);
+        let pages_of = |n: usize| n.div_ceil(100) as u32;
+        let floor = latency * pages_of(report.fleet.total);
+        let floor2 = latency * pages_of(report.fleet.running).max(pages_of(report.fleet.paused));
         // list pages + metrics batches + 3 team calls; the rest are candidate windows.
         let windows = report.e2b_calls.saturating_sub(u64::from(pages) * 2 + 3);
         let naive = latency * pages + latency * n as u32;
         println!(
-            "{:>8} {:>9.2?} {:>9.2?} {:>6.2} {:>9} {:>9} {:>7} {:>11.3} {:>7} {:>12.1?} {:>9.0}",
+            "{:>8} {:>9.2?} {:>9.2?} {:>9.2?} {:>6.2} {:>6.2} {:>9} {:>9} {:>7} {:>11.3} {:>7} {:>12.1?} {:>9.0}",
             n,
             wall,
             floor,
+            floor2,
             wall.as_secs_f64() / floor.as_secs_f64(),
+            wall.as_secs_f64() / floor2.as_secs_f64(),
             report.e2b_calls,
             windows,
             pages,
@@ -104,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
         sim.stop();
     }
     println!(
-        "floor = pages x latency + one batch-metrics round; '1 call/sbx' = paging plus one sequential metrics call per sandbox"
+        "1-floor = ceil(fleet / 100) x latency (one stream); 2-floor = max(ceil(running / 100), ceil(paused / 100)) x latency (two streams); x = wall / 1-floor, x2 = wall / 2-floor; '1 call/sbx' = paging plus one sequential metrics call per sandbox"
     );
     Ok(())
 }

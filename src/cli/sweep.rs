@@ -4,6 +4,7 @@
 //! raised; it opens nothing and posts nothing. Only `--live` posts the digest and opens cases in
 //! the hygiene channel, under the same lease as scheduled sweeps. This module parses and prints;
 //! the pass itself is `hygiene::sweep_once`.
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -63,11 +64,17 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     } else {
         sweep_once(&ctx, now, SweepMode::DryRun).await?
     };
+    // Written straight to stdout through one buffer, never built whole first: on a big fleet the
+    // report runs to tens of megabytes of JSON (a third of 100,000 sandboxes idle, each with its
+    // evidence), which would otherwise sit in memory beside the report it was made from.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
     } else {
-        print!("{}", summary(&report));
+        out.write_all(summary(&report).as_bytes())?;
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 

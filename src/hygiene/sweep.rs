@@ -7,9 +7,13 @@
 //! already in flight. Only candidates (quiet latest sample, or paused long) cost a window read,
 //! and never those that are exempt or already have an open case.
 //!
+//! The fleet is listed as **two streams**, running and paused (E2B's `state` filter), each with
+//! its own page token, fetched at the same time: paging is sequential only within a stream, so
+//! the listing takes as long as the longer stream, not as long as both one after the other.
+//!
 //! Nothing here kills, pauses or snapshots anything: a live sweep only opens cases through
 //! `approvals::open_case`, and a dry run writes nothing at all (no case, no Slack message).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -199,11 +203,11 @@ impl Judged {
     }
 }
 
-/// What the pager hands to the judges.
+/// What a pager hands to the judges.
 enum Paged {
     Page(Vec<ListedSandbox>),
-    /// Paging stopped before E2B said the list was complete, for this reason.
-    Stopped(String),
+    /// Paging of this stream stopped before E2B said its list was complete, for this reason.
+    Stopped(StateFilter, String),
 }
 
 /// Aborts a spawned task when dropped, so a cancelled sweep leaves nothing running.
@@ -215,27 +219,51 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Pages through the fleet and judges each page while the next one is fetched.
+/// The two listings a pass pages through at the same time.
+const STREAMS: [StateFilter; 2] = [StateFilter::Running, StateFilter::Paused];
+
+/// Pages through the fleet (running and paused as two concurrent streams) and judges each page
+/// while the next ones are fetched.
 ///
-/// The pager runs in its own task and every page is judged in a task of its own: decoding a
-/// page's metric windows is real CPU work, and if it shared a task with the pager each page
+/// The pagers run in tasks of their own and every page is judged in a task of its own: decoding
+/// a page's metric windows is real CPU work, and if it shared a task with a pager each page
 /// request would wait behind it, stretching the one part that cannot be parallel.
+///
+/// **A sandbox that changes state while the pass lists.** The two streams pass a given sandbox
+/// at different moments, so one paused or resumed in between may be in both listings, or in
+/// neither. In both, it is counted and judged once, in the state it had when it was first
+/// listed: every listed id is remembered for the pass and a second sighting is dropped before it
+/// is judged. In neither (paused after the running stream passed it and resumed, or resumed
+/// after the paused stream passed it, before the other stream got there) it is missing from this
+/// pass's counts, as a sandbox started during the pass is. Either way it was paused or resumed
+/// seconds ago, so it is not idle in the state it is in; the next pass sees it.
 async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, SweepError> {
     let windows = Arc::new(Semaphore::new(ctx.window_concurrency.max(1)));
     let (tx, mut rx) = tokio::sync::mpsc::channel(PAGES_IN_FLIGHT);
-    let _pager = AbortOnDrop(tokio::spawn(list_pages(ctx.e2b.clone(), tx)));
+    let _pagers: Vec<_> = STREAMS
+        .iter()
+        .map(|&state| AbortOnDrop(tokio::spawn(list_pages(ctx.e2b.clone(), state, tx.clone()))))
+        .collect();
+    drop(tx);
     // Dropping the set (an error, or the sweep being cancelled) aborts every judge.
     let mut judging = tokio::task::JoinSet::new();
     let mut judged = Judged::default();
+    let mut listed: HashSet<SandboxId> = HashSet::new();
     let mut listing_open = true;
     loop {
         tokio::select! {
             paged = rx.recv(), if listing_open && judging.len() < PAGES_IN_FLIGHT => match paged {
-                Some(Ok(Paged::Page(items))) => {
+                Some(Ok(Paged::Page(mut items))) => {
+                    judged.pages += 1;
+                    // Listed by the other stream already: it changed state meanwhile.
+                    items.retain(|s| listed.insert(s.sandbox_id.clone()));
                     judging.spawn(judge_page(ctx.clone(), items, now, windows.clone()));
                 }
-                Some(Ok(Paged::Stopped(reason))) => {
-                    judged.problem(format!("The sandbox list may be incomplete: {reason}."));
+                Some(Ok(Paged::Stopped(state, reason))) => {
+                    judged.problem(format!(
+                        "The list of {} sandboxes may be incomplete: {reason}.",
+                        state.as_query()
+                    ));
                 }
                 Some(Err(e)) => return Err(e),
                 None => listing_open = false,
@@ -250,11 +278,15 @@ async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, S
     Ok(judged)
 }
 
-/// Sends every page of running and paused sandboxes, in order; the listing is sequential
-/// because each page needs the previous page's token.
-async fn list_pages(e2b: E2bClient, tx: tokio::sync::mpsc::Sender<Result<Paged, SweepError>>) {
+/// Sends every page of the sandboxes in `state`, in order; a stream is sequential because each
+/// page needs the previous page's token.
+async fn list_pages(
+    e2b: E2bClient,
+    state: StateFilter,
+    tx: tokio::sync::mpsc::Sender<Result<Paged, SweepError>>,
+) {
     let query = ListQuery {
-        state: StateFilter::Both,
+        state,
         limit: Some(MAX_PAGE_LIMIT),
         ..ListQuery::default()
     };
@@ -276,8 +308,8 @@ async fn list_pages(e2b: E2bClient, tx: tokio::sync::mpsc::Sender<Result<Paged, 
             PageStep::Next(next) => token = Some(next),
             PageStep::Done => return,
             PageStep::Stop(reason) => {
-                tracing::warn!(%reason, "sweep listing stopped early");
-                let _ = tx.send(Ok(Paged::Stopped(reason.to_string()))).await;
+                tracing::warn!(%reason, state = state.as_query(), "sweep listing stopped early");
+                let _ = tx.send(Ok(Paged::Stopped(state, reason.to_string()))).await;
                 return;
             }
         }
@@ -323,10 +355,7 @@ async fn judge_page(
 ) -> Result<Judged, SweepError> {
     let (ctx, windows) = (&ctx, &*windows);
     let policy = &ctx.config.idle;
-    let mut part = Judged {
-        pages: 1,
-        ..Judged::default()
-    };
+    let mut part = Judged::default();
     let running: Vec<SandboxId> = items
         .iter()
         .filter(|s| s.state == SandboxState::Running)

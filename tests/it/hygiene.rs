@@ -363,10 +363,11 @@ async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence()
         "{:?}",
         report.capacity
     );
-    // One list page, one batch, one window per running candidate (idle, ending, and the grower,
-    // whose latest CPU is under its own threshold), three team calls. Paused sandboxes and busy
-    // ones cost no window.
-    assert_eq!(report.e2b_calls, 1 + 1 + 3 + 3, "{report:#?}");
+    // One list page per state (running and paused are two streams), one batch for the running
+    // page (the paused page has no running sandbox to ask about), one window per running
+    // candidate (idle, ending, and the grower, whose latest CPU is under its own threshold),
+    // three team calls. Paused sandboxes and busy ones cost no window.
+    assert_eq!(report.e2b_calls, 2 + 1 + 3 + 3, "{report:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1544,4 +1545,57 @@ async fn a_digest_whose_post_answer_was_lost_is_adopted_not_posted_again() {
             .iter()
             .all(|m| m.thread_ts.as_deref() == Some(ts.as_str()))
     );
+}
+
+/// The sweep lists running and paused sandboxes as two streams (E2B's `state` filter, each with
+/// its own page token): a fleet of several pages of each state is listed whole, and every sandbox
+/// is counted and judged exactly once. Without either stream, its sandboxes would be missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_and_paused_streams_list_every_page_of_each_and_count_each_sandbox_once() {
+    let w = world(config()).await;
+    // Over two full pages of each state (the sweep asks for 100 a page), all idle, so every one
+    // of them must come back in `idle` once.
+    const EACH: usize = 230;
+    let mut seeded = Vec::new();
+    for chunk in 0..EACH / 10 {
+        let running = (0..10).map(|_| w.idle_running(Some("alice")));
+        let paused = (0..10).map(|_| w.paused(40, 100, None));
+        let (r, p) = tokio::join!(
+            futures::future::join_all(running),
+            futures::future::join_all(paused)
+        );
+        seeded.extend(r.into_iter().map(|id| (id, RunState::Running)));
+        seeded.extend(p.into_iter().map(|id| (id, RunState::Paused)));
+        assert_eq!(seeded.len(), (chunk + 1) * 20);
+    }
+    let report = w.sweep(SweepMode::DryRun).await;
+    assert_eq!(report.fleet.running, EACH, "{:?}", report.problems);
+    assert_eq!(report.fleet.paused, EACH);
+    assert_eq!(report.fleet.total, 2 * EACH);
+    // Three pages of each state.
+    assert_eq!(report.pages, 6);
+    let c = &report.counts;
+    assert_eq!(
+        c.active
+            + c.idle
+            + c.already_open
+            + c.vanished
+            + c.unreadable
+            + c.exempt.keep_metadata
+            + c.exempt.left
+            + c.exempt.too_young,
+        2 * EACH,
+        "{c:?}"
+    );
+    assert_eq!(report.idle.len(), 2 * EACH, "{c:?}");
+    let judged: BTreeMap<&SandboxId, RunState> =
+        report.idle.iter().map(|s| (&s.id, s.state)).collect();
+    assert_eq!(judged.len(), 2 * EACH, "a sandbox was judged twice");
+    for (id, state) in &seeded {
+        assert_eq!(
+            judged.get(id),
+            Some(state),
+            "{id} was not listed as {state:?}"
+        );
+    }
 }
