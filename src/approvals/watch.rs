@@ -32,6 +32,9 @@ use crate::watch::{BurstRule, CreationRule, MAX_BURST_ITEMS, RuleKind, Then, Wat
 const READ_CONCURRENCY: usize = 8;
 /// Attempts to find or make the burst's open alert when replicas race.
 const ALERT_ATTEMPTS: usize = 4;
+/// How long a delivery waits for an alert another replica claimed to be stored, before it
+/// takes the claim over (that replica died between the two).
+const CLAIMED_ALERT_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Why a rule's work could not be done; the event is then handled again later.
 #[derive(Debug, thiserror::Error)]
@@ -389,19 +392,30 @@ async fn open_items(
             list: list.clone(),
             group: 0,
         });
-        if let Opened::Created(case) = svc.store.open_case(case).await? {
-            audit(
-                &svc.store,
-                &case,
-                actor_of(&case.opener),
-                "open",
-                &format!("{} (in burst alert {list})", case.reason),
-            )
-            .await;
-            items.push(ListItem {
-                sandbox: id,
-                case: case.id,
-            });
+        match svc.store.open_case(case).await? {
+            Opened::Created(case) => {
+                audit(
+                    &svc.store,
+                    &case,
+                    actor_of(&case.opener),
+                    "open",
+                    &format!("{} (in burst alert {list})", case.reason),
+                )
+                .await;
+                items.push(ListItem {
+                    sandbox: id,
+                    case: case.id,
+                });
+            }
+            // Opened for this alert by another delivery whose growth did not land: add it
+            // again (growing skips what is already there).
+            Opened::Existing(case) if case.list.as_ref().is_some_and(|r| &r.list == list) => {
+                items.push(ListItem {
+                    sandbox: id,
+                    case: case.id,
+                });
+            }
+            Opened::Existing(_) => {}
         }
     }
     Ok(items)
@@ -424,7 +438,8 @@ async fn open_alert(
         b.more_than,
         crate::watch::human(b.within)
     );
-    let items = open_items(svc, &rule.name, id, &reason, members, now).await?;
+    // Stored before anything slow, so another delivery that finds this alert claimed finds it
+    // stored too and grows it, rather than waiting on the E2B reads below.
     let list = ListCase {
         id: id.clone(),
         version: 0,
@@ -437,7 +452,7 @@ async fn open_alert(
             option: DecisionOption::Pause,
             // A burst's sandboxes have no cost to rank them by: the alert names them instead.
             top: Vec::new(),
-            items,
+            items: Vec::new(),
             cost_per_day_usd: 0.0,
             paused_disk_bytes: 0,
             held_by_guard: false,
@@ -464,10 +479,16 @@ async fn open_alert(
             last_at: members.last().map_or(now, |m| m.1),
         })),
     };
-    let list = svc.store.create_list(&list).await?;
-    super::list::publish(&svc.store, &svc.slack, &svc.templates, &list, channel)
+    svc.store.create_list(&list).await?;
+    grow_alert(svc, &rule.name, id, members, now).await?;
+    // Posted as it stands now (other deliveries may have grown it meanwhile); a growth that
+    // lands while it is being posted updates the message after.
+    let latest = svc.store.get_list(id).await?;
+    let posted = super::list::publish(&svc.store, &svc.slack, &svc.templates, &latest, channel)
         .await
         .map_err(|e| WatchError::Open(format!("the burst alert could not be posted: {e}")))?;
+    let latest = svc.store.get_list(id).await.unwrap_or(posted);
+    super::list::refresh(svc, &latest).await;
     Ok(())
 }
 
@@ -480,10 +501,18 @@ async fn grow_alert(
     members: &[(SandboxId, DateTime<Utc>)],
     now: DateTime<Utc>,
 ) -> Result<bool, WatchError> {
-    let list = match svc.store.get_list(id).await {
-        Ok(list) => list,
-        Err(StoreError::NotFound(_)) => return Ok(false),
-        Err(e) => return Err(e.into()),
+    // The replica that claimed it stores it one round trip after the claim.
+    let mut waited = Duration::ZERO;
+    let list = loop {
+        match svc.store.get_list(id).await {
+            Ok(list) => break list,
+            Err(StoreError::NotFound(_)) if waited < CLAIMED_ALERT_PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                waited += Duration::from_millis(20);
+            }
+            Err(StoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
     };
     let Some(g) = list.groups.first() else {
         return Ok(false);

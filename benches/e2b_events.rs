@@ -1,0 +1,301 @@
+//! E2B lifecycle events end to end: the E2B simulator delivers its signed events to a
+//! `steward serve` in this process (Redis at `REDIS_URL`, the Slack simulator beside it).
+//!
+//! 1. **Outside kill → card closed**: `STEWARD_BENCH_CASES` (default 50) kill cases wait for a
+//!    decision; each sandbox is killed at the simulator, one at a time, and the time until its
+//!    case is closed and until its card has lost its buttons is taken.
+//! 2. **Burst**: a `[[watch]]` burst rule (more than 20 within 10 minutes by owner) and
+//!    `STEWARD_BENCH_BURST` (default 500) sandboxes created by one owner, 16 at a time, as an agent
+//!    loop would: the time from the first creation to the alert's post, and until the alert lists
+//!    every one, with the Slack calls it took (one post, then updates in place).
+//!
+//! Run with `cargo bench --bench e2b_events`. Webhook deliveries cross real sockets; everything
+//! shares the machine's cores, so the figures are a ceiling for the lag.
+use std::time::{Duration, Instant};
+
+use sandbox_steward::cases::CaseState;
+use sandbox_steward::config::Settings;
+use sandbox_steward::ids::CaseId;
+use sandbox_steward::sim::e2b::{SimOptions, SimServer};
+use sandbox_steward::sim::slack::{SlackSim, SlackSimOptions};
+use sandbox_steward::slack::signature::sign;
+use sandbox_steward::startup::Application;
+use sandbox_steward::store::Store;
+use serde_json::json;
+
+mod support;
+use support::{env_or, ms, percentile, redis_and_prefix, steward_env};
+
+const SECRET: &str = "bench-signing-secret";
+const HOOK_SECRET: &str = "whsec-bench-events";
+const E2B_KEY: &str = "e2b_bench_key";
+const APPROVALS: &str = "C0APPROVALS";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Bench {
+    client: reqwest::Client,
+    base: String,
+    e2b: String,
+    slack: SlackSim,
+    store: Store,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cases = env_or::<usize>("STEWARD_BENCH_CASES", 50);
+    let burst = env_or::<usize>("STEWARD_BENCH_BURST", 500);
+    let (redis_url, prefix) = redis_and_prefix("e2b-events");
+    let e2b = SimServer::start(SimOptions {
+        sandboxes: 0,
+        api_key: Some(E2B_KEY.into()),
+        ..SimOptions::default()
+    })
+    .await?;
+    let slack = SlackSim::start(SlackSimOptions::default()).await?;
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("steward.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\n[approvals.approvers]\n\
+             kill = {{ anyone = true }}\npause = {{ anyone = true }}\n\
+             [events]\npoll_every = \"off\"\n\
+             [[watch]]\nname = \"agent-burst\"\n\
+             burst = {{ more_than = 20, within = \"10m\", by = \"owner\" }}\n"
+        ),
+    )?;
+    let env = steward_env([
+        ("SLACK_API_URL", slack.api_url()),
+        ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
+        ("SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("E2B_API_URL", e2b.base_url()),
+        ("E2B_API_KEY", E2B_KEY.to_owned()),
+        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
+        ("E2B_WEBHOOK_SECRET", HOOK_SECRET.to_owned()),
+        ("REDIS_URL", redis_url.clone()),
+        ("STEWARD_REDIS_PREFIX", prefix.clone()),
+        ("STEWARD_CONFIG", policy.display().to_string()),
+    ]);
+    let app = Application::build(Settings::load(&env)?).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let bench = Bench {
+        client: reqwest::Client::new(),
+        base: base.clone(),
+        e2b: e2b.base_url(),
+        slack,
+        store: Store::redis(&redis_url, &prefix).await?,
+    };
+    bench
+        .e2b_call(
+            reqwest::Method::POST,
+            "/events/webhooks",
+            Some(json!({
+                "name": "steward", "url": format!("{base}/e2b/webhook"), "enabled": true,
+                "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
+                "signatureSecret": HOOK_SECRET,
+            })),
+        )
+        .await?;
+
+    // 1. Outside kill → card closed.
+    let mut opened = Vec::with_capacity(cases);
+    for i in 0..cases {
+        // No owner: the burst rule does not count these.
+        let made = bench
+            .e2b_call(
+                reqwest::Method::POST,
+                "/sandboxes",
+                Some(json!({"templateID": "base", "timeout": 3600})),
+            )
+            .await?;
+        let sandbox = made["sandboxID"].as_str().unwrap_or_default().to_owned();
+        opened.push((sandbox.clone(), bench.open_kill_case(&sandbox, i).await?));
+    }
+    let (mut closed, mut rewritten) = (Vec::new(), Vec::new());
+    for (sandbox, case) in &opened {
+        let started = Instant::now();
+        bench
+            .e2b_call(
+                reqwest::Method::DELETE,
+                &format!("/sandboxes/{sandbox}"),
+                None,
+            )
+            .await?;
+        loop {
+            let c = bench.store.get_case(case).await?;
+            if matches!(c.state, CaseState::EndedOutside { .. }) {
+                closed.push(started.elapsed());
+                break;
+            }
+            anyhow::ensure!(started.elapsed() < PATIENCE, "case {case} never closed");
+            tokio::task::yield_now().await;
+        }
+        let card = bench.store.get_case(case).await?.card;
+        let card = card.ok_or_else(|| anyhow::anyhow!("case {case} has no card"))?;
+        loop {
+            let message = bench.slack.message(card.channel.as_str(), &card.ts);
+            let buttons = message
+                .and_then(|m| m.blocks)
+                .is_some_and(|b| b.to_string().contains("\"actions\""));
+            if !buttons {
+                rewritten.push(started.elapsed());
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < PATIENCE,
+                "card of {case} kept its buttons"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+    closed.sort();
+    rewritten.sort();
+    println!("outside kill at the simulator -> Steward: {cases} waiting cases, one at a time");
+    for (what, lat) in [("case closed", &closed), ("card rewritten", &rewritten)] {
+        println!(
+            "  {what:<15} p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms",
+            ms(percentile(lat, 0.50)),
+            ms(percentile(lat, 0.99)),
+            ms(lat.last().copied().unwrap_or_default())
+        );
+    }
+
+    // 2. A burst of creations by one owner.
+    let calls_before = bench.slack.messages().len();
+    let started = Instant::now();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (client, url, next) = (
+            bench.client.clone(),
+            format!("{}/sandboxes", bench.e2b),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < burst {
+                let r = client
+                    .post(&url)
+                    .header("X-API-Key", E2B_KEY)
+                    .json(&json!({"templateID": "base", "timeout": 3600,
+                                  "metadata": {"owner": "night-agent"}}))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "create: {}", r.status());
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let created = started.elapsed();
+    let mut posted_at = None;
+    let listed_at = loop {
+        if posted_at.is_none()
+            && bench.slack.messages()[calls_before..].iter().any(|m| {
+                m.method == "chat.postMessage"
+                    && m.text.as_deref().is_some_and(|t| t.starts_with("Burst"))
+            })
+        {
+            posted_at = Some(started.elapsed());
+        }
+        let lists = bench.store.active_lists().await?;
+        if let Some(id) = lists.first() {
+            let list = bench.store.get_list(id).await?;
+            if list.groups.first().is_some_and(|g| g.items.len() >= burst) {
+                break started.elapsed();
+            }
+        }
+        anyhow::ensure!(
+            started.elapsed() < PATIENCE * 3,
+            "the alert never listed all"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let calls = &bench.slack.messages()[calls_before..];
+    let posts = calls
+        .iter()
+        .filter(|m| m.method == "chat.postMessage")
+        .count();
+    let updates = calls.iter().filter(|m| m.method == "chat.update").count();
+    println!(
+        "burst: {burst} sandboxes created by one owner, 16 at a time (rule: more than 20 within 10 min)"
+    );
+    println!(
+        "  created in {:.2} s · alert posted {:.2} s after the first · all {burst} listed after {:.2} s",
+        created.as_secs_f64(),
+        posted_at.unwrap_or(listed_at).as_secs_f64(),
+        listed_at.as_secs_f64()
+    );
+    println!("  Slack: {posts} post(s), {updates} update(s) of it in place");
+    Ok(())
+}
+
+impl Bench {
+    async fn e2b_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.e2b))
+            .header("X-API-Key", E2B_KEY);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await?;
+        anyhow::ensure!(r.status().is_success(), "{path}: {}", r.status());
+        Ok(r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// `/sandbox kill <sandbox>`, and the id of the case it opened (with its card).
+    async fn open_kill_case(&self, sandbox: &str, i: usize) -> anyhow::Result<CaseId> {
+        let hook = format!("open{i}");
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("team_id", "T0001")
+            .append_pair("channel_id", "C0001")
+            .append_pair("user_id", &format!("U1{i:05}"))
+            .append_pair("command", "/sandbox")
+            .append_pair("text", &format!("kill {sandbox} benchmark"))
+            .append_pair("response_url", &self.slack.response_url(&hook))
+            .finish();
+        let ts = chrono::Utc::now().timestamp();
+        let resp = self
+            .client
+            .post(format!("{}/slack/commands", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-slack-request-timestamp", ts.to_string())
+            .header("x-slack-signature", sign(SECRET, ts, body.as_bytes()))
+            .body(body)
+            .send()
+            .await?;
+        anyhow::ensure!(resp.status() == 200, "command answered {}", resp.status());
+        let started = Instant::now();
+        let text = loop {
+            if let Some(post) = self.slack.hook_posts(&hook).into_iter().next() {
+                break format!("{:?} {:?}", post.text, post.blocks);
+            }
+            anyhow::ensure!(started.elapsed() < PATIENCE, "no case opened for {sandbox}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let start = text
+            .find("case_")
+            .ok_or_else(|| anyhow::anyhow!("no case id in {text}"))?;
+        let id: String = text[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let id = CaseId::parse(id)?;
+        loop {
+            if self.store.get_case(&id).await?.card.is_some() {
+                return Ok(id);
+            }
+            anyhow::ensure!(started.elapsed() < PATIENCE, "case {id} got no card");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
