@@ -11,9 +11,9 @@
 //!    the first stdout byte arrives: median and p95 over N sequential runs.
 //! 2. **steward**: `POST /api/v1/runs` until the first output byte is seen by long-polling
 //!    `GET /api/v1/runs/{id}/output?from=0&wait=5s` (the server answers as soon as bytes are
-//!    stored, checking every 200 ms, so the figure includes that check interval but no client
-//!    polling interval); the overhead is this minus the baseline, median and p95. Also submit →
-//!    finished, read with `GET /api/v1/runs/{id}?wait=30s` (the server checks every 200 ms), and
+//!    stored: the run's write wakes the long-poll); the overhead is this minus the baseline,
+//!    median and p95. Also submit → finished, read with `GET /api/v1/runs/{id}?wait=30s`
+//!    (woken the same way by the run's end), and
 //!    from the run records, created -> command started (Steward's own path, without either
 //!    check interval; a run that found every worker busy waits here).
 //! 3. **concurrent**: C runs submitted at once, then waited for: wall time from the first submit to
