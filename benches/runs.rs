@@ -11,9 +11,9 @@
 //!    the first stdout byte arrives: median and p95 over N sequential runs.
 //! 2. **steward**: `POST /api/v1/runs` until the first output byte is seen by long-polling
 //!    `GET /api/v1/runs/{id}/output?from=0&wait=5s` (the server answers as soon as bytes are
-//!    stored, checking every 200 ms, so the figure includes that check interval but no client
-//!    polling interval); the overhead is this minus the baseline, median and p95. Also submit →
-//!    finished, read with `GET /api/v1/runs/{id}?wait=30s` (the server checks every 200 ms), and
+//!    stored: the run's write wakes the long-poll); the overhead is this minus the baseline,
+//!    median and p95. Also submit → finished, read with `GET /api/v1/runs/{id}?wait=30s`
+//!    (woken the same way by the run's end), and
 //!    from the run records, created -> command started (Steward's own path, without either
 //!    check interval; a run that found every worker busy waits here).
 //! 3. **concurrent**: C runs submitted at once, then waited for: wall time from the first submit to
@@ -25,6 +25,13 @@
 //!    once held each worker 5 s), so the replica's worker count (printed) bounds runs/s;
 //!    `worker time per run` (wall x workers / runs) is how long each run held its worker.
 //! 4. **peak RSS**: the process's VmHWM, which includes both simulators and Steward.
+//! 5. **long-polls**: `STEWARD_BENCH_LONG_POLLS` (default 300) clients each long-polling
+//!    `GET /api/v1/runs/{id}/output?from=0&wait=20s` on one run that prints nothing (`sleep`),
+//!    against a second Steward on a Redis of its own (`redis-server --port <free> --save ''`,
+//!    started here; skipped without `redis-server`), so the count is theirs alone: Redis
+//!    operations per second (`total_commands_processed` from `INFO stats`, commands run by
+//!    scripts included, the `INFO` calls themselves left out) over 5 s while they wait, beside
+//!    the same replica's count over 5 s with no client at all.
 //!
 //! One unmeasured warm-up run of each kind opens the connections first. The simulators (E2B
 //! with envd, and Slack, where each finished run's card is posted to `[channels] runs` with
@@ -371,7 +378,10 @@ async fn main() -> anyhow::Result<()> {
         let _ = stopped.await;
     }));
 
-    let result = measure(&api, &sim.addresses, runs, concurrent, workers).await;
+    let mut result = measure(&api, &sim.addresses, runs, concurrent, workers).await;
+    if result.is_ok() {
+        result = long_polls(&sim.addresses).await;
+    }
 
     let _ = stop.send(());
     match serving.await {
@@ -499,5 +509,160 @@ async fn measure(
         peak_memory_mib().unwrap_or(f64::NAN)
     );
     anyhow::ensure!(failures.is_empty(), "{} runs failed", failures.len());
+    Ok(())
+}
+
+/// A `redis-server` of the bench's own on a free port (no persistence), killed when dropped.
+struct OwnRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OwnRedis {
+    fn start() -> anyhow::Result<OwnRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let redis = OwnRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let client = redis::Client::open(redis.url.as_str())?;
+        let started = Instant::now();
+        while client.get_connection().is_err() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(5),
+                "redis-server did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+
+    /// Commands processed so far, not counting the `INFO` calls that read it.
+    fn commands(&self) -> anyhow::Result<u64> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        let info: String = redis::cmd("INFO").arg("all").query(&mut conn)?;
+        let field = |name: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().split(',').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(field("total_commands_processed:") - field("cmdstat_info:calls="))
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Redis operations per second over `window`.
+async fn ops_per_sec(redis: &OwnRedis, window: Duration) -> anyhow::Result<f64> {
+    let before = redis.commands()?;
+    tokio::time::sleep(window).await;
+    let after = redis.commands()?;
+    Ok(after.saturating_sub(before) as f64 / window.as_secs_f64())
+}
+
+/// Figure 5: what waiting output long-polls cost Redis.
+async fn long_polls(sim: &SimAddresses) -> anyhow::Result<()> {
+    let clients = env_usize("STEWARD_BENCH_LONG_POLLS", 300);
+    let window = Duration::from_secs(5);
+    let redis = match OwnRedis::start() {
+        Ok(redis) => redis,
+        Err(e) => {
+            println!("5. long-polls: skipped, no redis-server of the bench's own ({e})");
+            return Ok(());
+        }
+    };
+    let config_dir = tempfile::tempdir()?;
+    let config = config_dir.path().join("steward.toml");
+    std::fs::write(&config, policy())?;
+    let env = steward_env([
+        ("STEWARD_CONFIG", config.display().to_string()),
+        ("SLACK_API_URL", sim.slack_api_url.clone()),
+        ("SLACK_BOT_TOKEN", "xoxb-bench-bot-token".to_owned()),
+        ("SLACK_SIGNING_SECRET", "bench-signing-secret".to_owned()),
+        ("E2B_API_URL", sim.e2b_url.clone()),
+        ("E2B_API_KEY", E2B_KEY.to_owned()),
+        ("E2B_PROJECT_ID", sim.team_id.clone()),
+        ("E2B_SANDBOX_URL", sim.envd_url.clone()),
+        ("REDIS_URL", redis.url.clone()),
+        ("STEWARD_REDIS_PREFIX", "bench-long-polls".to_owned()),
+    ]);
+    let app = Application::build(Settings::load(&env)?).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let submitted: Value = http
+        .post(format!("{base}/api/v1/runs"))
+        .bearer_auth(API_TOKEN)
+        .json(&json!({"template": "base", "command": "sleep 60", "timeout": "2m"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = submitted["id"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("submit answered {submitted}"))?
+        .to_owned();
+    let started = Instant::now();
+    loop {
+        let run: Value = http
+            .get(format!("{base}/api/v1/runs/{id}"))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if run["status"] == "running" && !run["started_at"].is_null() {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the run never started: {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = ops_per_sec(&redis, window).await?;
+
+    let url = format!("{base}/api/v1/runs/{id}/output?from=0&wait=20s");
+    let mut polls = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (http, url) = (http.clone(), url.clone());
+        polls.spawn(async move {
+            loop {
+                let answer = http.get(&url).bearer_auth(API_TOKEN).send().await;
+                if let Ok(resp) = answer {
+                    let _ = resp.bytes().await;
+                }
+            }
+        });
+    }
+    // Every client's first read is done well within a second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let waiting = ops_per_sec(&redis, window).await?;
+    polls.abort_all();
+    println!(
+        "5. {clients} output long-polls waiting on one run (its own Redis)  \
+         {waiting:>8.0} Redis ops/s  (the same replica with no client: {idle:.0} ops/s)"
+    );
+    let _ = stop.send(());
+    let _ = serving.await;
     Ok(())
 }

@@ -11,6 +11,15 @@
 //! the rate. Everything shares the machine's cores, the simulator's own bookkeeping included, so
 //! read the figures as the whole loop's, not Steward's alone. Run with `cargo bench --bench
 //! socket_ack`.
+//!
+//! Then what each costs Redis: with `redis-server` on the PATH the bench runs against a Redis of
+//! its own (`--port <free> --save ''`, instead of `REDIS_URL`), and counts the commands
+//! (`INFO commandstats`, commands run inside scripts included) over `STEWARD_BENCH_COUNTED`
+//! (default 1,000) helps, then over as many clicks on a case card (a `block_actions` envelope
+//! sent with `POST /_sim/socket/send`, each with its own `action_ts`, naming a case that does
+//! not exist, so a click ends at its first store call: the click script's answer). Per
+//! operation it prints `EVALSHA`s (one round trip each), `SET`s (the envelope's mark is a
+//! top-level `SET NX`; the click script sets its own mark inside) and every command in all.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,6 +81,8 @@ async fn main() -> anyhow::Result<()> {
     let requests = env_or::<usize>("STEWARD_BENCH_REQUESTS", 10_000).max(1);
     let concurrency = env_or::<usize>("STEWARD_BENCH_CONCURRENCY", 32).max(1);
     let (redis_url, prefix) = redis_and_prefix("socket");
+    let own_redis = OwnRedis::start().ok();
+    let redis_url = own_redis.as_ref().map_or(redis_url, |r| r.url.clone());
 
     let e2b = SimServer::start(SimOptions {
         sandboxes: 0,
@@ -158,5 +169,133 @@ async fn main() -> anyhow::Result<()> {
         latencies,
         wall.elapsed(),
     );
+
+    let Some(redis) = own_redis else {
+        println!("  Redis per operation: skipped (no redis-server for a Redis of the bench's own)");
+        return Ok(());
+    };
+    let counted = env_or::<usize>("STEWARD_BENCH_COUNTED", 1_000).max(1);
+    let before = redis.stats()?;
+    for _ in 0..counted {
+        help(&client, &url).await?;
+    }
+    let after = redis.stats()?;
+    per_operation("per /sandbox help", &before, &after, counted);
+
+    let send = format!("{}/_sim/socket/send", slack.base_url());
+    let before = redis.stats()?;
+    for n in 0..counted {
+        let payload = json!({
+            "type": "block_actions",
+            "user": {"id": USER},
+            "trigger_id": format!("trigger-{n}"),
+            "response_url": slack.response_url("bench-click"),
+            "actions": [{
+                "action_id": "case_pause",
+                "block_id": "b",
+                "value": format!("case_{:032x}", n + 1),
+                "action_ts": format!("1700000000.{n:06}"),
+            }],
+        });
+        client
+            .post(&send)
+            .json(&json!({"type": "interactive", "payload": payload}))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    // Each click ends with its script's answer: wait until every one has run.
+    let started = Instant::now();
+    loop {
+        let now = redis.stats()?;
+        if count(&now, "evalsha") >= count(&before, "evalsha") + counted as u64 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < PATIENCE,
+            "the clicks never all reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = redis.stats()?;
+    per_operation("per click on a case card", &before, &after, counted);
     Ok(())
+}
+
+/// `INFO commandstats` as (command, calls).
+type Stats = Vec<(String, u64)>;
+
+fn count(stats: &Stats, command: &str) -> u64 {
+    stats
+        .iter()
+        .find(|(name, _)| name == command)
+        .map_or(0, |(_, n)| *n)
+}
+
+fn per_operation(label: &str, before: &Stats, after: &Stats, n: usize) {
+    let delta = |command: &str| (count(after, command) - count(before, command)) as f64 / n as f64;
+    let all: u64 = after
+        .iter()
+        .filter(|(name, _)| name != "info")
+        .map(|(name, calls)| calls - count(before, name))
+        .sum();
+    println!(
+        "  Redis {label:<26} EVALSHA {:.2} · SET {:.2} · all commands {:.2}",
+        delta("evalsha"),
+        delta("set"),
+        all as f64 / n as f64
+    );
+}
+
+/// A `redis-server` of the bench's own on a free port (no persistence), killed when dropped.
+struct OwnRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OwnRedis {
+    fn start() -> anyhow::Result<OwnRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let redis = OwnRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let client = redis::Client::open(redis.url.as_str())?;
+        let started = Instant::now();
+        while client.get_connection().is_err() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(5),
+                "redis-server did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+
+    fn stats(&self) -> anyhow::Result<Stats> {
+        let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+        Ok(info
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+            })
+            .collect())
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

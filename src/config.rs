@@ -498,6 +498,7 @@ pub struct RunsConfig {
     pub on_finish: Option<OnFinish>,
     pub keep_running_for: Option<String>,
     pub decide_within: Option<String>,
+    pub wake_fallback: Option<String>,
 }
 
 /// Where Steward posts.
@@ -853,6 +854,12 @@ impl Policy {
                 "decide_within",
                 &c.decide_within,
                 defaults.decide_within,
+                false,
+            )?,
+            wake_fallback: time(
+                "wake_fallback",
+                &c.wake_fallback,
+                defaults.wake_fallback,
                 false,
             )?,
         })

@@ -18,6 +18,13 @@
 //! twice (decisions are exactly-once in the store anyway). Nothing here may act on an envelope
 //! twice.
 //!
+//! Two kinds of envelope are not marked, so the mark's Redis round trip is not paid for them
+//! ([`Request::marks_itself`]): a command answered from its text alone that changes nothing
+//! (`/sandbox help`, a command that does not parse), whose redelivery is simply answered again;
+//! and a click on a case card, whose own mark (the person and Slack's `action_ts`, the same on
+//! every delivery) is set in the click's one script with the case's read (`store/redis/click.rs`),
+//! so a redelivered click does nothing there, and a click costs one round trip, not two.
+//!
 //! Every `slash_commands`, `interactive` and `events_api` envelope is also counted as a Slack
 //! request (`steward_slack_requests_total` and its duration, routes `commands`, `interactions`,
 //! `events`), as its HTTP twin would be, so alerts and dashboards see Socket Mode traffic.
@@ -33,7 +40,8 @@ use tokio_util::task::TaskTracker;
 
 use super::AppState;
 use super::slack::{SLACK_BODY_MAX_BYTES, handle_command, handle_event, handle_interaction};
-use crate::slack::payload::{CommandForm, EventEnvelope, Interaction, SlackRetry};
+use crate::slack::command::SandboxCommand;
+use crate::slack::payload::{Action, CommandForm, EventEnvelope, Interaction, SlackRetry};
 use crate::slack::socket::{Answer, Envelope, Handler, Outcome};
 use crate::store::Store;
 
@@ -81,6 +89,29 @@ impl Request {
                 Self::Event(serde_json::from_str(payload)?, retry)
             }
         })
+    }
+
+    /// Whether the envelope needs no mark of its own (see the module's doc): handling a
+    /// redelivery again acts on nothing twice.
+    fn marks_itself(&self) -> bool {
+        match self {
+            Self::Command(form) => matches!(
+                SandboxCommand::parse(&form.text),
+                SandboxCommand::Help | SandboxCommand::Invalid { .. }
+            ),
+            Self::Interaction(interaction) => {
+                interaction.kind == "block_actions"
+                    && matches!(interaction.actions.as_slice(), [action] if action.action_ts.is_some()
+                    && matches!(
+                        Action::from_block_action(action),
+                        Action::CaseOption { .. }
+                            | Action::CaseRetry { .. }
+                            | Action::CaseRestore { .. }
+                            | Action::CaseKeepLonger { .. }
+                    ))
+            }
+            Self::Event(..) => false,
+        }
     }
 
     /// Its handler's answer, as the HTTP route would send it.
@@ -203,6 +234,8 @@ pub(crate) struct Delivery<'a> {
     pub kind: &'static str,
     pub envelope_id: &'a str,
     pub retry_attempt: u32,
+    /// False when the handling dedupes itself ([`Request::marks_itself`]): no mark is set.
+    pub mark: bool,
 }
 
 /// Handles one envelope: the ack's payload and what happened.
@@ -243,6 +276,7 @@ pub async fn answer(state: &AppState, envelope: Envelope) -> Answer {
         kind,
         envelope_id: &envelope_id,
         retry_attempt,
+        mark: !request.marks_itself(),
     };
     let task_state = state.clone();
     let handled = handle_once(
@@ -284,8 +318,11 @@ pub(crate) async fn handle_once<W>(
 where
     W: Future<Output = Reply> + Send + 'static,
 {
-    let key = format!("socket:{}", delivery.envelope_id);
     let kind = delivery.kind;
+    if !delivery.mark {
+        return run_until(tasks, kind, deadline, work).await;
+    }
+    let key = format!("socket:{}", delivery.envelope_id);
     let mark_by = (Instant::now() + MARK_TIMEOUT).min(deadline);
     let marked =
         tokio::time::timeout_at(mark_by, store.first_time(&key, ENVELOPE_DEDUPE_TTL)).await;
@@ -305,8 +342,26 @@ where
             return Handled::Duplicate;
         }
     }
+    let handled = run_until(tasks, kind, deadline, work).await;
+    if !handled.completed() {
+        // In the background: the ack must not wait for Redis.
+        let store = store.clone();
+        tasks.spawn(async move {
+            if let Err(e) = store.forget_first_time(&key).await {
+                tracing::warn!(kind, error = %e, "could not forget a Socket Mode envelope's mark; a redelivery will not be handled");
+            }
+        });
+    }
+    handled
+}
+
+/// Runs `work` in a task of `tasks` (so a panic is caught) until `deadline`.
+async fn run_until<W>(tasks: &TaskTracker, kind: &str, deadline: Instant, work: W) -> Handled
+where
+    W: Future<Output = Reply> + Send + 'static,
+{
     let mut running = tasks.spawn(work);
-    let handled = match tokio::time::timeout_at(deadline, &mut running).await {
+    match tokio::time::timeout_at(deadline, &mut running).await {
         Ok(Ok(reply)) => Handled::Answered(reply),
         Ok(Err(e)) => {
             tracing::error!(kind, error = %e, "a Socket Mode envelope's handler panicked; acked without a reply");
@@ -321,17 +376,7 @@ where
             );
             Handled::TimedOut
         }
-    };
-    if !handled.completed() {
-        // In the background: the ack must not wait for Redis.
-        let store = store.clone();
-        tasks.spawn(async move {
-            if let Err(e) = store.forget_first_time(&key).await {
-                tracing::warn!(kind, error = %e, "could not forget a Socket Mode envelope's mark; a redelivery will not be handled");
-            }
-        });
     }
-    handled
 }
 
 #[cfg(test)]
@@ -343,6 +388,7 @@ mod tests {
             kind: "slash_commands",
             envelope_id,
             retry_attempt,
+            mark: true,
         }
     }
 

@@ -216,6 +216,10 @@ pub struct RunPolicy {
     pub keep_running_for: Duration,
     /// How long a run case waits for a decision before the sandbox is left to its E2B timeout.
     pub decide_within: Duration,
+    /// The longest a waiting read of a run (`?wait=`) goes without reading it again when no
+    /// change of the run wakes it (`[runs] wake_fallback`, default
+    /// [`WAKE_FALLBACK`](super::service::WAKE_FALLBACK)).
+    pub wake_fallback: Duration,
 }
 
 impl Default for RunPolicy {
@@ -226,6 +230,7 @@ impl Default for RunPolicy {
             channel: None,
             keep_running_for: Duration::from_secs(60 * 60),
             decide_within: Duration::from_secs(4 * 60 * 60),
+            wake_fallback: super::service::WAKE_FALLBACK,
         }
     }
 }

@@ -20,8 +20,11 @@ use crate::store::{Job, Store, StoreError};
 
 /// The most output one [`Runner::output`] call returns.
 pub const MAX_OUTPUT_READ_BYTES: u64 = 1024 * 1024;
-/// How often [`Runner::wait`] reads the run again.
-pub const WAIT_POLL: Duration = Duration::from_millis(50);
+/// How long [`Runner::wait`] and [`Runner::output_wait`] wait, at most, between two reads of the
+/// run when no change wakes them (the default of `[runs] wake_fallback`): a change of the run
+/// wakes them at once (see [`crate::store::RunWatch`]), so this only bounds what a lost
+/// notification costs.
+pub const WAKE_FALLBACK: Duration = Duration::from_secs(2);
 /// When a request names no `secret_env`, env values at least this long are scrubbed.
 pub const DEFAULT_SECRET_MIN_CHARS: usize = 8;
 /// No run's output is this long (a Redis string holds at most 512 MiB), so an offset past it
@@ -217,15 +220,50 @@ impl Runner {
     }
 
     /// Returns once the run has ended, or when `up_to` has passed (the run as it is then).
+    /// Woken by the run's changes, not by polling: see [`WAKE_FALLBACK`].
     pub async fn wait(&self, id: &RunId, up_to: Duration) -> Result<Run, RunError> {
         let deadline = tokio::time::Instant::now() + up_to;
+        // Registered before the first read, so a change between the read and the wait wakes it.
+        let mut watch = self.store.watch_run(id).await;
         loop {
             let run = self.get(id).await?;
             let now = tokio::time::Instant::now();
             if run.status.is_terminal() || now >= deadline {
                 return Ok(run);
             }
-            tokio::time::sleep(WAIT_POLL.min(deadline - now)).await;
+            watch
+                .changed(self.policy.wake_fallback.min(deadline - now))
+                .await;
+        }
+    }
+
+    /// The run's output from `from` as [`Runner::output`] reads it, waiting up to `up_to` for
+    /// new bytes or the run's end when there are none yet. Woken by the run's changes, not by
+    /// polling: see [`WAKE_FALLBACK`].
+    pub async fn output_wait(
+        &self,
+        id: &RunId,
+        from: u64,
+        up_to: Duration,
+    ) -> Result<OutputChunk, RunError> {
+        let deadline = tokio::time::Instant::now() + up_to;
+        let mut watch = if up_to.is_zero() {
+            None
+        } else {
+            Some(self.store.watch_run(id).await)
+        };
+        loop {
+            let chunk = self.output(id, from).await?;
+            let now = tokio::time::Instant::now();
+            let Some(watch) = watch.as_mut() else {
+                return Ok(chunk);
+            };
+            if !chunk.bytes.is_empty() || chunk.finished || now >= deadline {
+                return Ok(chunk);
+            }
+            watch
+                .changed(self.policy.wake_fallback.min(deadline - now))
+                .await;
         }
     }
 

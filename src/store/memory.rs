@@ -26,6 +26,8 @@ use crate::ids::{CaseId, ListId, RunId};
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     job_added: Arc<Notify>,
+    /// Watches of runs, woken by run writes (as Redis's run-change channel does).
+    run_wakers: Arc<super::wake::Wakers>,
 }
 
 #[derive(Default)]
@@ -843,15 +845,21 @@ impl MemoryStore {
         expected: u64,
         json: &str,
     ) -> Result<bool, StoreError> {
-        let mut s = self.lock();
-        match s.runs.get_mut(id) {
-            Some(run) if run.version == expected => {
-                run.version += 1;
-                run.json = json.to_owned();
-                Ok(true)
+        let written = {
+            let mut s = self.lock();
+            match s.runs.get_mut(id) {
+                Some(run) if run.version == expected => {
+                    run.version += 1;
+                    run.json = json.to_owned();
+                    true
+                }
+                _ => false,
             }
-            _ => Ok(false),
+        };
+        if written {
+            self.run_wakers.wake(id);
         }
+        Ok(written)
     }
 
     pub(crate) async fn append_run_output(
@@ -860,9 +868,18 @@ impl MemoryStore {
         chunk: &[u8],
         cap: u64,
     ) -> Result<OutputCount, StoreError> {
+        let count = self.append_output_locked(id, chunk, cap);
+        if count.total > 0 {
+            self.run_wakers.wake(id);
+        }
+        Ok(count)
+    }
+
+    /// [`MemoryStore::append_run_output`]'s bookkeeping, under the lock.
+    fn append_output_locked(&self, id: &RunId, chunk: &[u8], cap: u64) -> OutputCount {
         let mut s = self.lock();
         let Some(run) = s.runs.get_mut(id) else {
-            return Ok(OutputCount { kept: 0, total: 0 });
+            return OutputCount { kept: 0, total: 0 };
         };
         run.total += chunk.len() as u64;
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
@@ -877,10 +894,16 @@ impl MemoryStore {
                 run.tail.drain(..over);
             }
         }
-        Ok(OutputCount {
+        OutputCount {
             kept: run.output.len() as u64,
             total: run.total,
-        })
+        }
+    }
+
+    /// A watch on the run's changes, woken by [`MemoryStore::swap_run`] and
+    /// [`MemoryStore::append_run_output`].
+    pub(crate) async fn watch_run(&self, id: &RunId) -> super::RunWatch {
+        self.run_wakers.watch(id)
     }
 
     pub(crate) async fn run_output(

@@ -23,12 +23,14 @@ pub mod push_tests;
 mod redis;
 mod settings;
 pub mod watch;
+mod wake;
 pub use lists::ListUpdated;
 pub use push_tests::{FailingPush, PushTest};
 pub use settings::RedisSettings;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+pub use wake::RunWatch;
 
 /// How many times [`Store::update_case`] re-reads and re-applies after losing a race before it
 /// gives up with [`StoreError::Conflict`]. Each retry means another writer made progress.
@@ -927,6 +929,14 @@ impl Store {
     /// Forgets a run's files (once they are in its sandbox).
     pub async fn delete_run_files(&self, id: &RunId) -> Result<(), StoreError> {
         delegate!(self.delete_run_files(id))
+    }
+
+    /// A watch on the run's changes (its record, its output), on this replica and any other:
+    /// made before reading the run, then [`RunWatch::changed`] waits for the next change. A
+    /// notification can be lost (Redis pub/sub while the subscriber reconnects), so a caller
+    /// waits a bounded time and reads again either way.
+    pub async fn watch_run(&self, id: &RunId) -> RunWatch {
+        delegate!(self.watch_run(id))
     }
 
     // ----- audit -----

@@ -542,3 +542,109 @@ async fn a_decision_is_carried_out_while_every_runs_worker_is_busy() {
     }
     std::fs::write(&gate, b"").unwrap();
 }
+
+/// `calls` of one command in `INFO commandstats` (`cmdstat_getrange:calls=12,…`).
+fn command_calls(redis_url: &str, command: &str) -> u64 {
+    let mut conn = redis::Client::open(redis_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    let field = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&field))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Two replicas on one Redis: an output long-poll on replica B is answered with the bytes a run
+/// on replica A writes while it waits. B's fallback read is an hour away (`[runs]
+/// wake_fallback`) and the long-poll asks to wait 50 s, longer than the test's patience, so
+/// only the run's change, published by A through Redis, can answer it in time; without it, B
+/// would read again only when its wait ran out. The long-poll has read the output once (and so
+/// registered its watch) before the run is let go: the Redis of this test is its own, where only
+/// that read runs `GETRANGE`.
+#[tokio::test]
+async fn an_output_long_poll_on_one_replica_is_woken_by_a_run_on_another() {
+    let redis = crate::common::ThrowawayRedis::start();
+    let policy = format!("{}\n[runs]\nwake_fallback = \"1h\"\n", api_policy());
+    let a = spawn_app_with(TestAppOptions {
+        policy: Some(policy.clone()),
+        exec_local: true,
+        redis_url: Some(redis.url()),
+        ..TestAppOptions::default()
+    })
+    .await;
+    let b = a
+        .spawn_peer(TestAppOptions {
+            policy: Some(policy),
+            worker: false,
+            ..TestAppOptions::default()
+        })
+        .await;
+    let gate_dir = tempfile::tempdir().unwrap();
+    let gate = gate_dir.path().join("go");
+    let command = format!(
+        "echo ready; while [ ! -e '{}' ]; do sleep 0.02; done; echo woken",
+        gate.display()
+    );
+    let queued: Value = post_run(
+        &a,
+        AGENT_TOKEN,
+        &json!({"template": "base", "command": command}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let id = queued["id"].as_str().unwrap().to_owned();
+    let output = |from: u64| {
+        b.http
+            .get(b.url(&format!("/api/v1/runs/{id}/output?from={from}&wait=50s")))
+            .bearer_auth(AGENT_TOKEN)
+            .send()
+    };
+
+    // B follows the output up to "ready" (each wait, too, is answered by a change from A).
+    let mut from = 0;
+    let mut seen = String::new();
+    while !seen.contains("ready\n") {
+        let resp = output(from).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        from = resp.headers()["x-next-offset"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        seen.push_str(&resp.text().await.unwrap());
+    }
+
+    let reads = command_calls(&redis.url(), "getrange");
+    let waiting = tokio::spawn(output(from));
+    crate::common::poll_until(
+        crate::common::PATIENCE,
+        "B's long-poll reading once",
+        || {
+            let url = redis.url();
+            async move { (command_calls(&url, "getrange") > reads).then_some(()) }
+        },
+    )
+    .await;
+    std::fs::write(&gate, b"").unwrap();
+    let resp = tokio::time::timeout(crate::common::PATIENCE, waiting)
+        .await
+        .expect("B's long-poll was not woken by A's bytes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("woken"),
+        "B's long-poll came back without A's bytes: {text:?}"
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}

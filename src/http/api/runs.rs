@@ -11,8 +11,6 @@
 //! A token reads only the runs it asked for (the run's `requester` is the token's name), or every
 //! run with `read_all`; anybody else's run, a push test's (`github:<owner/name>`) included, is
 //! answered exactly like a run that does not exist (404), so a token cannot learn that it does.
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
@@ -28,9 +26,6 @@ use crate::runs::{OutputChunk, Run, RunError, RunRequest, Runner};
 
 /// The actions that let a token read runs (which runs: see [`Caller::sees`]).
 const READ_RUNS: &[ApiAction] = &[ApiAction::Read, ApiAction::Run, ApiAction::ReadAll];
-
-/// How often a waiting output read looks for new bytes.
-const OUTPUT_POLL: Duration = Duration::from_millis(50);
 
 /// The run engine, or a 503 saying why this Steward cannot run code.
 fn runner(state: &AppState) -> Result<&Runner, ApiFailure> {
@@ -161,15 +156,10 @@ pub(super) async fn output_chunk(
     let runner = runner(state)?;
     visible_run(runner, caller, &id).await?;
     let from = params.from.unwrap_or(0);
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let chunk = runner.output(&id, from).await.map_err(run_failure)?;
-        let now = tokio::time::Instant::now();
-        if !chunk.bytes.is_empty() || chunk.finished || now >= deadline {
-            return Ok(chunk);
-        }
-        tokio::time::sleep(OUTPUT_POLL.min(deadline - now)).await;
-    }
+    runner
+        .output_wait(&id, from, wait)
+        .await
+        .map_err(run_failure)
 }
 
 /// `GET /api/v1/runs/{id}/output?from=N&wait=20s`: one chunk as `text/plain`.

@@ -43,6 +43,7 @@ mod queue;
 mod restore;
 mod runs;
 mod watch;
+mod wake;
 
 /// Longest wait for a TCP connection to Redis.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,6 +86,12 @@ struct Inner {
     blocking: Mutex<Vec<Conn>>,
     /// Clicks on one server go to Redis in batches (see `click.rs`).
     clicks: click::ClickBatcher,
+    /// Watches of runs in this process, woken by this store's writes and its subscriber.
+    wakers: Arc<crate::store::wake::Wakers>,
+    /// The one connection that hears other replicas' run changes (see `wake.rs`).
+    subscriber: wake::Subscriber,
+    /// Names this store in the run changes it publishes, so its subscriber skips its own.
+    origin: String,
 }
 
 /// Where commands go: one server or a cluster.
@@ -239,6 +246,15 @@ fn refusal(e: &RedisError) -> Option<&'static str> {
     })
 }
 
+/// One plain client per cluster seed node, for the run-change subscriber (`wake.rs`); a node
+/// whose URL does not parse is left out.
+fn node_clients(nodes: &[String]) -> Vec<redis::Client> {
+    nodes
+        .iter()
+        .filter_map(|node| redis::Client::open(node.as_str()).ok())
+        .collect()
+}
+
 /// An ordinary one-server client. The parse error could quote the URL, which may hold a
 /// password: say less.
 fn single_client(url: &str) -> Result<redis::Client, StoreError> {
@@ -297,15 +313,17 @@ impl RedisStore {
     /// created by the first `claim`.
     pub fn connect_lazy(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
         let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
-        let (client, conn) = match cluster_nodes(url) {
+        let (client, conn, subscribers) = match cluster_nodes(url) {
             Some(nodes) => {
-                let (client, blocking) = cluster_clients(&nodes.map_err(StoreError::Invalid)?)?;
+                let nodes = nodes.map_err(StoreError::Invalid)?;
+                let (client, blocking) = cluster_clients(&nodes)?;
                 let conn = client.get_pending_async_connection_with_config(cluster_config());
                 (
                     Client::Cluster {
                         blocking: Box::new(blocking),
                     },
                     Conn::Cluster(conn),
+                    node_clients(&nodes),
                 )
             }
             None => {
@@ -313,17 +331,19 @@ impl RedisStore {
                 let conn =
                     ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
                         .map_err(map_err)?;
-                (Client::Single(client), Conn::Manager(conn))
+                let subscribers = vec![client.clone()];
+                (Client::Single(client), Conn::Manager(conn), subscribers)
             }
         };
-        Ok(Self::assemble(keys, client, conn))
+        Ok(Self::assemble(keys, client, conn, subscribers))
     }
 
     async fn open(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
         let keys = Keys::new(key_prefix).map_err(StoreError::Invalid)?;
-        let (client, conn) = match cluster_nodes(url) {
+        let (client, conn, subscribers) = match cluster_nodes(url) {
             Some(nodes) => {
-                let (client, blocking) = cluster_clients(&nodes.map_err(StoreError::Invalid)?)?;
+                let nodes = nodes.map_err(StoreError::Invalid)?;
+                let (client, blocking) = cluster_clients(&nodes)?;
                 let conn = client
                     .get_async_connection_with_config(cluster_config())
                     .await
@@ -333,6 +353,7 @@ impl RedisStore {
                         blocking: Box::new(blocking),
                     },
                     Conn::Cluster(conn),
+                    node_clients(&nodes),
                 )
             }
             None => {
@@ -340,13 +361,14 @@ impl RedisStore {
                 let conn = ConnectionManager::new_with_config(client.clone(), manager_config())
                     .await
                     .map_err(map_err)?;
-                (Client::Single(client), Conn::Manager(conn))
+                let subscribers = vec![client.clone()];
+                (Client::Single(client), Conn::Manager(conn), subscribers)
             }
         };
-        Ok(Self::assemble(keys, client, conn))
+        Ok(Self::assemble(keys, client, conn, subscribers))
     }
 
-    fn assemble(keys: Keys, client: Client, conn: Conn) -> Self {
+    fn assemble(keys: Keys, client: Client, conn: Conn, subscribers: Vec<redis::Client>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 keys,
@@ -354,6 +376,9 @@ impl RedisStore {
                 conn,
                 blocking: Mutex::new(Vec::new()),
                 clicks: click::ClickBatcher::default(),
+                wakers: Arc::default(),
+                subscriber: wake::Subscriber::new(subscribers),
+                origin: uuid::Uuid::new_v4().simple().to_string(),
             }),
         }
     }

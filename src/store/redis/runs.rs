@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::wake::{change_message, runs_channel};
 use super::{RedisStore, ms};
 use crate::ids::RunId;
 use crate::store::keys::RUN_RETENTION;
@@ -27,7 +28,8 @@ return 1
 });
 
 /// Compare-and-swap of a run's JSON. KEYS: run hash, output, output tail. ARGV: expected
-/// version, json, ttl ms. Returns 1 written, 0 stale or missing.
+/// version, json, ttl ms, the run-change channel and message (see `wake.rs`). Returns 1
+/// written (and announced), 0 stale or missing.
 static SWAP_RUN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -42,6 +44,7 @@ for i = 2, 3 do
     redis.call('PEXPIRE', KEYS[i], ARGV[3])
   end
 end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 "#,
     )
@@ -50,7 +53,8 @@ return 1
 /// Counts a chunk of output and keeps what fits under the cap as the head; what comes after a
 /// full head goes to the tail, which is cut back to its last `cap` bytes whenever it holds
 /// twice that (so each byte is copied at most once more). KEYS: run hash, output, output tail.
-/// ARGV: chunk, cap, ttl ms. Returns {kept, total}. A run that is gone counts nothing.
+/// ARGV: chunk, cap, ttl ms, the run-change channel and message (see `wake.rs`). Returns
+/// {kept, total}. A run that is gone counts nothing and announces nothing.
 static APPEND_OUTPUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -74,6 +78,7 @@ if string.len(rest) > 0 and cap > 0 then
   end
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {kept, total}
 "#,
     )
@@ -145,9 +150,14 @@ impl RedisStore {
                     .key(self.keys().run_output_tail(id))
                     .arg(expected)
                     .arg(json)
-                    .arg(ms(RUN_RETENTION)),
+                    .arg(ms(RUN_RETENTION))
+                    .arg(runs_channel(self.keys().prefix()))
+                    .arg(change_message(&self.inner.origin, id)),
             )
             .await?;
+        if written == 1 {
+            self.wake_local(id);
+        }
         Ok(written == 1)
     }
 
@@ -165,9 +175,12 @@ impl RedisStore {
                     .key(self.keys().run_output_tail(id))
                     .arg(chunk)
                     .arg(cap)
-                    .arg(ms(RUN_RETENTION)),
+                    .arg(ms(RUN_RETENTION))
+                    .arg(runs_channel(self.keys().prefix()))
+                    .arg(change_message(&self.inner.origin, id)),
             )
             .await?;
+        self.wake_local(id);
         Ok(OutputCount { kept, total })
     }
 
