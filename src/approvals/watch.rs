@@ -282,7 +282,16 @@ async fn burst(
             crate::metrics::watch("burst", "alert");
             return Ok(true);
         }
-        match grow_alert(svc, &rule.name, &alert, &members, now).await? {
+        // Each delivery adds its own sandbox (the one that opened the alert added those before
+        // it): reading every member again on every delivery would cost a burst of N creations
+        // N² reads.
+        let own: Vec<(SandboxId, DateTime<Utc>)> = members
+            .iter()
+            .filter(|(s, _)| s == &event.sandbox)
+            .cloned()
+            .collect();
+        let last_at = members.last().map_or(now, |m| m.1);
+        match grow_alert(svc, &rule.name, &alert, &own, (members.len(), last_at), now).await? {
             true => {
                 crate::metrics::watch("burst", "grown");
                 return Ok(true);
@@ -316,6 +325,39 @@ async fn burst(
     Err(WatchError::Open(format!(
         "the burst alert of {group} kept changing while this creation was added"
     )))
+}
+
+/// How often a growing alert's message is rewritten (per replica): Slack allows about one
+/// `chat.update` a second per channel, and a burst can bring hundreds of creations a second.
+const ALERT_REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+/// Alerts with a rewrite scheduled on this replica.
+static REFRESH_SCHEDULED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<ListId>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Rewrites the alert's message within [`ALERT_REFRESH_EVERY`], once for every growth until then.
+fn refresh_soon(svc: &Services, id: &ListId) {
+    {
+        let mut scheduled = REFRESH_SCHEDULED.lock().unwrap_or_else(|e| e.into_inner());
+        if !scheduled.insert(id.clone()) {
+            return;
+        }
+    }
+    let (svc, id) = (svc.clone(), id.clone());
+    let tasks = svc.tasks.clone();
+    tasks.spawn(async move {
+        tokio::time::sleep(ALERT_REFRESH_EVERY).await;
+        REFRESH_SCHEDULED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        match svc.store.get_list(&id).await {
+            Ok(list) => super::list::refresh(&svc, &list).await,
+            Err(e) => {
+                tracing::warn!(list = %id, error = %e, "a burst alert could not be rewritten")
+            }
+        }
+    });
 }
 
 /// The creations of the busiest `within`-long window that holds `at`, by time.
@@ -480,7 +522,8 @@ async fn open_alert(
         })),
     };
     svc.store.create_list(&list).await?;
-    grow_alert(svc, &rule.name, id, members, now).await?;
+    let last_at = members.last().map_or(now, |m| m.1);
+    grow_alert(svc, &rule.name, id, members, (members.len(), last_at), now).await?;
     // Posted as it stands now (other deliveries may have grown it meanwhile); a growth that
     // lands while it is being posted updates the message after.
     let latest = svc.store.get_list(id).await?;
@@ -499,6 +542,7 @@ async fn grow_alert(
     rule: &str,
     id: &ListId,
     members: &[(SandboxId, DateTime<Utc>)],
+    (count, last_at): (usize, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Result<bool, WatchError> {
     // The replica that claimed it stores it one round trip after the claim.
@@ -531,12 +575,12 @@ async fn grow_alert(
     let event = ListEvent::Grow {
         group: 0,
         items,
-        count: members.len(),
-        last_at: members.last().map_or(now, |m| m.1),
+        count,
+        last_at,
     };
     match svc.store.update_list(id, event, now).await? {
-        ListUpdated::Applied(list) => {
-            super::list::refresh(svc, &list).await;
+        ListUpdated::Applied(_) => {
+            refresh_soon(svc, id);
             Ok(true)
         }
         // Decided meanwhile: the items just opened stay as cases of their own, without a card

@@ -42,8 +42,8 @@ mod push_tests;
 mod queue;
 mod restore;
 mod runs;
-mod watch;
 mod wake;
+mod watch;
 
 /// Longest wait for a TCP connection to Redis.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
