@@ -32,6 +32,9 @@ use crate::watch::{BurstRule, CreationRule, MAX_BURST_ITEMS, RuleKind, Then, Wat
 const READ_CONCURRENCY: usize = 8;
 /// Attempts to find or make the burst's open alert when replicas race.
 const ALERT_ATTEMPTS: usize = 4;
+/// Rounds of compare-and-swap attempts one growth makes before it gives up (each round is the
+/// store's own retries).
+const GROW_ATTEMPTS: u32 = 20;
 /// How long a delivery waits for an alert another replica claimed to be stored, before it
 /// takes the claim over (that replica died between the two).
 const CLAIMED_ALERT_PATIENCE: Duration = Duration::from_secs(3);
@@ -578,7 +581,20 @@ async fn grow_alert(
         count,
         last_at,
     };
-    match svc.store.update_list(id, event, now).await? {
+    // A burst's deliveries all grow the same alert at once; each owns its sandbox's place in it
+    // (its webhook was answered already), so a lost race is retried, not given up.
+    let mut attempt = 0u32;
+    let updated = loop {
+        match svc.store.update_list(id, event.clone(), now).await {
+            Err(StoreError::Conflict(_)) if attempt < GROW_ATTEMPTS => {
+                attempt += 1;
+                let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0] % 40);
+                tokio::time::sleep(Duration::from_millis(10 + jitter)).await;
+            }
+            other => break other?,
+        }
+    };
+    match updated {
         ListUpdated::Applied(_) => {
             refresh_soon(svc, id);
             Ok(true)
