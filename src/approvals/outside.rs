@@ -26,7 +26,8 @@ pub enum Applied {
     Watched,
 }
 
-/// Why an event was not handled; its next delivery (or poll) handles it again.
+/// Why an event was not handled; the poller's next read handles it again (a webhook delivery was
+/// answered already, so E2B does not deliver it again).
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
     #[error(transparent)]

@@ -4,8 +4,8 @@
 //! event already seen (E2B retries a delivery, so the same event id arrives twice, late, or out of
 //! order) is answered 200 and changes nothing. The answer comes at once: what the event does to
 //! cases and cards happens afterwards in a tracked task, so E2B's delivery timeout never fires
-//! on Steward's work. When that work fails, the event's mark is forgotten, so E2B's retry (or the
-//! next delivery of the same event) does it again.
+//! on Steward's work. When that work fails, the event's mark is forgotten, so the poller's next
+//! read of E2B's events API does it again (E2B does not deliver an event again once answered 200).
 //!
 //! Answers: 200 `{"ok":true}` (or `"duplicate":true`); 401 mis-signed or unsigned; 400 not an
 //! event; 413 over the cap; 404 when no secret is configured (the route is off); 503 when Redis
@@ -113,7 +113,7 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
             }
             Err(e) => {
                 crate::metrics::e2b_event(event.kind.as_str(), "failed");
-                tracing::warn!(event = %event.id, error = %e, "E2B lifecycle event not handled; its next delivery will be");
+                tracing::warn!(event = %event.id, error = %e, "E2B lifecycle event not handled; the poller's next read will handle it (E2B does not deliver it again after a 200)");
                 if let Err(e) = svc.store.forget_first_time(&mark).await {
                     tracing::warn!(event = %event.id, error = %e, "could not forget the event's mark");
                 }
