@@ -425,3 +425,55 @@ async fn a_case_card_shows_the_sandboxs_lifecycle_as_e2b_reported_it() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_whose_sandbox_is_already_gone_raises_nothing() {
+    let app = app(r#"
+[[watch]]
+name = "needs-owner"
+require_metadata = ["owner"]
+"#)
+    .await;
+    // A signed `created` event for a sandbox E2B no longer has (killed before it was handled).
+    let body = serde_json::to_vec(&json!({
+        "version": "v1", "id": "ev-gone-1", "type": "sandbox.lifecycle.created",
+        "eventData": {"sandbox_metadata": {}}, "sandboxBuildId": "b", "sandboxExecutionId": "x",
+        "sandboxId": "igone0000000000000001", "sandboxTeamId": "t",
+        "sandboxTemplateId": "base", "timestamp": "2026-12-07T10:00:00Z",
+    }))
+    .unwrap();
+    let secret = secrecy::SecretString::from(SECRET.to_owned());
+    let r = app
+        .http
+        .post(format!("{}/e2b/webhook", app.address))
+        .header("content-type", "application/json")
+        .header("e2b-signature-version", "v1")
+        .header(
+            "e2b-signature",
+            sandbox_steward::lifecycle::signature(&secret, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    wait_until("the event is handled", || async {
+        let metrics = app
+            .http
+            .get(format!("{}/metrics", app.address))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics
+            .contains(r#"steward_e2b_events_total{event="created",outcome="no_case"} 1"#)
+            .then_some(())
+    })
+    .await;
+    assert!(case_of(&app, "igone0000000000000001").await.is_none());
+    assert!(approvals_texts(&app).is_empty());
+    let calls = app.e2b_calls().await;
+    assert_eq!(calls.get("get").copied(), Some(1), "read once: {calls:?}");
+}
