@@ -102,11 +102,6 @@ struct WireData {
 /// delivery nor the poller's catch-up brings one back after its mark is gone.
 pub const DEDUPE_TTL: std::time::Duration = std::time::Duration::from_secs(8 * 24 * 3600);
 
-/// The name of the mark that says event `id` was handled (by webhook or poll).
-pub fn dedupe_key(id: &str) -> String {
-    format!("e2b-event:{id}")
-}
-
 /// The longest event id or sandbox id Steward accepts (E2B's are UUIDs and 20-character ids).
 const MAX_ID_LEN: usize = 128;
 

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::{Services, audit, refresh_card};
 use crate::cases::{CaseState, Event, Subject};
 use crate::lifecycle::{EventKind, LifecycleEvent};
-use crate::store::{Actor, StoreError, Updated};
+use crate::store::{Actor, Store, StoreError, TakenEvent, Updated};
 
 /// What an event did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,17 +89,63 @@ fn ended_sentence(event: &LifecycleEvent) -> String {
     )
 }
 
-/// Applies one event to the case about its sandbox, if any.
+/// What taking an event left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Taken before: nothing to do.
+    Repeat,
+    /// New, and recorded as the sandbox's history; no case is about the sandbox and no
+    /// `[[watch]]` rule looks at this kind of event, so that was all ([`Applied::NoCase`]).
+    Recorded,
+    /// New and recorded; [`apply_event`] has work to do.
+    ToApply,
+}
+
+/// Takes `event` by its id (webhook and poller share the marks): the first time it is kept as
+/// the sandbox's history, so a case opened for it (now, by a rule, or later) shows E2B's own
+/// account of its life, and the answer says whether [`apply_event`] has anything left to do.
+/// One store round trip, which for most events (sandboxes without a case) is the whole work.
+/// `watching` is whether any `[[watch]]` rule is configured.
+pub async fn take(
+    store: &Store,
+    watching: bool,
+    event: &LifecycleEvent,
+) -> Result<Taken, StoreError> {
+    let taken = store
+        .take_event(
+            &event.sandbox,
+            &event.id,
+            event.at,
+            event.kind.as_str(),
+            crate::lifecycle::DEDUPE_TTL,
+        )
+        .await?;
+    Ok(match taken {
+        TakenEvent::Repeat => Taken::Repeat,
+        TakenEvent::New { case_open } => {
+            if case_open || (watching && event.kind == EventKind::Created) {
+                Taken::ToApply
+            } else {
+                Taken::Recorded
+            }
+        }
+    })
+}
+
+/// Forgets that `event` was taken: its work failed, and the poller's next read takes it again.
+pub async fn forget(store: &Store, event: &LifecycleEvent) {
+    if let Err(e) = store.forget_event(&event.sandbox, &event.id).await {
+        tracing::warn!(event = %event.id, error = %e, "could not forget the event's mark");
+    }
+}
+
+/// Applies one event, taken with [`take`], to the case about its sandbox, if any, and to the
+/// `[[watch]]` rules.
 pub async fn apply_event(
     svc: &Services,
     event: &LifecycleEvent,
     now: DateTime<Utc>,
 ) -> Result<Applied, EventError> {
-    // Every event is kept as the sandbox's history first, so a case opened for it (now, by a
-    // rule below, or later) shows E2B's own account of its life.
-    svc.store
-        .record_lifecycle(&event.sandbox, event.at, event.kind.as_str())
-        .await?;
     if event.kind == EventKind::Created && !svc.watch.is_empty() {
         let raised = super::watch::on_created(svc, event, now).await?;
         if raised.any() {
@@ -221,17 +267,18 @@ pub async fn poll_once(
         if !seen.insert(event.id.clone()) {
             continue;
         }
-        let mark = crate::lifecycle::dedupe_key(&event.id);
-        let first = svc
-            .store
-            .first_time(&mark, crate::lifecycle::DEDUPE_TTL)
+        let taken = take(&svc.store, !svc.watch.is_empty(), &event)
             .await
             .map_err(|e| e.to_string())?;
-        if !first {
-            newest_handled = Some(event.at);
-            continue;
-        }
-        match apply_event(svc, &event, now).await {
+        let applied = match taken {
+            Taken::Repeat => {
+                newest_handled = Some(event.at);
+                continue;
+            }
+            Taken::Recorded => Ok(Applied::NoCase),
+            Taken::ToApply => apply_event(svc, &event, now).await,
+        };
+        match applied {
             Ok(applied) => {
                 crate::metrics::e2b_event(event.kind.as_str(), applied.as_str());
                 figures.new += 1;
@@ -239,7 +286,7 @@ pub async fn poll_once(
             }
             Err(e) => {
                 crate::metrics::e2b_event(event.kind.as_str(), "failed");
-                let _ = svc.store.forget_first_time(&mark).await;
+                forget(&svc.store, &event).await;
                 return Err(format!("event {}: {e}", event.id));
             }
         }

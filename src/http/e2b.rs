@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::{AppState, header_str};
+use crate::approvals::outside::{self, Applied, Taken};
 use crate::lifecycle::{self, LifecycleEvent};
 use crate::telemetry::WarnGate;
 
@@ -87,13 +88,18 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
             return refuse(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
-    let mark = lifecycle::dedupe_key(&event.id);
-    match state.store.first_time(&mark, lifecycle::DEDUPE_TTL).await {
-        Ok(true) => {}
-        Ok(false) => {
+    match outside::take(&state.store, !state.watch.is_empty(), &event).await {
+        Ok(Taken::ToApply) => {}
+        Ok(Taken::Recorded) => {
+            // No case and no rule: recording the sandbox's history was the whole work.
+            crate::metrics::e2b_event(event.kind.as_str(), Applied::NoCase.as_str());
+            tracing::debug!(event = %event.id, kind = event.kind.as_str(), sandbox = %event.sandbox, "E2B lifecycle event recorded (no case)");
+            return ok();
+        }
+        Ok(Taken::Repeat) => {
             tracing::debug!(event = %event.id, "E2B event already handled");
             crate::metrics::e2b_event(event.kind.as_str(), "duplicate");
-            return (StatusCode::OK, Json(json!({"ok": true, "duplicate": true}))).into_response();
+            return json_text(r#"{"ok":true,"duplicate":true}"#);
         }
         Err(e) => {
             tracing::warn!(error = %e, "E2B webhook: the store could not say whether the event is new");
@@ -106,7 +112,7 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
     let svc = state.services();
     state.tasks.spawn(async move {
         let now = chrono::Utc::now();
-        match crate::approvals::outside::apply_event(&svc, &event, now).await {
+        match outside::apply_event(&svc, &event, now).await {
             Ok(applied) => {
                 crate::metrics::e2b_event(event.kind.as_str(), applied.as_str());
                 tracing::info!(event = %event.id, kind = event.kind.as_str(), sandbox = %event.sandbox, ?applied, "E2B lifecycle event handled");
@@ -114,11 +120,18 @@ pub async fn webhook(State(state): State<AppState>, request: Request) -> Respons
             Err(e) => {
                 crate::metrics::e2b_event(event.kind.as_str(), "failed");
                 tracing::warn!(event = %event.id, error = %e, "E2B lifecycle event not handled; the poller's next read will handle it (E2B does not deliver it again after a 200)");
-                if let Err(e) = svc.store.forget_first_time(&mark).await {
-                    tracing::warn!(event = %event.id, error = %e, "could not forget the event's mark");
-                }
+                outside::forget(&svc.store, &event).await;
             }
         }
     });
-    (StatusCode::OK, Json(json!({"ok": true}))).into_response()
+    ok()
+}
+
+/// 200 `{"ok":true}`, written without building JSON: E2B's deliveries are the hot path here.
+fn ok() -> Response {
+    json_text(r#"{"ok":true}"#)
+}
+
+fn json_text(text: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }

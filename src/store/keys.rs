@@ -31,6 +31,10 @@
 //! - `P:click:{<case_id>}:<mark>` (string with a TTL): a click on the case's card was seen; in
 //!   the case-subject pointer's slot, so one script sets it and follows the pointer.
 //! - `P:sweep:last-completed` (string, RFC 3339): the scheduled slot of the last finished sweep.
+//! - `P:lifecycle:{sNN}:S` (list of `"<ms> <kind>"`, capped) and `P:e2b-event:{sNN}:<event_id>`
+//!   (string with a TTL): a sandbox's recent E2B lifecycle events and the marks of events taken,
+//!   in the sandbox subject's shard so one script marks an event, records it and reads the open
+//!   pointer.
 //! - `P:run:{<run_id>}` (hash `v`, `json`, `total`): one run's record (JSON only `runs` reads),
 //!   its version for compare-and-swap, and how many output bytes it produced in all.
 //! - `P:run-out:{<run_id>}` (string): the run's output as kept (up to its cap).
@@ -224,9 +228,21 @@ impl Keys {
         format!("{}:sweep:last-completed", self.prefix)
     }
 
-    /// A sandbox's recent lifecycle events (a capped list of `"<ms> <kind>"`).
+    /// A sandbox's recent lifecycle events (a capped list of `"<ms> <kind>"`), in the slot of
+    /// the sandbox's open-case pointer ([`Keys::open_case`]).
     pub fn sandbox_lifecycle(&self, sandbox: &str) -> String {
-        format!("{}:lifecycle:{}", self.prefix, sandbox)
+        let subject_key = format!("sandbox:{sandbox}");
+        let tag = tag(shard_of(&subject_key));
+        format!("{}:lifecycle:{tag}:{subject_key}", self.prefix)
+    }
+
+    /// The mark that says E2B lifecycle event `event` (about `sandbox`) was taken, in the slot of
+    /// the sandbox's lifecycle and open-case pointer, so one script sets it, records the event
+    /// and says whether a case is open.
+    pub fn e2b_event(&self, sandbox: &str, event: &str) -> String {
+        let subject_key = format!("sandbox:{sandbox}");
+        let tag = tag(shard_of(&subject_key));
+        format!("{}:e2b-event:{tag}:{event}", self.prefix)
     }
 
     /// A `[[watch]]` burst rule's recent creations in one group (zset scored by ms).

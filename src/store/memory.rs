@@ -1013,12 +1013,21 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    pub(crate) async fn record_lifecycle(
+    pub(crate) async fn take_event(
         &self,
         sandbox: &str,
+        event: &str,
         entry: &str,
-        _ttl: Duration,
-    ) -> Result<(), StoreError> {
+        mark_ttl: Duration,
+        _lifecycle_ttl: Duration,
+    ) -> Result<Option<bool>, StoreError> {
+        // Its own key space, as in Redis: an event mark never collides with a `first_time` key.
+        if !self
+            .first_time(&format!("\0e2b-event:{sandbox}:{event}"), mark_ttl)
+            .await?
+        {
+            return Ok(None);
+        }
         let mut s = self.lock();
         let list = s.lifecycles.entry(sandbox.to_owned()).or_default();
         if !list.iter().any(|e| e == entry) {
@@ -1028,7 +1037,12 @@ impl MemoryStore {
                 list.drain(..list.len() - kept);
             }
         }
-        Ok(())
+        Ok(Some(s.open.contains_key(&format!("sandbox:{sandbox}"))))
+    }
+
+    pub(crate) async fn forget_event(&self, sandbox: &str, event: &str) -> Result<(), StoreError> {
+        self.forget_first_time(&format!("\0e2b-event:{sandbox}:{event}"))
+            .await
     }
 
     pub(crate) async fn lifecycle_of(&self, sandbox: &str) -> Result<Vec<String>, StoreError> {

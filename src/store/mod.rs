@@ -31,6 +31,7 @@ pub use settings::RedisSettings;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use wake::RunWatch;
+pub use watch::TakenEvent;
 
 /// How many times [`Store::update_case`] re-reads and re-applies after losing a race before it
 /// gives up with [`StoreError::Conflict`]. Each retry means another writer made progress.

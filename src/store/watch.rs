@@ -29,22 +29,47 @@ pub const LIFECYCLE_TTL: Duration = Duration::from_secs(8 * 24 * 3600);
 /// After a `killed` event: no case will be opened for it any more.
 pub const LIFECYCLE_TTL_ENDED: Duration = Duration::from_secs(3600);
 
+/// What [`Store::take_event`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakenEvent {
+    /// Taken before (a retried or late delivery, or the poller's overlap).
+    Repeat,
+    /// Taken now; `case_open` when the sandbox had an open case at that moment.
+    New { case_open: bool },
+}
+
 impl Store {
-    /// Appends one lifecycle event (`created`, `paused`, ...) to `sandbox`'s recent history.
-    /// A repeat of the same event (same kind, same time) is kept once.
-    pub async fn record_lifecycle(
+    /// Takes E2B lifecycle event `event` (its id) about `sandbox`, by webhook or poll: the first
+    /// time, marks it taken for `mark_ttl`, appends it (`created`, `paused`, ... at `at`) to the
+    /// sandbox's recent history and says whether the sandbox has an open case; a repeat changes
+    /// nothing. One round trip: most events are about sandboxes without a case, and for them
+    /// this is all the work there is.
+    pub async fn take_event(
         &self,
         sandbox: &SandboxId,
+        event: &str,
         at: DateTime<Utc>,
         kind: &str,
-    ) -> Result<(), StoreError> {
-        let ttl = if kind == "killed" {
+        mark_ttl: Duration,
+    ) -> Result<TakenEvent, StoreError> {
+        let lifecycle_ttl = if kind == "killed" {
             LIFECYCLE_TTL_ENDED
         } else {
             LIFECYCLE_TTL
         };
         let entry = format!("{} {kind}", at.timestamp_millis());
-        delegate!(self.record_lifecycle(sandbox.as_str(), &entry, ttl))
+        let taken: Option<bool> =
+            delegate!(self.take_event(sandbox.as_str(), event, &entry, mark_ttl, lifecycle_ttl))?;
+        Ok(match taken {
+            None => TakenEvent::Repeat,
+            Some(case_open) => TakenEvent::New { case_open },
+        })
+    }
+
+    /// Forgets that `event` was taken (its work failed), so the next delivery or poll takes it
+    /// again. Its lifecycle entry stays: taking it again does not add it twice.
+    pub async fn forget_event(&self, sandbox: &SandboxId, event: &str) -> Result<(), StoreError> {
+        delegate!(self.forget_event(sandbox.as_str(), event))
     }
 
     /// `sandbox`'s recent lifecycle, oldest first.

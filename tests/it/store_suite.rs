@@ -94,6 +94,7 @@ suite!(
     queue_figures_count_unacknowledged_jobs_and_date_the_oldest,
     a_first_click_reads_its_case_and_a_repeat_or_a_missing_case_says_so,
     a_waiting_job_knows_its_place_in_its_lane_until_a_worker_takes_it,
+    an_e2b_event_is_taken_once_with_its_history_and_says_whether_a_case_is_open,
 );
 
 /// A click: the first one with a mark reads the case (for subjects in every shard, since the
@@ -474,6 +475,53 @@ async fn repeated_payloads_are_seen_only_once(store: Store) {
             .await
             .unwrap()
     );
+}
+
+/// An E2B lifecycle event is taken once by its id (webhook and poller share the mark): the
+/// first time it joins its sandbox's history and says whether the sandbox has an open case; a
+/// repeat changes nothing; a forgotten event (its work failed) is taken again without a second
+/// history entry. On the Cluster this also proves the mark, the history and the open pointer
+/// share a slot (the script touches all three).
+async fn an_e2b_event_is_taken_once_with_its_history_and_says_whether_a_case_is_open(store: Store) {
+    use sandbox_steward::store::TakenEvent;
+    let ttl = Duration::from_secs(60);
+    let at = DateTime::parse_from_rfc3339("2026-12-07T10:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    for n in 0..8 {
+        // Sandboxes in several shards.
+        let sandbox = SandboxId::parse(format!(
+            "itake{n}{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ))
+        .unwrap();
+        let event = format!("ev-{}", uuid::Uuid::new_v4());
+        let take = || store.take_event(&sandbox, &event, at, "paused", ttl);
+        assert_eq!(take().await.unwrap(), TakenEvent::New { case_open: false });
+        assert_eq!(take().await.unwrap(), TakenEvent::Repeat);
+        store.forget_event(&sandbox, &event).await.unwrap();
+        assert_eq!(take().await.unwrap(), TakenEvent::New { case_open: false });
+        let history = store.lifecycle_of(&sandbox).await.unwrap();
+        assert_eq!(history, vec![(at, "paused".to_owned())], "kept once");
+
+        let subject = Subject::Sandbox(sandbox.clone());
+        open(&store, &subject).await;
+        let later = format!("ev-{}", uuid::Uuid::new_v4());
+        assert_eq!(
+            store
+                .take_event(
+                    &sandbox,
+                    &later,
+                    at + chrono::Duration::seconds(5),
+                    "resumed",
+                    ttl
+                )
+                .await
+                .unwrap(),
+            TakenEvent::New { case_open: true }
+        );
+        assert_eq!(store.lifecycle_of(&sandbox).await.unwrap().len(), 2);
+    }
 }
 
 fn job_for(case: &Case, option: DecisionOption) -> Job {

@@ -34,36 +34,64 @@ return cur
     )
 });
 
-/// KEYS: the sandbox's lifecycle list. ARGV: entry, kept, ttl ms. A repeat is not added again.
-static RECORD_LIFECYCLE: LazyLock<Script> = LazyLock::new(|| {
+/// KEYS: 1 the event's mark, 2 the sandbox's lifecycle list, 3 its open-case pointer (one
+/// slot). ARGV: 1 mark ttl ms, 2 lifecycle entry, 3 entries kept, 4 lifecycle ttl ms.
+/// Returns 0 a repeat (nothing changed), 1 new with no open case, 2 new with one. A repeat of
+/// an entry already in the list is not added again.
+static TAKE_EVENT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local seen = redis.call('LPOS', KEYS[1], ARGV[1])
-if not seen then
-  redis.call('RPUSH', KEYS[1], ARGV[1])
-  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if not redis.call('LPOS', KEYS[2], ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return 2
+end
 return 1
 "#,
     )
 });
 
 impl RedisStore {
-    pub(crate) async fn record_lifecycle(
+    pub(crate) async fn take_event(
         &self,
         sandbox: &str,
+        event: &str,
         entry: &str,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let _: i64 = self
+        mark_ttl: Duration,
+        lifecycle_ttl: Duration,
+    ) -> Result<Option<bool>, StoreError> {
+        let keys = self.keys();
+        let taken: i64 = self
             .invoke(
-                RECORD_LIFECYCLE
-                    .key(self.keys().sandbox_lifecycle(sandbox))
+                TAKE_EVENT
+                    .key(keys.e2b_event(sandbox, event))
+                    .key(keys.sandbox_lifecycle(sandbox))
+                    .key(keys.open_case_by_subject_key(&format!("sandbox:{sandbox}")))
+                    .arg(ms(mark_ttl).max(1))
                     .arg(entry)
                     .arg(crate::store::watch::LIFECYCLE_KEPT)
-                    .arg(ms(ttl).max(1)),
+                    .arg(ms(lifecycle_ttl).max(1)),
             )
+            .await?;
+        match taken {
+            0 => Ok(None),
+            1 => Ok(Some(false)),
+            2 => Ok(Some(true)),
+            other => Err(StoreError::Corrupt(format!(
+                "the event intake script answered {other}"
+            ))),
+        }
+    }
+
+    pub(crate) async fn forget_event(&self, sandbox: &str, event: &str) -> Result<(), StoreError> {
+        let _: i64 = self
+            .query(redis::cmd("DEL").arg(self.keys().e2b_event(sandbox, event)))
             .await?;
         Ok(())
     }
