@@ -9,8 +9,8 @@
 # (`e2b-signature` v1) for sandboxes without a case, so each is checked (size cap, signature),
 # parsed, deduplicated in Redis and answered; the work after the answer (the case lookup) is
 # part of the server core's load. KINDS="new repeat" (default): `new` sends events never seen
-# before (EVENTS of them per run, more than a run sends); `repeat` sends the same events again,
-# every one a duplicate. Steward's own /metrics counts how each was taken, so a run that sent more
+# before (EVENTS of them per run, more than a run sends); `repeat` sends 20,000 events again and
+# again after a warm-up that sent each once, every one a duplicate. Steward's own /metrics counts how each was taken, so a run that sent more
 # events than it had (they would come round again as duplicates) is reported, not hidden.
 #
 # Environment: STEWARD_BIN (target/release/steward), SERVER_CPUS (1), LOADGEN_CPUS (0),
@@ -112,13 +112,19 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 for run in $(seq "$REPEAT"); do
-  make_events "r$run" "$SCRATCH/r$run.lua"
   for kind in $KINDS; do
-    # warm-up: 2 s of events of their own, so the measured run's are still all new
-    make_events "w$run$kind" "$SCRATCH/warm.lua"
+    if [ "$kind" = new ]; then
+      # warm-up: 2 s of events of their own, so the measured run's are still all new
+      make_events "r$run" "$SCRATCH/run.lua"
+      make_events "w$run" "$SCRATCH/warm.lua"
+    else
+      # 20,000 events, every one sent in the warm-up (2 s), so the measured run only repeats
+      EVENTS=20000 make_events "p$run" "$SCRATCH/run.lua"
+      cp "$SCRATCH/run.lua" "$SCRATCH/warm.lua"
+    fi
     taskset -c "$LOADGEN_CPUS" wrk -t 1 -c "$CONNECTIONS" -d 2s -s "$SCRATCH/events.lua" "$URL" -- "$SCRATCH/warm.lua" > /dev/null
     read -r n0 d0 < <(taken)
-    line=$(taskset -c "$LOADGEN_CPUS" wrk -t 1 -c "$CONNECTIONS" -d "${DURATION}s" -s "$SCRATCH/events.lua" "$URL" -- "$SCRATCH/r$run.lua" | grep '^RESULT')
+    line=$(taskset -c "$LOADGEN_CPUS" wrk -t 1 -c "$CONNECTIONS" -d "${DURATION}s" -s "$SCRATCH/events.lua" "$URL" -- "$SCRATCH/run.lua" | grep '^RESULT')
     read -r n1 d1 < <(taken)
     line="$line new=$((n1 - n0)) duplicate=$((d1 - d0))"
     echo "$kind run $run: $line"

@@ -233,3 +233,72 @@ async fn clicks_ready_together_share_a_round_trip_and_are_each_answered_once() {
         cases.len()
     );
 }
+
+/// E2B events and clicks that are ready together share pipelines, each answered as if alone (an
+/// event is new once, then a repeat). After `SCRIPT FLUSH` a batch that mixes both scripts has
+/// each loaded again, and every call still answers. (On one thread the multiplexed connection
+/// coalesces writes by itself, so the read count bounds round trips but does not tell the
+/// batcher from it.)
+#[tokio::test(flavor = "current_thread")]
+async fn events_and_clicks_ready_together_share_a_round_trip_and_survive_a_script_flush() {
+    use sandbox_steward::store::TakenEvent;
+    let server = ThrowawayRedis::start();
+    let store = store_on(&server).await;
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let sandbox = SandboxId::parse("sbx-events").unwrap();
+    let at = Utc::now();
+    let take_all = |round: &'static str| {
+        let tasks: Vec<_> = (0..60)
+            .map(|i| {
+                let (store, sandbox) = (store.clone(), sandbox.clone());
+                tokio::spawn(async move {
+                    // Every event twice: the second of each pair is a repeat.
+                    let id = format!("{round}-{}", i / 2);
+                    if i % 3 == 0 {
+                        let clicked = store
+                            .first_click(&CaseId::generate(), "U1", Duration::from_secs(60))
+                            .await
+                            .unwrap();
+                        assert!(matches!(clicked, FirstClick::Missing), "{clicked:?}");
+                    }
+                    store
+                        .take_event(&sandbox, &id, at, "paused", Duration::from_secs(60))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect::<Vec<_>>();
+        async move {
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(t.await.unwrap());
+            }
+            answers
+        }
+    };
+    let before = reads_processed(&mut redis).await;
+    let answers = take_all("a").await;
+    let reads = reads_processed(&mut redis).await - before;
+    let new = answers
+        .iter()
+        .filter(|a| matches!(a, TakenEvent::New { case_open: false }))
+        .count();
+    assert_eq!(new, 30, "{answers:?}");
+    assert!(reads < 20, "{reads} reads for 80 calls: one each");
+
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let answers = take_all("b").await;
+    assert_eq!(
+        answers.iter().filter(|a| **a == TakenEvent::Repeat).count(),
+        30
+    );
+    assert_eq!(store.lifecycle_of(&sandbox).await.unwrap().len(), 1);
+}

@@ -7,13 +7,12 @@
 //! [`Keys::case_by_subject_key`](crate::store::keys::Keys::case_by_subject_key) does. On a Redis
 //! Cluster a script may only touch its own slot, so there the script stops at the pointer and
 //! the case is read with a second command. This file must not decide what a click means.
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
-use tokio::sync::{mpsc, oneshot};
+use redis::{Cmd, Script, Value};
 
-use super::{Client, Conn, RedisStore, map_err, ms};
+use super::{Client, RedisStore, batch, ms};
 use crate::ids::CaseId;
 use crate::store::keys::INDEX_SHARDS;
 use crate::store::{FirstClick, StoreError, decode};
@@ -77,19 +76,11 @@ fn cluster_click_script(
 }
 
 /// The click script as one `EVALSHA` command, for a batch on one server (where the script reads
-/// the case itself). Built straight into the command's buffer: a `ScriptInvocation` copies every
-/// key and argument once into its own vectors and once more into the command it sends.
+/// the case itself).
 fn click_cmd(mark_key: &str, subject_key: &str, ttl_ms: u64, prefix: &str, case: &CaseId) -> Cmd {
-    let data = FIRST_CLICK.get_hash().len()
-        + mark_key.len()
-        + subject_key.len()
-        + prefix.len()
-        + case.as_str().len()
-        + 48;
-    let mut cmd = Cmd::with_capacity(10, data);
-    cmd.arg("EVALSHA")
-        .arg(FIRST_CLICK.get_hash())
-        .arg(2)
+    let data = mark_key.len() + subject_key.len() + prefix.len() + case.as_str().len() + 40;
+    let mut cmd = batch::evalsha(&FIRST_CLICK, 8, data);
+    cmd.arg(2)
         .arg(mark_key)
         .arg(subject_key)
         .arg(ttl_ms)
@@ -126,108 +117,6 @@ fn click_answer(value: Value) -> Result<ClickAnswer, StoreError> {
         2 => Ok(ClickAnswer::Subject(text)),
         3 => Ok(ClickAnswer::Case(text)),
         other => Err(corrupt(other.to_string())),
-    }
-}
-
-/// The most clicks sent in one pipeline.
-const MAX_BATCH: usize = 128;
-
-/// One click's script command, waiting for the next batch.
-struct Waiting {
-    cmd: Cmd,
-    reply: oneshot::Sender<Result<ClickAnswer, StoreError>>,
-}
-
-/// Sends the clicks of one server in batches. Under load many clicks become ready in the same
-/// pass of the scheduler; sent one by one, each is a write to Redis (a system call and a wake-up
-/// of Redis) of its own, which was the larger part of a click's cost after its HTTP answer. The
-/// batching task takes the first waiting click, yields once (so every task that is ready now
-/// runs, and their clicks join), and sends what has gathered as one pipeline of the same script.
-/// Idle, a click waits for nothing: the yield returns at once when nothing else is ready.
-/// Each click still runs as its own script, so batching changes no answer.
-#[derive(Default)]
-pub(super) struct ClickBatcher {
-    queue: OnceLock<mpsc::UnboundedSender<Waiting>>,
-}
-
-impl ClickBatcher {
-    /// Queues `waiting`, starting the batching task on first use; gives the click back when
-    /// there is no task (its runtime has ended), so the caller sends it alone.
-    fn send(&self, conn: &Conn, waiting: Waiting) -> Result<(), Waiting> {
-        let queue = self.queue.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run_batches(rx, conn.clone()));
-            tx
-        });
-        queue.send(waiting).map_err(|e| e.0)
-    }
-}
-
-async fn run_batches(mut queue: mpsc::UnboundedReceiver<Waiting>, conn: Conn) {
-    while let Some(first) = queue.recv().await {
-        let mut batch = vec![first];
-        tokio::task::yield_now().await;
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(waiting) => batch.push(waiting),
-                Err(_) => break,
-            }
-        }
-        // The answer is awaited in a task of its own, so the next batch need not wait for it.
-        tokio::spawn(send_batch(batch, conn.clone()));
-    }
-}
-
-/// Sends one batch and answers each click; clicks that met a Redis without the script (after
-/// a restart or `SCRIPT FLUSH`: the script did not run) are sent again once it is loaded.
-async fn send_batch(batch: Vec<Waiting>, mut conn: Conn) {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    let mut replies = Vec::with_capacity(batch.len());
-    for w in batch {
-        pipe.add_command(w.cmd);
-        replies.push(w.reply);
-    }
-    for attempt in 0..2 {
-        let values: Vec<Value> = match pipe.query_async(&mut conn).await {
-            Ok(values) => values,
-            Err(e) => {
-                let e = map_err(e);
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
-                return;
-            }
-        };
-        let mut again = redis::pipe();
-        again.ignore_errors();
-        let mut again_replies = Vec::new();
-        for ((reply, value), cmd) in replies.into_iter().zip(values).zip(pipe.cmd_iter()) {
-            let answer = match value {
-                Value::ServerError(e) => {
-                    let e = RedisError::from(e);
-                    if attempt == 0 && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-                        again.add_command(cmd.clone());
-                        again_replies.push(reply);
-                        continue;
-                    }
-                    Err(map_err(e))
-                }
-                value => click_answer(value),
-            };
-            let _ = reply.send(answer);
-        }
-        if again_replies.is_empty() {
-            return;
-        }
-        if let Err(e) = FIRST_CLICK.prepare_invoke().load_async(&mut conn).await {
-            let e = map_err(e);
-            for reply in again_replies {
-                let _ = reply.send(Err(e.clone()));
-            }
-            return;
-        }
-        (pipe, replies) = (again, again_replies);
     }
 }
 
@@ -287,32 +176,18 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<ClickAnswer, StoreError> {
         let keys = self.keys();
-        let (reply, answer) = oneshot::channel();
-        let waiting = Waiting {
-            cmd: click_cmd(
-                &keys.click(case, mark),
-                &keys.case_subject(case),
-                ms(ttl),
-                keys.prefix(),
-                case,
-            ),
-            reply,
-        };
-        match self.inner.clicks.send(&self.inner.conn, waiting) {
-            Ok(()) => answer.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "the click's batch was dropped unanswered".into(),
-                ))
-            }),
-            // No batching task (its runtime has ended): the click goes alone.
-            Err(w) => {
-                send_batch(vec![w], self.inner.conn.clone()).await;
-                answer.await.unwrap_or_else(|_| {
-                    Err(StoreError::Unavailable(
-                        "the click was dropped unanswered".into(),
-                    ))
-                })
-            }
-        }
+        let cmd = click_cmd(
+            &keys.click(case, mark),
+            &keys.case_subject(case),
+            ms(ttl),
+            keys.prefix(),
+            case,
+        );
+        click_answer(
+            self.inner
+                .batcher
+                .call(&self.inner.conn, &FIRST_CLICK, cmd)
+                .await?,
+        )
     }
 }

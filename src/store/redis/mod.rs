@@ -34,6 +34,7 @@ use super::keys::Keys;
 use crate::ids::CaseId;
 
 mod audit;
+mod batch;
 mod cases;
 mod click;
 mod leases;
@@ -84,8 +85,8 @@ struct Inner {
     client: Client,
     conn: Conn,
     blocking: Mutex<Vec<Conn>>,
-    /// Clicks on one server go to Redis in batches (see `click.rs`).
-    clicks: click::ClickBatcher,
+    /// Clicks and E2B events on one server go to Redis in batches (see `batch.rs`).
+    batcher: batch::Batcher,
     /// Watches of runs in this process, woken by this store's writes and its subscriber.
     wakers: Arc<crate::store::wake::Wakers>,
     /// The one connection that hears other replicas' run changes (see `wake.rs`).
@@ -375,7 +376,7 @@ impl RedisStore {
                 client,
                 conn,
                 blocking: Mutex::new(Vec::new()),
-                clicks: click::ClickBatcher::default(),
+                batcher: batch::Batcher::default(),
                 wakers: Arc::default(),
                 subscriber: wake::Subscriber::new(subscribers),
                 origin: uuid::Uuid::new_v4().simple().to_string(),
