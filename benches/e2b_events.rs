@@ -8,6 +8,10 @@
 //!    `STEWARD_BENCH_BURST` (default 500) sandboxes created by one owner, 16 at a time, as an agent
 //!    loop would: the time from the first creation to the alert's post, and until the alert lists
 //!    every one, with the Slack calls it took (one post, then updates in place).
+//! 3. **Polling**: a second `steward serve` with no webhook and `[events] poll_every` of
+//!    `STEWARD_BENCH_POLL_EVERY` seconds (default 5); `STEWARD_BENCH_POLLED` (default 12) of its
+//!    kill cases whose sandboxes are killed at the simulator at spread moments of the interval:
+//!    the time until each case is closed by a poll.
 //!
 //! Run with `cargo bench --bench e2b_events`. Webhook deliveries cross real sockets; everything
 //! shares the machine's cores, so the figures are a ceiling for the lag.
@@ -234,6 +238,91 @@ async fn main() -> anyhow::Result<()> {
         listed_at.as_secs_f64()
     );
     println!("  Slack: {posts} post(s), {updates} update(s) of it in place");
+
+    // 3. Polling: a replica E2B cannot reach (no webhook) learns of the kills from the events API.
+    let every = env_or::<u64>("STEWARD_BENCH_POLL_EVERY", 5);
+    let polled_cases = env_or::<usize>("STEWARD_BENCH_POLLED", 12);
+    let polled_prefix = format!("{prefix}-polled");
+    let polled_policy = dir.path().join("polled.toml");
+    std::fs::write(
+        &polled_policy,
+        format!(
+            "[channels]\napprovals = \"{APPROVALS}\"\n[approvals.approvers]\n\
+             kill = {{ anyone = true }}\n[events]\npoll_every = \"{every}s\"\n"
+        ),
+    )?;
+    let env = steward_env([
+        ("SLACK_API_URL", bench.slack.api_url()),
+        ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
+        ("SLACK_SIGNING_SECRET", SECRET.to_owned()),
+        ("E2B_API_URL", e2b.base_url()),
+        ("E2B_API_KEY", E2B_KEY.to_owned()),
+        ("E2B_PROJECT_ID", e2b.team_id().to_owned()),
+        ("E2B_SANDBOX_URL", e2b.envd_url()),
+        ("REDIS_URL", redis_url.clone()),
+        ("STEWARD_REDIS_PREFIX", polled_prefix.clone()),
+        ("STEWARD_CONFIG", polled_policy.display().to_string()),
+    ]);
+    let app = Application::build(Settings::load(&env)?).await?;
+    let polled = Bench {
+        client: bench.client.clone(),
+        base: format!("http://127.0.0.1:{}", app.port()),
+        e2b: bench.e2b.clone(),
+        slack: bench.slack,
+        store: Store::redis(&redis_url, &polled_prefix).await?,
+    };
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let mut opened = Vec::with_capacity(polled_cases);
+    for i in 0..polled_cases {
+        let made = polled
+            .e2b_call(
+                reqwest::Method::POST,
+                "/sandboxes",
+                Some(json!({"templateID": "base", "timeout": 3600})),
+            )
+            .await?;
+        let sandbox = made["sandboxID"].as_str().unwrap_or_default().to_owned();
+        opened.push((
+            sandbox.clone(),
+            polled.open_kill_case(&sandbox, 100_000 + i).await?,
+        ));
+    }
+    let mut lags = Vec::new();
+    for (i, (sandbox, case)) in opened.iter().enumerate() {
+        // Each kill at another moment of the poll interval (a golden-ratio spread), as kills
+        // come: one right after a poll waits the whole interval, one just before it hardly.
+        let phase = (i as f64 * 0.618_034).fract();
+        tokio::time::sleep(Duration::from_secs_f64(phase * every as f64)).await;
+        let started = Instant::now();
+        polled
+            .e2b_call(
+                reqwest::Method::DELETE,
+                &format!("/sandboxes/{sandbox}"),
+                None,
+            )
+            .await?;
+        loop {
+            let c = polled.store.get_case(case).await?;
+            if matches!(c.state, CaseState::EndedOutside { .. }) {
+                lags.push(started.elapsed());
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < PATIENCE,
+                "case {case} never closed by a poll"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    lags.sort();
+    println!(
+        "polling, no webhook: {polled_cases} outside kills, poll every {every} s (target: within the interval + 1 s)"
+    );
+    println!(
+        "  case closed p50 {:.2} s · max {:.2} s",
+        percentile(&lags, 0.50).as_secs_f64(),
+        lags.last().copied().unwrap_or_default().as_secs_f64()
+    );
     Ok(())
 }
 
