@@ -6,13 +6,16 @@
 //! E2B's listing cannot be filtered by sandbox id, so a group's items are read through the
 //! listing E2B can narrow to them: the metadata pairs all of them had when people decided (the
 //! owner, at least), oldest first from the earliest start, page after page. The driver acts on
-//! the items in that same order, so each page read covers the next items in turn. A reading
+//! the items in that same order, so each page read covers the next items in turn; when half a
+//! page of readings is left the next page is read ahead, in the background, one read at a
+//! time, so the turns do not all stop for it. A reading
 //! is used only while it is fresh ([`MAX_READING_AGE`]); an older one is read again. An item
 //! the listing does not show (gone, restarted, its metadata changed) or that the reader cannot
 //! reach within a few pages gets no reading, and the worker re-checks it on its own, as a
 //! single case is re-checked: the batched reading only ever saves calls, it never decides.
 //! This module reads E2B and nothing else: it must not decide, execute or write the store.
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -22,8 +25,12 @@ use crate::ids::SandboxId;
 
 /// How old a batched reading may be when an item's turn comes; older, it is read again.
 pub const MAX_READING_AGE: Duration = Duration::from_secs(5);
-/// Pages one item's turn reads at most looking for it before it is re-checked on its own.
+/// Pages one item's turn reads (or waits for) at most looking for it before it is re-checked
+/// on its own.
 const MAX_PAGES_PER_TURN: usize = 3;
+/// With fewer readings than this left, the next page is read ahead: half a page, which at the
+/// list's concurrency lasts longer than a page read (one listing call and one metrics batch).
+const READ_AHEAD_BELOW: usize = MAX_PAGE_LIMIT as usize / 2;
 
 /// What the batched reading says of one sandbox, and when it was read.
 #[derive(Debug, Clone)]
@@ -48,14 +55,23 @@ struct Cursor {
 struct Inner {
     cursor: Option<Cursor>,
     read: HashMap<SandboxId, Read>,
+    /// A page is being read (by a turn that needed it, or ahead of the turns): one at a time,
+    /// and nobody else reads until it is in.
+    fetching: bool,
 }
 
 /// The batched readings of one approved group's items (shared by the items' workers).
 pub struct Readings {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     e2b: E2bClient,
     query: ListQuery,
     wanted: HashSet<SandboxId>,
     inner: tokio::sync::Mutex<Inner>,
+    /// Told when a page read ends (read or failed).
+    fetched: tokio::sync::Notify,
     /// E2B calls made for readings (pages and metrics batches), for the log.
     calls: std::sync::atomic::AtomicU64,
 }
@@ -103,112 +119,167 @@ impl Readings {
         let earliest = items.clone().map(|(_, s, _)| s).min().flatten();
         let wanted = items.map(|(id, _, _)| id.clone()).collect();
         Self {
-            e2b: e2b.clone(),
-            query: ListQuery {
-                metadata,
-                started_after: earliest,
-                order: Some(Order::Asc),
-                limit: Some(MAX_PAGE_LIMIT),
-                ..ListQuery::default()
-            },
-            wanted,
-            inner: tokio::sync::Mutex::new(Inner::default()),
-            calls: std::sync::atomic::AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                e2b: e2b.clone(),
+                query: ListQuery {
+                    metadata,
+                    started_after: earliest,
+                    order: Some(Order::Asc),
+                    limit: Some(MAX_PAGE_LIMIT),
+                    ..ListQuery::default()
+                },
+                wanted,
+                inner: tokio::sync::Mutex::new(Inner::default()),
+                fetched: tokio::sync::Notify::new(),
+                calls: std::sync::atomic::AtomicU64::new(0),
+            }),
         }
     }
 
     /// E2B calls these readings made so far.
     pub fn calls(&self) -> u64 {
-        self.calls.load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The fresh reading of sandbox `id` (started at `started_at` when people decided), read
     /// now if need be; `None` when the listing does not show it within a few pages (or could
     /// not be read): the caller then re-checks it on its own. Each reading is handed out once.
+    /// When few readings are left, the next page is read ahead in the background, so the
+    /// turns after them find theirs waiting instead of all stopping for the read.
     pub async fn take(&self, id: &SandboxId, started_at: Option<DateTime<Utc>>) -> Option<Read> {
-        let mut inner = self.inner.lock().await;
+        let shared = &self.shared;
         for _ in 0..=MAX_PAGES_PER_TURN {
+            let mut inner = shared.inner.lock().await;
             if let Some(read) = inner.read.remove(id) {
                 if read.at.elapsed() <= MAX_READING_AGE {
+                    self.read_ahead(&mut inner);
                     return Some(read);
                 }
                 // Too old: read again from this sandbox on, with a fresh listing.
-                inner.cursor = None;
-                self.read_page(&mut inner, started_at).await.ok()?;
+                if !inner.fetching {
+                    inner.cursor = None;
+                }
+            } else {
+                match &inner.cursor {
+                    Some(Cursor {
+                        next_token: None, ..
+                    }) if !inner.fetching => return None,
+                    Some(Cursor {
+                        last_started: Some(last),
+                        ..
+                    }) if !inner.fetching && started_at.is_none_or(|s| *last > s) => return None,
+                    _ => {}
+                }
+            }
+            if inner.fetching {
+                // Someone is reading the page that may hold it: wait for that read.
+                let fetched = shared.fetched.notified();
+                tokio::pin!(fetched);
+                fetched.as_mut().enable();
+                drop(inner);
+                fetched.await;
                 continue;
             }
-            match &inner.cursor {
-                Some(Cursor {
-                    next_token: None, ..
-                }) => return None,
-                Some(Cursor {
-                    last_started: Some(last),
-                    ..
-                }) if started_at.is_none_or(|s| *last > s) => return None,
-                _ => {}
-            }
-            self.read_page(&mut inner, started_at).await.ok()?;
+            let (query, token) = shared.next_read(&mut inner, started_at);
+            drop(inner);
+            shared.read_page(query, token).await.ok()?;
         }
         None
     }
 
-    /// Reads the next page of the listing (a new listing from `from` when there is none) and
-    /// keeps what it says of the wanted sandboxes.
-    async fn read_page(
+    /// Starts reading the next page in the background when the readings left run low, the
+    /// listing goes on and no read is under way.
+    fn read_ahead(&self, inner: &mut Inner) {
+        let more = inner
+            .cursor
+            .as_ref()
+            .is_some_and(|c| c.next_token.is_some());
+        if inner.fetching || !more || inner.read.len() >= READ_AHEAD_BELOW {
+            return;
+        }
+        let (query, token) = self.shared.next_read(inner, None);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let _ = shared.read_page(query, token).await;
+        });
+    }
+}
+
+impl Shared {
+    /// Marks a read as under way and says what to read: the listing's next page, or a new
+    /// listing from `from` when there is none.
+    fn next_read(
         &self,
         inner: &mut Inner,
         from: Option<DateTime<Utc>>,
-    ) -> Result<(), crate::e2b::E2bError> {
-        let (query, token) = match &inner.cursor {
+    ) -> (ListQuery, Option<String>) {
+        inner.fetching = true;
+        match &inner.cursor {
             Some(cursor) => (self.query.clone(), cursor.next_token.clone()),
             None => {
                 let mut query = self.query.clone();
                 query.started_after = from.or(query.started_after);
                 (query, None)
             }
-        };
+        }
+    }
+
+    /// Reads one page (begun with [`Shared::next_read`]) without holding the readings, then
+    /// keeps what it says of the wanted sandboxes and tells whoever waits.
+    async fn read_page(
+        &self,
+        query: ListQuery,
+        token: Option<String>,
+    ) -> Result<(), crate::e2b::E2bError> {
         let result = self.e2b.read_sandboxes_page(&query, token.as_deref()).await;
-        let (page, mut metrics) = match result {
-            Ok(read) => read,
+        let mut inner = self.inner.lock().await;
+        inner.fetching = false;
+        let outcome = match result {
+            Ok((page, mut metrics)) => {
+                let running = page
+                    .items
+                    .iter()
+                    .filter(|s| s.state == crate::e2b::SandboxState::Running)
+                    .count();
+                let calls = 1 + u64::from(running > 0);
+                self.calls
+                    .fetch_add(calls, std::sync::atomic::Ordering::Relaxed);
+                let at = Instant::now();
+                let last_started = page.items.last().map(|s| s.started_at);
+                let ours: Vec<ListedSandbox> = page
+                    .items
+                    .into_iter()
+                    .filter(|s| self.wanted.contains(&s.sandbox_id))
+                    .collect();
+                let batch = ours.len();
+                for listed in ours {
+                    let metric = metrics.remove(&listed.sandbox_id);
+                    inner.read.insert(
+                        listed.sandbox_id.clone(),
+                        Read {
+                            listed,
+                            metric,
+                            at,
+                            batch,
+                        },
+                    );
+                }
+                inner.cursor = Some(Cursor {
+                    next_token: page.next_token,
+                    last_started: last_started
+                        .or(inner.cursor.as_ref().and_then(|c| c.last_started)),
+                });
+                Ok(())
+            }
             Err(e) => {
                 inner.cursor = None;
                 tracing::warn!(error = %e, "a batched re-check read failed; its sandboxes are re-checked one by one");
-                return Err(e);
+                Err(e)
             }
         };
-        let running = page
-            .items
-            .iter()
-            .filter(|s| s.state == crate::e2b::SandboxState::Running)
-            .count();
-        let calls = 1 + u64::from(running > 0);
-        self.calls
-            .fetch_add(calls, std::sync::atomic::Ordering::Relaxed);
-        let at = Instant::now();
-        let last_started = page.items.last().map(|s| s.started_at);
-        let ours: Vec<ListedSandbox> = page
-            .items
-            .into_iter()
-            .filter(|s| self.wanted.contains(&s.sandbox_id))
-            .collect();
-        let batch = ours.len();
-        for listed in ours {
-            let metric = metrics.remove(&listed.sandbox_id);
-            inner.read.insert(
-                listed.sandbox_id.clone(),
-                Read {
-                    listed,
-                    metric,
-                    at,
-                    batch,
-                },
-            );
-        }
-        inner.cursor = Some(Cursor {
-            next_token: page.next_token,
-            last_started: last_started.or(inner.cursor.as_ref().and_then(|c| c.last_started)),
-        });
-        Ok(())
+        drop(inner);
+        self.fetched.notify_waiters();
+        outcome
     }
 }
 
