@@ -757,12 +757,12 @@ impl Policy {
         })
     }
 
-    /// `[events] poll_every` checked: `None` when it is `off`.
     /// The checked `[[watch]]` rules.
     pub fn watch_rules(&self) -> Result<Vec<crate::watch::WatchRule>, String> {
         crate::watch::check(&self.watch)
     }
 
+    /// `[events] poll_every` checked: `None` when it is `off`.
     pub fn events_poll_every(&self) -> Result<Option<std::time::Duration>, String> {
         match self.events.poll_every.as_deref().map(str::trim) {
             None => Ok(Some(DEFAULT_EVENTS_POLL_EVERY)),
