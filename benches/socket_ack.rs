@@ -12,6 +12,10 @@
 //! read the figures as the whole loop's, not Steward's alone. Run with `cargo bench --bench
 //! socket_ack`.
 //!
+//! Then the harness's own floor: the same senders against a second Slack simulator whose Socket
+//! Mode client only acknowledges each envelope at once with a fixed reply, so the figure is what
+//! the page, the simulator and the WebSocket carry on these cores with no app behind them.
+//!
 //! Then what each costs Redis: with `redis-server` on the PATH the bench runs against a Redis of
 //! its own (`--port <free> --save ''`, instead of `REDIS_URL`), and counts the commands
 //! (`INFO commandstats`, commands run inside scripts included) over `STEWARD_BENCH_COUNTED`
@@ -62,6 +66,36 @@ async fn help(client: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {
         "the help was not acknowledged with its reply: {answer}"
     );
     Ok(took)
+}
+
+/// The least a Socket Mode app can do: open a connection with the app token and acknowledge
+/// every envelope at once with a fixed ephemeral reply.
+async fn ack_at_once(client: reqwest::Client, api_url: String) -> anyhow::Result<()> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let opened: Value = client
+        .post(format!("{api_url}/apps.connections.open"))
+        .bearer_auth(APP_TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let url = opened["url"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("apps.connections.open: {opened}"))?;
+    let (mut socket, _) = tokio_tungstenite::connect_async(url).await?;
+    while let Some(message) = socket.next().await {
+        let Message::Text(text) = message? else {
+            continue;
+        };
+        let envelope: Value = serde_json::from_str(&text)?;
+        if let Some(id) = envelope["envelope_id"].as_str() {
+            let ack = json!({"envelope_id": id,
+                             "payload": {"response_type": "ephemeral", "text": "help"}});
+            socket.send(Message::text(ack.to_string())).await?;
+        }
+    }
+    Ok(())
 }
 
 fn report(label: &str, mut latencies: Vec<Duration>, wall: Duration) {
@@ -169,6 +203,52 @@ async fn main() -> anyhow::Result<()> {
         latencies,
         wall.elapsed(),
     );
+
+    // The harness's own floor: the same senders against a second simulator whose Socket Mode
+    // client is a few lines that acknowledge every envelope at once with a fixed reply (no
+    // Redis, no handler). What is left of the loop is the page, the simulator and the WebSocket.
+    let floor_slack = SlackSim::start(SlackSimOptions {
+        app_token: Some(SecretString::from(APP_TOKEN)),
+        people: vec![Person {
+            id: USER.into(),
+            label: "Bench".into(),
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await?;
+    let acker = tokio::spawn(ack_at_once(client.clone(), floor_slack.api_url()));
+    let floor_url = Arc::new(format!("{}/_sim/act/command", floor_slack.base_url()));
+    let started = Instant::now();
+    while help(&client, &floor_url).await.is_err() {
+        anyhow::ensure!(
+            started.elapsed() < PATIENCE,
+            "the floor's client never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wall = Instant::now();
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..concurrency {
+        let (client, url) = (client.clone(), Arc::clone(&floor_url));
+        let share = requests / concurrency + usize::from(sender < requests % concurrency);
+        senders.spawn(async move {
+            let mut took = Vec::with_capacity(share);
+            for _ in 0..share {
+                took.push(help(&client, &url).await?);
+            }
+            anyhow::Ok(took)
+        });
+    }
+    let mut latencies = Vec::with_capacity(requests);
+    while let Some(done) = senders.join_next().await {
+        latencies.extend(done??);
+    }
+    report(
+        &format!("floor, {concurrency} in flight"),
+        latencies,
+        wall.elapsed(),
+    );
+    acker.abort();
 
     let Some(redis) = own_redis else {
         println!("  Redis per operation: skipped (no redis-server for a Redis of the bench's own)");
