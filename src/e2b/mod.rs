@@ -15,7 +15,6 @@ pub mod model;
 pub mod paging;
 pub mod retry;
 mod sandboxes;
-pub use sandboxes::UndecodedPage;
 mod settings;
 mod snapshots;
 pub use settings::{DEFAULT_E2B_REQUEST_TIMEOUT_SECS, E2bSettings};

@@ -55,19 +55,6 @@ impl E2bClient {
         q: &ListQuery,
         next_token: Option<&str>,
     ) -> Result<Page<ListedSandbox>, E2bError> {
-        self.list_sandboxes_page_undecoded(q, next_token)
-            .await?
-            .decode(self)
-    }
-
-    /// One page of `GET /v2/sandboxes` as it arrived: its next token is known at once, and its
-    /// sandboxes are decoded by [`UndecodedPage::decode`] later, so a pager can ask for the next
-    /// page before spending its time on this one's JSON.
-    pub async fn list_sandboxes_page_undecoded(
-        &self,
-        q: &ListQuery,
-        next_token: Option<&str>,
-    ) -> Result<UndecodedPage, E2bError> {
         let mut call = Call::new(Op::List, "/v2/sandboxes".into());
         if !q.metadata.is_empty() {
             call.query.push("metadata", metadata_filter(&q.metadata));
@@ -87,9 +74,13 @@ impl E2bClient {
             check_limit(q.limit.unwrap_or(MAX_PAGE_LIMIT))?.to_string(),
         );
         let reply = self.send(&call).await?;
-        Ok(UndecodedPage {
+        let items = self.decode(Op::List, &reply)?;
+        Ok(Page {
+            items,
             next_token: reply.header("x-next-token").map(str::to_owned),
-            reply,
+            total_running: reply
+                .header("x-total-running")
+                .and_then(|v| v.trim().parse().ok()),
         })
     }
 
@@ -247,27 +238,6 @@ fn check_limit(limit: u32) -> Result<u32, E2bError> {
     } else {
         Err(E2bError::BadRequest {
             message: format!("a page holds 1 to {MAX_PAGE_LIMIT} items, not {limit}"),
-        })
-    }
-}
-
-/// A page of `GET /v2/sandboxes` whose sandboxes are not decoded yet.
-pub struct UndecodedPage {
-    /// `X-Next-Token`; `None` on the last page.
-    pub next_token: Option<String>,
-    reply: super::client::Reply,
-}
-
-impl UndecodedPage {
-    /// The page's sandboxes, decoded (by `e2b`, which names the call in an error).
-    pub fn decode(self, e2b: &E2bClient) -> Result<Page<ListedSandbox>, E2bError> {
-        Ok(Page {
-            items: e2b.decode(Op::List, &self.reply)?,
-            next_token: self.next_token,
-            total_running: self
-                .reply
-                .header("x-total-running")
-                .and_then(|v| v.trim().parse().ok()),
         })
     }
 }

@@ -279,8 +279,7 @@ async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, S
 }
 
 /// Sends every page of the sandboxes in `state`, in order; a stream is sequential because each
-/// page needs the previous page's token. The next page is asked for as soon as this one's token
-/// is in, before this one's sandboxes are decoded, so decoding is off the sequential path.
+/// page needs the previous page's token.
 async fn list_pages(
     e2b: E2bClient,
     state: StateFilter,
@@ -291,48 +290,28 @@ async fn list_pages(
         limit: Some(MAX_PAGE_LIMIT),
         ..ListQuery::default()
     };
-    let fetch = |token: Option<String>| {
-        let (e2b, query) = (e2b.clone(), query.clone());
-        AbortOnDrop(tokio::spawn(async move {
-            e2b.list_sandboxes_page_undecoded(&query, token.as_deref())
-                .await
-        }))
-    };
     let mut guard = PageGuard::new(DEFAULT_MAX_PAGES);
-    let mut next = Some(fetch(None));
-    while let Some(mut asked) = next.take() {
-        let answer = match (&mut asked.0).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                let _ = tx.send(Err(SweepError::Judge(e.to_string()))).await;
-                return;
-            }
-        };
-        let raw = match answer {
-            Ok(raw) => raw,
-            Err(e) => {
-                let _ = tx.send(Err(SweepError::Listing(e))).await;
-                return;
-            }
-        };
-        let step = guard.after_page(raw.next_token.as_deref());
-        if let PageStep::Next(token) = &step {
-            next = Some(fetch(Some(token.clone())));
-        }
-        let page = match raw.decode(&e2b) {
+    let mut token: Option<String> = None;
+    loop {
+        let page = match e2b.list_sandboxes_page(&query, token.as_deref()).await {
             Ok(page) => page,
             Err(e) => {
                 let _ = tx.send(Err(SweepError::Listing(e))).await;
                 return;
             }
         };
+        let step = guard.after_page(page.next_token.as_deref());
         if tx.send(Ok(Paged::Page(page.items))).await.is_err() {
             return;
         }
-        if let PageStep::Stop(reason) = step {
-            tracing::warn!(%reason, state = state.as_query(), "sweep listing stopped early");
-            let _ = tx.send(Ok(Paged::Stopped(state, reason.to_string()))).await;
-            return;
+        match step {
+            PageStep::Next(next) => token = Some(next),
+            PageStep::Done => return,
+            PageStep::Stop(reason) => {
+                tracing::warn!(%reason, state = state.as_query(), "sweep listing stopped early");
+                let _ = tx.send(Ok(Paged::Stopped(state, reason.to_string()))).await;
+                return;
+            }
         }
     }
 }
