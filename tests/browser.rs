@@ -942,7 +942,15 @@ async fn the_demos_people_decide_a_list_exclude_review_snapshot_are_refused_and_
 /// Waits until the opening's governed run has its card and its push test its alert, then
 /// returns the channel of the newest message (what the page should open on).
 async fn wait_for_the_opening(http: &reqwest::Client, demo: &DemoHandle) -> String {
+    use futures::StreamExt;
     let deadline = Instant::now() + PAGE_PATIENCE * 4;
+    // Subscribed before the first read, so no change between a read and the wait is missed.
+    let mut changes = http
+        .get(format!("{}/_sim/events", demo.slack_url))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
     loop {
         let calls: serde_json::Value = http
             .get(format!("{}/_sim/messages", demo.slack_url))
@@ -956,12 +964,13 @@ async fn wait_for_the_opening(http: &reqwest::Client, demo: &DemoHandle) -> Stri
         if text.contains("Run succeeded") && text.contains("code 101") {
             return newest_channel(http, demo).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the opening's run card and push alert never arrived"
-        );
-        // The simulator has no feed for tests to wait on but the page's; poll it.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The simulator's change feed says when there is something new to read.
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, changes.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(other) => panic!("the simulator's change feed ended: {other:?}"),
+            Err(_) => panic!("the opening's run card and push alert never arrived"),
+        }
     }
 }
 

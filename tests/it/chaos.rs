@@ -289,8 +289,16 @@ async fn decide_kill(app: &TestApp, sandbox: &str) -> CaseId {
         }
         assert!(text.to_lowercase().contains("try again"), "{text}");
         said.push(text);
-        // The person tries again a second later, as the reply asks.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The person tries again, as the reply asks, once this replica says it can serve
+        // (`/readyz` pings Redis); an E2B fault is a fresh one-in-ten draw on each call.
+        crate::common::eventually("the replica is ready to be asked again", || async {
+            app.http
+                .get(app.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
     }
     panic!("/sandbox kill {sandbox} never opened a case: {said:#?}");
 }
