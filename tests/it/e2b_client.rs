@@ -622,6 +622,62 @@ async fn batch_metrics_go_out_in_calls_of_100_ids_8_at_a_time() {
     assert_eq!(front.max_in_flight(), 8);
 }
 
+/// A list item's turn that stops waiting while its batched re-check read is under way (its
+/// worker cancelled, say at shutdown) leaves the read to finish: the next turn gets its reading
+/// from that same read instead of waiting forever for a read nobody ends.
+#[tokio::test]
+async fn a_cancelled_turn_leaves_its_batched_read_to_finish_for_the_others() {
+    use sandbox_steward::approvals::list::reading::{self, Readings};
+    let h = start(30).await;
+    let mut listed = h
+        .client
+        .list_sandboxes_page(&ListQuery::default(), None)
+        .await
+        .unwrap()
+        .items;
+    // Turns come in the order the readings list them (oldest first).
+    listed.sort_by(|a, b| {
+        reading::listing_order(Some(a.started_at), &a.sandbox_id)
+            .cmp(&reading::listing_order(Some(b.started_at), &b.sandbox_id))
+    });
+    let front =
+        crate::common::HoldingFront::start(&h.sim.base_url(), |path| path == "/v2/sandboxes").await;
+    let mut settings = E2bSettings::for_url(&front.url, KEY);
+    settings.team_id = Some(h.sim.team_id().to_owned());
+    let client = E2bClient::new(&settings).unwrap();
+    let readings = std::sync::Arc::new(Readings::new(
+        &client,
+        listed
+            .iter()
+            .map(|s| (&s.sandbox_id, Some(s.started_at), &s.metadata)),
+    ));
+    let (first, second) = (listed[0].clone(), listed[1].clone());
+    let turn = tokio::spawn({
+        let readings = readings.clone();
+        async move {
+            readings
+                .take(&first.sandbox_id, Some(first.started_at))
+                .await
+        }
+    });
+    crate::common::wait_until("the first turn's read is under way", || async {
+        (front.in_flight() >= 1).then_some(())
+    })
+    .await;
+    turn.abort();
+    assert!(turn.await.unwrap_err().is_cancelled());
+    front.open();
+    let read = tokio::time::timeout(
+        crate::common::PATIENCE,
+        readings.take(&second.sandbox_id, Some(second.started_at)),
+    )
+    .await
+    .expect("the next turn waited forever for a read nobody ended")
+    .expect("the listing shows the second sandbox");
+    assert_eq!(read.listed.sandbox_id, second.sandbox_id);
+    assert_eq!(front.arrived(), 1, "one page read served both turns");
+}
+
 // ---- v2 create and connect, the v1 fallback, env vars and metadata filters ----
 
 async fn start_with(opts: SimOptions) -> Harness {

@@ -55,9 +55,12 @@ struct Cursor {
 struct Inner {
     cursor: Option<Cursor>,
     read: HashMap<SandboxId, Read>,
-    /// A page is being read (by a turn that needed it, or ahead of the turns): one at a time,
+    /// A page is being read (for a turn that needed it, or ahead of the turns): one at a time,
     /// and nobody else reads until it is in.
     fetching: bool,
+    /// Reads that failed so far: a turn that waited for one that failed is re-checked on its
+    /// own, as the turn that read it would have been.
+    failures: u64,
 }
 
 /// The batched readings of one approved group's items (shared by the items' workers).
@@ -152,89 +155,77 @@ impl Readings {
             let mut inner = shared.inner.lock().await;
             if let Some(read) = inner.read.remove(id) {
                 if read.at.elapsed() <= MAX_READING_AGE {
-                    self.read_ahead(&mut inner);
+                    if inner.read.len() < READ_AHEAD_BELOW
+                        && inner
+                            .cursor
+                            .as_ref()
+                            .is_some_and(|c| c.next_token.is_some())
+                        && !inner.fetching
+                    {
+                        shared.start_read(&mut inner, None);
+                    }
                     return Some(read);
                 }
                 // Too old: read again from this sandbox on, with a fresh listing.
                 if !inner.fetching {
                     inner.cursor = None;
                 }
-            } else {
+            } else if !inner.fetching {
                 match &inner.cursor {
                     Some(Cursor {
                         next_token: None, ..
-                    }) if !inner.fetching => return None,
+                    }) => return None,
                     Some(Cursor {
                         last_started: Some(last),
                         ..
-                    }) if !inner.fetching && started_at.is_none_or(|s| *last > s) => return None,
+                    }) if started_at.is_none_or(|s| *last > s) => return None,
                     _ => {}
                 }
             }
-            if inner.fetching {
-                // Someone is reading the page that may hold it: wait for that read.
-                let fetched = shared.fetched.notified();
-                tokio::pin!(fetched);
-                fetched.as_mut().enable();
-                drop(inner);
-                fetched.await;
-                continue;
+            if !inner.fetching {
+                shared.start_read(&mut inner, started_at);
             }
-            let (query, token) = shared.next_read(&mut inner, started_at);
+            // Wait for the read under way (registered before the lock is let go, so its end
+            // is not missed); a failed one sends this item to its own re-check.
+            let failures = inner.failures;
+            let fetched = shared.fetched.notified();
+            tokio::pin!(fetched);
+            fetched.as_mut().enable();
             drop(inner);
-            shared.read_page(query, token).await.ok()?;
+            fetched.await;
+            if shared.inner.lock().await.failures != failures {
+                return None;
+            }
         }
         None
-    }
-
-    /// Starts reading the next page in the background when the readings left run low, the
-    /// listing goes on and no read is under way.
-    fn read_ahead(&self, inner: &mut Inner) {
-        let more = inner
-            .cursor
-            .as_ref()
-            .is_some_and(|c| c.next_token.is_some());
-        if inner.fetching || !more || inner.read.len() >= READ_AHEAD_BELOW {
-            return;
-        }
-        let (query, token) = self.shared.next_read(inner, None);
-        let shared = self.shared.clone();
-        tokio::spawn(async move {
-            let _ = shared.read_page(query, token).await;
-        });
     }
 }
 
 impl Shared {
-    /// Marks a read as under way and says what to read: the listing's next page, or a new
-    /// listing from `from` when there is none.
-    fn next_read(
-        &self,
-        inner: &mut Inner,
-        from: Option<DateTime<Utc>>,
-    ) -> (ListQuery, Option<String>) {
+    /// Starts reading the listing's next page (a new listing from `from` when there is none) in
+    /// a task of its own: a turn that stops waiting (its worker cancelled) leaves the read to
+    /// finish and tell the others, never a read marked under way that nobody ends.
+    fn start_read(self: &Arc<Self>, inner: &mut Inner, from: Option<DateTime<Utc>>) {
         inner.fetching = true;
-        match &inner.cursor {
+        let (query, token) = match &inner.cursor {
             Some(cursor) => (self.query.clone(), cursor.next_token.clone()),
             None => {
                 let mut query = self.query.clone();
                 query.started_after = from.or(query.started_after);
                 (query, None)
             }
-        }
+        };
+        let shared = self.clone();
+        tokio::spawn(async move { shared.read_page(query, token).await });
     }
 
-    /// Reads one page (begun with [`Shared::next_read`]) without holding the readings, then
+    /// Reads one page (started by [`Shared::start_read`]) without holding the readings, then
     /// keeps what it says of the wanted sandboxes and tells whoever waits.
-    async fn read_page(
-        &self,
-        query: ListQuery,
-        token: Option<String>,
-    ) -> Result<(), crate::e2b::E2bError> {
+    async fn read_page(&self, query: ListQuery, token: Option<String>) {
         let result = self.e2b.read_sandboxes_page(&query, token.as_deref()).await;
         let mut inner = self.inner.lock().await;
         inner.fetching = false;
-        let outcome = match result {
+        match result {
             Ok((page, mut metrics)) => {
                 let running = page
                     .items
@@ -269,17 +260,15 @@ impl Shared {
                     last_started: last_started
                         .or(inner.cursor.as_ref().and_then(|c| c.last_started)),
                 });
-                Ok(())
             }
             Err(e) => {
                 inner.cursor = None;
+                inner.failures += 1;
                 tracing::warn!(error = %e, "a batched re-check read failed; its sandboxes are re-checked one by one");
-                Err(e)
             }
-        };
+        }
         drop(inner);
         self.fetched.notify_waiters();
-        outcome
     }
 }
 
