@@ -127,15 +127,7 @@ async fn main() -> anyhow::Result<()> {
                 None,
             )
             .await?;
-        loop {
-            let c = bench.store.get_case(case).await?;
-            if matches!(c.state, CaseState::EndedOutside { .. }) {
-                closed.push(started.elapsed());
-                break;
-            }
-            anyhow::ensure!(started.elapsed() < PATIENCE, "case {case} never closed");
-            tokio::task::yield_now().await;
-        }
+        closed.push(bench.until_closed(case, started).await?);
         let card = bench.store.get_case(case).await?.card;
         let card = card.ok_or_else(|| anyhow::anyhow!("case {case} has no card"))?;
         loop {
@@ -301,18 +293,7 @@ async fn main() -> anyhow::Result<()> {
                 None,
             )
             .await?;
-        loop {
-            let c = polled.store.get_case(case).await?;
-            if matches!(c.state, CaseState::EndedOutside { .. }) {
-                lags.push(started.elapsed());
-                break;
-            }
-            anyhow::ensure!(
-                started.elapsed() < PATIENCE,
-                "case {case} never closed by a poll"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        lags.push(polled.until_closed(case, started).await?);
     }
     lags.sort();
     println!(
@@ -327,6 +308,18 @@ async fn main() -> anyhow::Result<()> {
 }
 
 impl Bench {
+    /// How long after `started` the case was closed as ended outside Steward.
+    async fn until_closed(&self, case: &CaseId, started: Instant) -> anyhow::Result<Duration> {
+        loop {
+            let c = self.store.get_case(case).await?;
+            if matches!(c.state, CaseState::EndedOutside { .. }) {
+                return Ok(started.elapsed());
+            }
+            anyhow::ensure!(started.elapsed() < PATIENCE, "case {case} never closed");
+            tokio::task::yield_now().await;
+        }
+    }
+
     async fn e2b_call(
         &self,
         method: reqwest::Method,

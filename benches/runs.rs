@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 
 mod support;
 use sha2::{Digest, Sha256};
-use support::{ms, peak_memory_mib, redis_and_prefix, steward_env};
+use support::{OwnRedis, ms, peak_memory_mib, redis_and_prefix, steward_env};
 
 const E2B_KEY: &str = "e2b_bench_key_0123456789";
 const API_TOKEN: &str = "stw_bench_4c0f9a7e21d84b6e";
@@ -512,39 +512,7 @@ async fn measure(
     Ok(())
 }
 
-/// A `redis-server` of the bench's own on a free port (no persistence), killed when dropped.
-struct OwnRedis {
-    child: std::process::Child,
-    url: String,
-}
-
 impl OwnRedis {
-    fn start() -> anyhow::Result<OwnRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let redis = OwnRedis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        let client = redis::Client::open(redis.url.as_str())?;
-        let started = Instant::now();
-        while client.get_connection().is_err() {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(5),
-                "redis-server did not answer"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(redis)
-    }
-
     /// Commands processed so far, not counting the `INFO` calls that read it.
     fn commands(&self) -> anyhow::Result<u64> {
         let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
@@ -557,13 +525,6 @@ impl OwnRedis {
                 .unwrap_or(0)
         };
         Ok(field("total_commands_processed:") - field("cmdstat_info:calls="))
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -35,7 +35,7 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 mod support;
-use support::{env_or, ms, percentile, redis_and_prefix, steward_env};
+use support::{OwnRedis, env_or, ms, percentile, redis_and_prefix, steward_env};
 
 /// The allocator `steward` itself runs with (`src/main.rs`).
 #[global_allocator]
@@ -96,6 +96,33 @@ async fn ack_at_once(client: reqwest::Client, api_url: String) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+/// `requests` helps from `concurrency` senders at once: every one's latency, and the wall time.
+async fn flood(
+    client: &reqwest::Client,
+    url: &Arc<String>,
+    requests: usize,
+    concurrency: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let wall = Instant::now();
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..concurrency {
+        let (client, url) = (client.clone(), Arc::clone(url));
+        let share = requests / concurrency + usize::from(sender < requests % concurrency);
+        senders.spawn(async move {
+            let mut took = Vec::with_capacity(share);
+            for _ in 0..share {
+                took.push(help(&client, &url).await?);
+            }
+            anyhow::Ok(took)
+        });
+    }
+    let mut latencies = Vec::with_capacity(requests);
+    while let Some(done) = senders.join_next().await {
+        latencies.extend(done??);
+    }
+    Ok((latencies, wall.elapsed()))
 }
 
 fn report(label: &str, mut latencies: Vec<Duration>, wall: Duration) {
@@ -181,27 +208,11 @@ async fn main() -> anyhow::Result<()> {
         wall.elapsed(),
     );
 
-    let wall = Instant::now();
-    let mut senders = tokio::task::JoinSet::new();
-    for sender in 0..concurrency {
-        let (client, url) = (client.clone(), Arc::clone(&url));
-        let share = requests / concurrency + usize::from(sender < requests % concurrency);
-        senders.spawn(async move {
-            let mut took = Vec::with_capacity(share);
-            for _ in 0..share {
-                took.push(help(&client, &url).await?);
-            }
-            anyhow::Ok(took)
-        });
-    }
-    let mut latencies = Vec::with_capacity(requests);
-    while let Some(done) = senders.join_next().await {
-        latencies.extend(done??);
-    }
+    let (latencies, wall) = flood(&client, &url, requests, concurrency).await?;
     report(
         &format!("{requests}, {concurrency} in flight"),
         latencies,
-        wall.elapsed(),
+        wall,
     );
 
     // The harness's own floor: the same senders against a second simulator whose Socket Mode
@@ -226,28 +237,8 @@ async fn main() -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let wall = Instant::now();
-    let mut senders = tokio::task::JoinSet::new();
-    for sender in 0..concurrency {
-        let (client, url) = (client.clone(), Arc::clone(&floor_url));
-        let share = requests / concurrency + usize::from(sender < requests % concurrency);
-        senders.spawn(async move {
-            let mut took = Vec::with_capacity(share);
-            for _ in 0..share {
-                took.push(help(&client, &url).await?);
-            }
-            anyhow::Ok(took)
-        });
-    }
-    let mut latencies = Vec::with_capacity(requests);
-    while let Some(done) = senders.join_next().await {
-        latencies.extend(done??);
-    }
-    report(
-        &format!("floor, {concurrency} in flight"),
-        latencies,
-        wall.elapsed(),
-    );
+    let (latencies, wall) = flood(&client, &floor_url, requests, concurrency).await?;
+    report(&format!("floor, {concurrency} in flight"), latencies, wall);
     acker.abort();
 
     let Some(redis) = own_redis else {
@@ -327,39 +318,7 @@ fn per_operation(label: &str, before: &Stats, after: &Stats, n: usize) {
     );
 }
 
-/// A `redis-server` of the bench's own on a free port (no persistence), killed when dropped.
-struct OwnRedis {
-    child: std::process::Child,
-    url: String,
-}
-
 impl OwnRedis {
-    fn start() -> anyhow::Result<OwnRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let redis = OwnRedis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        let client = redis::Client::open(redis.url.as_str())?;
-        let started = Instant::now();
-        while client.get_connection().is_err() {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(5),
-                "redis-server did not answer"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(redis)
-    }
-
     fn stats(&self) -> anyhow::Result<Stats> {
         let mut conn = redis::Client::open(self.url.as_str())?.get_connection()?;
         let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
@@ -370,12 +329,5 @@ impl OwnRedis {
                 Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
             })
             .collect())
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

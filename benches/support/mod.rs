@@ -109,3 +109,45 @@ impl SimThread {
         }
     }
 }
+
+/// A `redis-server` of the bench's own on a free port (no persistence), killed when dropped, so
+/// what a bench counts in it (`INFO`) is the bench's alone.
+pub struct OwnRedis {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl OwnRedis {
+    pub fn start() -> anyhow::Result<OwnRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let redis = OwnRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let client = redis::Client::open(redis.url.as_str())?;
+        let started = std::time::Instant::now();
+        while client.get_connection().is_err() {
+            anyhow::ensure!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "redis-server did not answer"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
