@@ -40,6 +40,9 @@ struct State {
     decided: HashMap<CaseId, DateTime<Utc>>,
     steps: HashMap<CaseId, BTreeMap<Step, StepRecord>>,
     dedupe: HashMap<String, Instant>,
+    /// The size of `dedupe` at which expired marks are next swept out (amortised: a sweep on
+    /// every mark made each mark cost the whole map).
+    dedupe_sweep_at: usize,
     leases: HashMap<String, (String, Instant)>,
     left: HashMap<String, LeftMark>,
     last_sweep: Option<DateTime<Utc>>,
@@ -358,8 +361,11 @@ impl MemoryStore {
             return Ok(false);
         }
         s.dedupe.insert(key.to_owned(), now + ttl);
-        // Keep the map from growing without bound in a long demo.
-        s.dedupe.retain(|_, until| *until > now);
+        // Keep the map from growing without bound in a long demo: sweep when it has doubled.
+        if s.dedupe.len() >= s.dedupe_sweep_at {
+            s.dedupe.retain(|_, until| *until > now);
+            s.dedupe_sweep_at = (s.dedupe.len() * 2).max(1024);
+        }
         Ok(true)
     }
 
