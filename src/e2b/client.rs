@@ -460,10 +460,13 @@ impl E2bClient {
                 let status = response.status();
                 let headers = response.headers().clone();
                 // The cap holds while reading too: Content-Length may be absent or lie.
-                if response.content_length().is_some_and(|n| n > limit as u64) {
+                let announced = response.content_length();
+                if announced.is_some_and(|n| n > limit as u64) {
                     return Ok(None);
                 }
-                let mut body = Vec::new();
+                // Sized once from Content-Length (already checked against the cap), rather than
+                // doubled chunk by chunk: a sweep holds dozens of metric windows at once.
+                let mut body = Vec::with_capacity(announced.map_or(0, |n| n as usize));
                 while let Some(chunk) = response.chunk().await? {
                     if body.len() + chunk.len() > limit {
                         return Ok(None);

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use super::E2bError;
 use super::client::{Call, E2bClient, Op, Query, encode_component, unix_secs};
@@ -25,6 +26,26 @@ impl E2bClient {
         start: Option<DateTime<Utc>>,
         end: Option<DateTime<Utc>>,
     ) -> Result<Vec<SandboxMetric>, E2bError> {
+        self.window(id, start, end).await
+    }
+
+    /// As [`E2bClient::sandbox_metrics`], each sample read as a [`MetricPoint`] only.
+    #[tracing::instrument(skip(self))]
+    pub async fn sandbox_metric_points(
+        &self,
+        id: &SandboxId,
+        start: Option<DateTime<Utc>>,
+        end: Option<DateTime<Utc>>,
+    ) -> Result<Vec<MetricPoint>, E2bError> {
+        self.window(id, start, end).await
+    }
+
+    async fn window<T: DeserializeOwned>(
+        &self,
+        id: &SandboxId,
+        start: Option<DateTime<Utc>>,
+        end: Option<DateTime<Utc>>,
+    ) -> Result<Vec<T>, E2bError> {
         let mut call = Call::new(Op::Metrics, Self::sandbox_path(id, "/metrics"));
         push_range(&mut call.query, start, end)?;
         let reply = self.send(&call).await?;

@@ -272,6 +272,33 @@ pub struct SandboxMetric {
     pub disk_total: i64,
 }
 
+/// One sample of a sandbox's metrics as a judgment of activity reads it: [`SandboxMetric`]
+/// without the deprecated `timestamp` text and the fields no judgment uses. Reading a window
+/// into these skips parsing a date per sample, which was most of a sweep's decoding work.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricPoint {
+    pub timestamp_unix: i64,
+    pub cpu_used_pct: f64,
+    pub mem_used: i64,
+    pub mem_total: i64,
+    pub disk_used: i64,
+    pub disk_total: i64,
+}
+
+impl From<&SandboxMetric> for MetricPoint {
+    fn from(m: &SandboxMetric) -> Self {
+        Self {
+            timestamp_unix: m.timestamp_unix,
+            cpu_used_pct: m.cpu_used_pct,
+            mem_used: m.mem_used,
+            mem_total: m.mem_total,
+            disk_used: m.disk_used,
+            disk_total: m.disk_total,
+        }
+    }
+}
+
 /// One sample of team-wide metrics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -11,6 +11,7 @@ pub mod context;
 pub mod digest;
 pub mod groups;
 pub mod list;
+mod listing;
 pub mod policy;
 pub mod post;
 pub mod report;

@@ -7,9 +7,9 @@
 //! already in flight. Only candidates (quiet latest sample, or paused long) cost a window read,
 //! and never those that are exempt or already have an open case.
 //!
-//! The fleet is listed as **two streams**, running and paused (E2B's `state` filter), each with
-//! its own page token, fetched at the same time: paging is sequential only within a stream, so
-//! the listing takes as long as the longer stream, not as long as both one after the other.
+//! The fleet is listed by [`super::listing`]: running and paused separately, each from both ends
+//! (newest and oldest first) at the same time, so the listing takes about half as long as the
+//! larger state's pages one after the other.
 //!
 //! Nothing here kills, pauses or snapshots anything: a live sweep only opens cases through
 //! `approvals::open_case`, and a dry run writes nothing at all (no case, no Slack message).
@@ -21,13 +21,12 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 
 pub use super::context::{DEFAULT_WINDOW_CONCURRENCY, SweepContext, SweepError, SweepMode};
+use super::listing::{self, Paged};
 use super::policy::{self, Assessment, Exemption, Observed, RunState, Sample};
 pub use super::report::*;
 use crate::cases::Subject;
-use crate::e2b::paging::{PageGuard, PageStep};
 use crate::e2b::{
-    DEFAULT_MAX_PAGES, E2bClient, E2bError, ListQuery, ListedSandbox, MAX_PAGE_LIMIT,
-    SandboxMetric, SandboxState, StateFilter, TeamMaxMetric,
+    E2bClient, E2bError, ListedSandbox, MetricPoint, SandboxMetric, SandboxState, TeamMaxMetric,
 };
 use crate::ids::SandboxId;
 
@@ -203,48 +202,24 @@ impl Judged {
     }
 }
 
-/// What a pager hands to the judges.
-enum Paged {
-    Page(Vec<ListedSandbox>),
-    /// Paging of this stream stopped before E2B said its list was complete, for this reason.
-    Stopped(StateFilter, String),
-}
-
-/// Aborts a spawned task when dropped, so a cancelled sweep leaves nothing running.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The two listings a pass pages through at the same time.
-const STREAMS: [StateFilter; 2] = [StateFilter::Running, StateFilter::Paused];
-
-/// Pages through the fleet (running and paused as two concurrent streams) and judges each page
-/// while the next ones are fetched.
+/// Pages through the fleet ([`listing::start`]: running and paused, each from both ends) and
+/// judges each page while the next ones are fetched.
 ///
 /// The pagers run in tasks of their own and every page is judged in a task of its own: decoding
 /// a page's metric windows is real CPU work, and if it shared a task with a pager each page
 /// request would wait behind it, stretching the one part that cannot be parallel.
 ///
-/// **A sandbox that changes state while the pass lists.** The two streams pass a given sandbox
-/// at different moments, so one paused or resumed in between may be in both listings, or in
-/// neither. In both, it is counted and judged once, in the state it had when it was first
+/// **A sandbox that changes state while the pass lists.** The running and the paused listings
+/// pass a given sandbox at different moments, so one paused or resumed in between may be in
+/// both listings, or in neither. In both, it is counted and judged once, in the state it had when it was first
 /// listed: every listed id is remembered for the pass and a second sighting is dropped before it
-/// is judged. In neither (paused after the running stream passed it and resumed, or resumed
-/// after the paused stream passed it, before the other stream got there) it is missing from this
+/// is judged. In neither (paused after the running listing passed it and resumed, or resumed
+/// after the paused listing passed it, before the other listing got there) it is missing from this
 /// pass's counts, as a sandbox started during the pass is. Either way it was paused or resumed
 /// seconds ago, so it is not idle in the state it is in; the next pass sees it.
 async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, SweepError> {
     let windows = Arc::new(Semaphore::new(ctx.window_concurrency.max(1)));
-    let (tx, mut rx) = tokio::sync::mpsc::channel(PAGES_IN_FLIGHT);
-    let _pagers: Vec<_> = STREAMS
-        .iter()
-        .map(|&state| AbortOnDrop(tokio::spawn(list_pages(ctx.e2b.clone(), state, tx.clone()))))
-        .collect();
-    drop(tx);
+    let (_pagers, mut rx) = listing::start(&ctx.e2b, PAGES_IN_FLIGHT);
     // Dropping the set (an error, or the sweep being cancelled) aborts every judge.
     let mut judging = tokio::task::JoinSet::new();
     let mut judged = Judged::default();
@@ -255,7 +230,8 @@ async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, S
             paged = rx.recv(), if listing_open && judging.len() < PAGES_IN_FLIGHT => match paged {
                 Some(Ok(Paged::Page(mut items))) => {
                     judged.pages += 1;
-                    // Listed by the other stream already: it changed state meanwhile.
+                    // Listed already: by the other end of its listing, around where the two
+                    // ends met, or by the other state's listing, as it changed state meanwhile.
                     items.retain(|s| listed.insert(s.sandbox_id.clone()));
                     judging.spawn(judge_page(ctx.clone(), items, now, windows.clone()));
                 }
@@ -278,44 +254,6 @@ async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, S
     Ok(judged)
 }
 
-/// Sends every page of the sandboxes in `state`, in order; a stream is sequential because each
-/// page needs the previous page's token.
-async fn list_pages(
-    e2b: E2bClient,
-    state: StateFilter,
-    tx: tokio::sync::mpsc::Sender<Result<Paged, SweepError>>,
-) {
-    let query = ListQuery {
-        state,
-        limit: Some(MAX_PAGE_LIMIT),
-        ..ListQuery::default()
-    };
-    let mut guard = PageGuard::new(DEFAULT_MAX_PAGES);
-    let mut token: Option<String> = None;
-    loop {
-        let page = match e2b.list_sandboxes_page(&query, token.as_deref()).await {
-            Ok(page) => page,
-            Err(e) => {
-                let _ = tx.send(Err(SweepError::Listing(e))).await;
-                return;
-            }
-        };
-        let step = guard.after_page(page.next_token.as_deref());
-        if tx.send(Ok(Paged::Page(page.items))).await.is_err() {
-            return;
-        }
-        match step {
-            PageStep::Next(next) => token = Some(next),
-            PageStep::Done => return,
-            PageStep::Stop(reason) => {
-                tracing::warn!(%reason, state = state.as_query(), "sweep listing stopped early");
-                let _ = tx.send(Ok(Paged::Stopped(state, reason.to_string()))).await;
-                return;
-            }
-        }
-    }
-}
-
 fn observed(s: &ListedSandbox) -> Observed {
     Observed {
         id: s.sandbox_id.to_string(),
@@ -333,11 +271,9 @@ fn observed(s: &ListedSandbox) -> Observed {
     }
 }
 
-fn sample(m: &SandboxMetric) -> Sample {
+fn sample(m: &MetricPoint) -> Sample {
     Sample {
-        at: DateTime::from_timestamp(m.timestamp_unix, 0)
-            .or(m.timestamp)
-            .unwrap_or_default(),
+        at: DateTime::from_timestamp(m.timestamp_unix, 0).unwrap_or_default(),
         cpu_pct: m.cpu_used_pct,
         mem_used: m.mem_used.max(0) as u64,
         mem_total: m.mem_total.max(0) as u64,
@@ -393,7 +329,9 @@ async fn judge_page(
             continue;
         }
         let seen = observed(s);
-        let quiet_now = latest.get(&s.sandbox_id).map(sample);
+        let quiet_now = latest
+            .get(&s.sandbox_id)
+            .map(|m| sample(&MetricPoint::from(m)));
         if seen.state == RunState::Running && metrics_failed {
             // Counted as unreadable above.
             continue;
@@ -457,7 +395,7 @@ async fn judge_page(
                 // The permit bounds window reads across all pages in flight.
                 let _permit = windows.acquire().await;
                 ctx.e2b
-                    .sandbox_metrics(&listed.sandbox_id, Some(start), Some(now))
+                    .sandbox_metric_points(&listed.sandbox_id, Some(start), Some(now))
                     .await
             };
             (i, seen, left_until, read)

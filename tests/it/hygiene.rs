@@ -2,7 +2,7 @@
 //! sandboxes, real Redis under a unique key prefix per test, and the fake Slack recording what
 //! Steward posts. Scheduling is driven through `scheduler_tick` with the real clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1551,9 +1551,11 @@ async fn a_digest_whose_post_answer_was_lost_is_adopted_not_posted_again() {
     );
 }
 
-/// The sweep lists running and paused sandboxes as two streams (E2B's `state` filter, each with
-/// its own page token): a fleet of several pages of each state is listed whole, and every sandbox
-/// is counted and judged exactly once. Without either stream, its sandboxes would be missing.
+/// The sweep lists running and paused sandboxes separately (E2B's `state` filter), each from both
+/// ends at once (`order=desc` and `order=asc`, each with its own page tokens): a fleet of several
+/// pages of each state is listed whole, and every sandbox is counted and judged exactly once,
+/// though the ends read the pages around their meeting point twice. Without either state's
+/// listing, or with an end that stopped short, sandboxes would be missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_and_paused_streams_list_every_page_of_each_and_count_each_sandbox_once() {
     let w = world(config()).await;
@@ -1576,8 +1578,9 @@ async fn running_and_paused_streams_list_every_page_of_each_and_count_each_sandb
     assert_eq!(report.fleet.running, EACH, "{:?}", report.problems);
     assert_eq!(report.fleet.paused, EACH);
     assert_eq!(report.fleet.total, 2 * EACH);
-    // Three pages of each state.
-    assert_eq!(report.pages, 6);
+    // Three pages of each state from one end; from both, four (whichever end is ahead, each
+    // reads until its last page has passed the other's).
+    assert_eq!(report.pages, 8);
     let c = &report.counts;
     assert_eq!(
         c.active
@@ -1601,5 +1604,45 @@ async fn running_and_paused_streams_list_every_page_of_each_and_count_each_sandb
             Some(state),
             "{id} was not listed as {state:?}"
         );
+    }
+}
+
+/// The two ends of a listing meet by start time. Sandboxes that started at the same instant may
+/// come in any order within it, so an end stops only once its last page is strictly past the
+/// other end's: a crowd of sandboxes sharing one start time, larger than a page and straddling
+/// where the ends meet, is still listed whole, each sandbox judged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_that_started_at_the_same_instant_where_the_ends_meet_are_all_listed() {
+    let w = world(config()).await;
+    const CROWD: i64 = 650;
+    let same = ago(hours(5));
+    let mut seeded = Vec::new();
+    // 20 older (six hours ago, a second apart), 650 sharing one start time (six and a half
+    // pages: more than the ends' pages in flight when they first reach that instant), 30 newer
+    // (four hours ago).
+    for (count, around) in [(20, Some(6)), (CROWD, None), (30, Some(4))] {
+        let seeding = (0..count).map(|i| {
+            let started = around.map_or_else(
+                || same.clone(),
+                |h| ago(hours(h) + chrono::Duration::seconds(i)),
+            );
+            w.seed(
+                json!({"templateID": "python", "state": "running", "startedAt": started,
+                "endAt": ahead(hours(10)), "profile": "idle", "metadata": {"owner": "alice"}}),
+            )
+        });
+        seeded.extend(futures::future::join_all(seeding).await);
+    }
+    let report = w.sweep(SweepMode::DryRun).await;
+    let all = (20 + CROWD + 30) as usize;
+    assert_eq!(report.fleet.running, all, "{:?}", report.problems);
+    let judged: BTreeSet<&SandboxId> = report.idle.iter().map(|s| &s.id).collect();
+    assert_eq!(
+        report.idle.len(),
+        all,
+        "a sandbox was judged twice or not at all"
+    );
+    for id in &seeded {
+        assert!(judged.contains(id), "{id} was not listed");
     }
 }
