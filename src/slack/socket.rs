@@ -879,8 +879,7 @@ async fn serve_link<S>(
             }
             () = shared.stop.cancelled() => break false,
             Some(ack) = owed.recv() => {
-                if sink.send(Message::text(ack.to_text())).await.is_err() {
-                    ack_lost(&ack);
+                if write_acks(&mut sink, ack, &mut owed).await.is_err() {
                     break true;
                 }
             }
@@ -946,6 +945,41 @@ async fn serve_link<S>(
         while let Some(Ok(_)) = stream.next().await {}
     })
     .await;
+}
+
+/// Acks written before one flush: under load many are owed at once, and one write for them all
+/// is one system call instead of one each.
+const ACKS_PER_WRITE: usize = 64;
+
+/// Writes `first` and the acks already owed after it (up to [`ACKS_PER_WRITE`]), then flushes
+/// once. On a write error every ack of the batch is reported lost: none is known to have left.
+async fn write_acks<K>(
+    sink: &mut K,
+    first: Ack,
+    owed: &mut mpsc::UnboundedReceiver<Ack>,
+) -> Result<(), ()>
+where
+    K: futures::Sink<Message> + Unpin,
+{
+    let mut batch = vec![first];
+    while batch.len() < ACKS_PER_WRITE {
+        match owed.try_recv() {
+            Ok(ack) => batch.push(ack),
+            Err(_) => break,
+        }
+    }
+    let mut written = true;
+    for ack in &batch {
+        written = sink.feed(Message::text(ack.to_text())).await.is_ok();
+        if !written {
+            break;
+        }
+    }
+    if !written || sink.flush().await.is_err() {
+        batch.iter().for_each(ack_lost);
+        return Err(());
+    }
+    Ok(())
 }
 
 /// An ack whose socket went away: Slack did not see it and delivers the envelope again.
