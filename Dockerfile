@@ -24,7 +24,7 @@ ENV CARGO_PROFILE_RELEASE_STRIP=debuginfo \
     CARGO_TERM_COLOR=never
 
 # The dependency layer: every target the manifest declares gets an empty stand-in.
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
