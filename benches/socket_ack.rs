@@ -14,7 +14,9 @@
 //!
 //! Then the harness's own floor: the same senders against a second Slack simulator whose Socket
 //! Mode client only acknowledges each envelope at once with a fixed reply, so the figure is what
-//! the page, the simulator and the WebSocket carry on these cores with no app behind them.
+//! the page, the simulator and the WebSocket carry on these cores with no app behind them; and
+//! again with Steward's own help reply as that fixed reply (the simulator reads, keeps and shows
+//! every ack's payload, and Steward's is larger), the floor to read Steward's figure against.
 //!
 //! Then what each costs Redis: with `redis-server` on the PATH the bench runs against a Redis of
 //! its own (`--port <free> --save ''`, instead of `REDIS_URL`), and counts the commands
@@ -69,8 +71,8 @@ async fn help(client: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {
 }
 
 /// The least a Socket Mode app can do: open a connection with the app token and acknowledge
-/// every envelope at once with a fixed ephemeral reply.
-async fn ack_at_once(client: reqwest::Client, api_url: String) -> anyhow::Result<()> {
+/// every envelope at once with `reply` as the ack's payload.
+async fn ack_at_once(client: reqwest::Client, api_url: String, reply: Value) -> anyhow::Result<()> {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let opened: Value = client
@@ -90,8 +92,7 @@ async fn ack_at_once(client: reqwest::Client, api_url: String) -> anyhow::Result
         };
         let envelope: Value = serde_json::from_str(&text)?;
         if let Some(id) = envelope["envelope_id"].as_str() {
-            let ack = json!({"envelope_id": id,
-                             "payload": {"response_type": "ephemeral", "text": "help"}});
+            let ack = json!({"envelope_id": id, "payload": reply});
             socket.send(Message::text(ack.to_string())).await?;
         }
     }
@@ -123,6 +124,39 @@ async fn flood(
         latencies.extend(done??);
     }
     Ok((latencies, wall.elapsed()))
+}
+
+/// The harness's own floor: the same senders against a second simulator (a fresh one, as the
+/// simulator keeps every ack it reads) whose Socket Mode client is [`ack_at_once`] with `reply`
+/// (no Redis, no handler). What is left of the loop is the page, the simulator and the WebSocket.
+async fn floor(
+    client: &reqwest::Client,
+    reply: Value,
+    requests: usize,
+    concurrency: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let floor_slack = SlackSim::start(SlackSimOptions {
+        app_token: Some(SecretString::from(APP_TOKEN)),
+        people: vec![Person {
+            id: USER.into(),
+            label: "Bench".into(),
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await?;
+    let acker = tokio::spawn(ack_at_once(client.clone(), floor_slack.api_url(), reply));
+    let floor_url = Arc::new(format!("{}/_sim/act/command", floor_slack.base_url()));
+    let started = Instant::now();
+    while help(client, &floor_url).await.is_err() {
+        anyhow::ensure!(
+            started.elapsed() < PATIENCE,
+            "the floor's client never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let flooded = flood(client, &floor_url, requests, concurrency).await;
+    acker.abort();
+    flooded
 }
 
 fn report(label: &str, mut latencies: Vec<Duration>, wall: Duration) {
@@ -207,6 +241,23 @@ async fn main() -> anyhow::Result<()> {
         latencies,
         wall.elapsed(),
     );
+    // The payload of Steward's last ack, as the simulator read it.
+    let acks: Value = client
+        .get(format!("{}/_sim/socket/acks", slack.base_url()))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let stewards_reply = acks
+        .as_array()
+        .and_then(|acks| acks.last())
+        .map(|ack| ack["payload"].clone())
+        .filter(Value::is_object)
+        .ok_or_else(|| anyhow::anyhow!("no ack with a payload was read: {acks}"))?;
+    println!(
+        "  Steward's help reply: {} bytes of JSON",
+        stewards_reply.to_string().len()
+    );
 
     let (latencies, wall) = flood(&client, &url, requests, concurrency).await?;
     report(
@@ -215,31 +266,14 @@ async fn main() -> anyhow::Result<()> {
         wall,
     );
 
-    // The harness's own floor: the same senders against a second simulator whose Socket Mode
-    // client is a few lines that acknowledge every envelope at once with a fixed reply (no
-    // Redis, no handler). What is left of the loop is the page, the simulator and the WebSocket.
-    let floor_slack = SlackSim::start(SlackSimOptions {
-        app_token: Some(SecretString::from(APP_TOKEN)),
-        people: vec![Person {
-            id: USER.into(),
-            label: "Bench".into(),
-        }],
-        ..SlackSimOptions::default()
-    })
-    .await?;
-    let acker = tokio::spawn(ack_at_once(client.clone(), floor_slack.api_url()));
-    let floor_url = Arc::new(format!("{}/_sim/act/command", floor_slack.base_url()));
-    let started = Instant::now();
-    while help(&client, &floor_url).await.is_err() {
-        anyhow::ensure!(
-            started.elapsed() < PATIENCE,
-            "the floor's client never connected"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let (latencies, wall) = flood(&client, &floor_url, requests, concurrency).await?;
+    // The harness's own floor, twice: acking with a short fixed reply, and with the very reply
+    // Steward acked the last serial help with (the simulator reads, keeps and shows each ack's
+    // payload, so a larger reply costs the harness more).
+    let fixed = json!({"response_type": "ephemeral", "text": "help"});
+    let (latencies, wall) = floor(&client, fixed, requests, concurrency).await?;
     report(&format!("floor, {concurrency} in flight"), latencies, wall);
-    acker.abort();
+    let (latencies, wall) = floor(&client, stewards_reply, requests, concurrency).await?;
+    report("floor, Steward's reply", latencies, wall);
 
     let Some(redis) = own_redis else {
         println!("  Redis per operation: skipped (no redis-server for a Redis of the bench's own)");
