@@ -33,6 +33,9 @@ pub const MAX_PAGE_LIMIT: u32 = 100;
 /// Largest E2B answer read; a bigger one (a broken proxy, a runaway listing) is refused with
 /// [`E2bError::TooLarge`] rather than held in memory.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+/// Most of an answer's announced length reserved before its bytes arrive; beyond it the body
+/// grows as they come.
+const PREALLOCATE_MAX_BYTES: u64 = 1024 * 1024;
 /// Connection set-up gets its own, shorter timeout so a dead host fails fast.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -464,9 +467,13 @@ impl E2bClient {
                 if announced.is_some_and(|n| n > limit as u64) {
                     return Ok(None);
                 }
-                // Sized once from Content-Length (already checked against the cap), rather than
-                // doubled chunk by chunk: a sweep holds dozens of metric windows at once.
-                let mut body = Vec::with_capacity(announced.map_or(0, |n| n as usize));
+                // Sized once from Content-Length rather than doubled chunk by chunk (a sweep holds
+                // dozens of metric windows at once), but only up to PREALLOCATE_MAX_BYTES: the
+                // length is the server's word, and an answer that announces the cap and sends
+                // nothing must not reserve it.
+                let mut body = Vec::with_capacity(
+                    announced.map_or(0, |n| n.min(PREALLOCATE_MAX_BYTES) as usize),
+                );
                 while let Some(chunk) = response.chunk().await? {
                     if body.len() + chunk.len() > limit {
                         return Ok(None);
