@@ -211,12 +211,14 @@ impl Judged {
 ///
 /// **A sandbox that changes state while the pass lists.** The running and the paused listings
 /// pass a given sandbox at different moments, so one paused or resumed in between may be in
-/// both listings, or in neither. In both, it is counted and judged once, in the state it had when it was first
-/// listed: every listed id is remembered for the pass and a second sighting is dropped before it
-/// is judged. In neither (paused after the running listing passed it and resumed, or resumed
-/// after the paused listing passed it, before the other listing got there) it is missing from this
-/// pass's counts, as a sandbox started during the pass is. Either way it was paused or resumed
-/// seconds ago, so it is not idle in the state it is in; the next pass sees it.
+/// both listings, or in neither. In both, it is counted and judged once, in the state it had
+/// when it was first listed: every listed id is remembered for the pass and a second sighting
+/// is dropped before it is judged (as are the sandboxes both ends of one listing read around
+/// where they met). In neither (paused after the running listing passed it and resumed, or
+/// resumed after the paused listing passed it, before the other listing got there) it is
+/// missing from this pass's counts, as a sandbox started during the pass is. Either way it was
+/// paused or resumed seconds ago, so it is not idle in the state it is in; the next pass sees
+/// it.
 async fn judge_fleet(ctx: &SweepContext, now: DateTime<Utc>) -> Result<Judged, SweepError> {
     let windows = Arc::new(Semaphore::new(ctx.window_concurrency.max(1)));
     let (_pagers, mut rx) = listing::start(&ctx.e2b, PAGES_IN_FLIGHT);
@@ -395,7 +397,7 @@ async fn judge_page(
                 // The permit bounds window reads across all pages in flight.
                 let _permit = windows.acquire().await;
                 ctx.e2b
-                    .sandbox_metric_points(&listed.sandbox_id, Some(start), Some(now))
+                    .sandbox_metrics_as::<MetricPoint>(&listed.sandbox_id, Some(start), Some(now))
                     .await
             };
             (i, seen, left_until, read)
