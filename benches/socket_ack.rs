@@ -126,6 +126,19 @@ async fn flood(
     Ok((latencies, wall.elapsed()))
 }
 
+/// A Slack simulator that takes the bench's app token and knows its one user.
+async fn slack_sim() -> anyhow::Result<SlackSim> {
+    Ok(SlackSim::start(SlackSimOptions {
+        app_token: Some(SecretString::from(APP_TOKEN)),
+        people: vec![Person {
+            id: USER.into(),
+            label: "Bench".into(),
+        }],
+        ..SlackSimOptions::default()
+    })
+    .await?)
+}
+
 /// The harness's own floor: the same senders against a second simulator (a fresh one, as the
 /// simulator keeps every ack it reads) whose Socket Mode client is [`ack_at_once`] with `reply`
 /// (no Redis, no handler). What is left of the loop is the page, the simulator and the WebSocket.
@@ -135,15 +148,7 @@ async fn floor(
     requests: usize,
     concurrency: usize,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
-    let floor_slack = SlackSim::start(SlackSimOptions {
-        app_token: Some(SecretString::from(APP_TOKEN)),
-        people: vec![Person {
-            id: USER.into(),
-            label: "Bench".into(),
-        }],
-        ..SlackSimOptions::default()
-    })
-    .await?;
+    let floor_slack = slack_sim().await?;
     let acker = tokio::spawn(ack_at_once(client.clone(), floor_slack.api_url(), reply));
     let floor_url = Arc::new(format!("{}/_sim/act/command", floor_slack.base_url()));
     let started = Instant::now();
@@ -185,15 +190,7 @@ async fn main() -> anyhow::Result<()> {
         ..SimOptions::default()
     })
     .await?;
-    let slack = SlackSim::start(SlackSimOptions {
-        app_token: Some(SecretString::from(APP_TOKEN)),
-        people: vec![Person {
-            id: USER.into(),
-            label: "Bench".into(),
-        }],
-        ..SlackSimOptions::default()
-    })
-    .await?;
+    let slack = slack_sim().await?;
     let env = steward_env([
         ("SLACK_API_URL", slack.api_url()),
         ("SLACK_BOT_TOKEN", "xoxb-bench".to_owned()),
