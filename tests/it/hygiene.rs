@@ -11,13 +11,13 @@ use sandbox_steward::cases::{
     self, CaseDraft, CaseState, DecisionOption, Event, Evidence, Opener, Subject,
 };
 use sandbox_steward::config::E2bSettings;
-use sandbox_steward::e2b::{E2bClient, RetryPolicy};
+use sandbox_steward::e2b::{E2bClient, E2bError, RetryPolicy};
 use sandbox_steward::hygiene::policy::{Exemption, Recommendation, RunState};
 use sandbox_steward::hygiene::report::{Capacity, IdleSandbox, SweepReport};
 use sandbox_steward::hygiene::schedule::SWEEP_LEASE;
 use sandbox_steward::hygiene::{
-    HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepMode, Tick, run_scheduler_observed,
-    scheduler_tick, sweep_once,
+    HygieneConfig, LoopEvent, Scheduler, SweepContext, SweepError, SweepMode, Tick,
+    run_scheduler_observed, scheduler_tick, sweep_once,
 };
 use sandbox_steward::ids::{SandboxId, SlackChannelId, SlackUserId};
 use sandbox_steward::sim::e2b::{SimOptions, SimServer};
@@ -960,9 +960,10 @@ async fn a_leader_that_dies_mid_sweep_is_replaced_when_its_lease_ends() {
     assert_eq!(w.digests().len(), 1);
 }
 
-/// A front for the fake Slack that holds the first request matching `hold` until released
-/// (so a test can act while a sweep is mid-post), and forwards everything else untouched.
-struct SlackGate {
+/// A front for a simulator (the fake Slack, or E2B's) that holds the first request matching
+/// `hold` until released (so a test can act while a sweep is mid-post or mid-listing), and
+/// forwards everything else untouched.
+struct Gate {
     url: String,
     arrived: tokio::sync::watch::Receiver<bool>,
     release: tokio::sync::watch::Sender<bool>,
@@ -980,15 +981,23 @@ struct GateState {
     http: reqwest::Client,
 }
 
-impl SlackGate {
+impl Gate {
     async fn start(
         slack: &SlackSim,
         hold: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
-    ) -> SlackGate {
+    ) -> Gate {
+        Self::in_front_of(slack.base_url(), hold).await
+    }
+
+    /// Holds the first request to `target` whose path (with its query) and body match `hold`.
+    async fn in_front_of(
+        target: String,
+        hold: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+    ) -> Gate {
         let (arrived_tx, arrived) = tokio::sync::watch::channel(false);
         let (release, release_rx) = tokio::sync::watch::channel(false);
         let state = Arc::new(GateState {
-            target: slack.base_url(),
+            target,
             hold: Box::new(hold),
             taken: Default::default(),
             arrived: arrived_tx,
@@ -999,7 +1008,7 @@ impl SlackGate {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        SlackGate {
+        Gate {
             url,
             arrived,
             release,
@@ -1022,7 +1031,7 @@ impl SlackGate {
         let mut arrived = self.arrived.clone();
         tokio::time::timeout(Duration::from_secs(20), arrived.wait_for(|a| *a))
             .await
-            .expect("the gated Slack call never arrived")
+            .expect("the gated call never arrived")
             .unwrap();
     }
 
@@ -1101,7 +1110,7 @@ async fn one_failed_lease_renewal_is_retried_and_the_sweep_goes_on() {
     w.idle_running(None).await;
     let latest = last_sweep_was(&w, 1).await;
     // Hold the digest post, so the sweep is still running while its lease is sabotaged.
-    let gate = SlackGate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
+    let gate = Gate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
     let mut s = w.scheduler("replica-a");
     s.sweep.slack = gate.client();
     s.lease_ttl = Duration::from_secs(6);
@@ -1156,7 +1165,7 @@ async fn a_leader_that_loses_its_lease_mid_post_stops_and_the_digest_is_never_po
     let b_id = w.idle_running(None).await;
     let latest = last_sweep_was(&w, 1).await;
     // Let the digest through, hold the first post in its thread (an owner heading).
-    let gate = SlackGate::start(&w.slack, |path, body| {
+    let gate = Gate::start(&w.slack, |path, body| {
         path.ends_with("chat.postMessage") && body.contains("\"thread_ts\":\"")
     })
     .await;
@@ -1447,7 +1456,7 @@ async fn a_leader_that_loses_its_lease_while_posting_the_digest_still_records_it
     let id = w.idle_running(None).await;
     let latest = last_sweep_was(&w, 1).await;
     // Hold the digest itself.
-    let gate = SlackGate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
+    let gate = Gate::start(&w.slack, |path, _| path.ends_with("chat.postMessage")).await;
     let mut leader = w.scheduler("replica-a");
     leader.sweep.slack = gate.client();
     leader.lease_ttl = Duration::from_millis(900);
@@ -1645,4 +1654,45 @@ async fn sandboxes_that_started_at_the_same_instant_where_the_ends_meet_are_all_
     for id in &seeded {
         assert!(judged.contains(id), "{id} was not listed");
     }
+}
+
+/// An end of a listing that E2B refuses (here a 429 on the oldest-first end, after the
+/// newest-first end has read every page) fails the pass with E2B's answer: it is never taken
+/// for the two ends having met, and no partial fleet is reported as the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_page_of_the_oldest_first_end_fails_the_pass() {
+    let w = world(config()).await;
+    // A page and a half of running sandboxes, no paused ones: the newest-first end reads two
+    // pages, and the oldest-first end starts after the first.
+    for _ in 0..15 {
+        futures::future::join_all((0..10).map(|_| w.idle_running(None))).await;
+    }
+    let gate = Gate::in_front_of(w.sim.base_url(), |path, _| {
+        path.starts_with("/v2/sandboxes?") && path.contains("order=asc")
+    })
+    .await;
+    let mut settings = E2bSettings::for_url(&gate.url, "e2b_test_key");
+    settings.team_id = Some(w.sim.team_id().to_owned());
+    let ctx = SweepContext {
+        e2b: E2bClient::new(&settings)
+            .unwrap()
+            .with_retry_policy(RetryPolicy::none()),
+        ..w.ctx.clone()
+    };
+    let hooks = w.sim.hooks();
+    let sweep = tokio::spawn(async move { sweep_once(&ctx, Utc::now(), SweepMode::DryRun).await });
+    gate.held().await;
+    // The other three list calls (running newest first, both pages; paused, one) are done:
+    // the held one is all that is left of the listing.
+    crate::common::wait_until("the newest-first ends have read every page", || async {
+        (hooks.calls_of("list").await.unwrap() == 3).then_some(())
+    })
+    .await;
+    hooks.fault(Some("list"), 429, 1, 1).await.unwrap();
+    gate.open();
+    let failed = sweep.await.unwrap();
+    let Err(SweepError::Listing(e)) = &failed else {
+        panic!("the pass went on without the oldest-first end: {failed:?}");
+    };
+    assert!(matches!(e, E2bError::RateLimited { .. }), "{e:?}");
 }
