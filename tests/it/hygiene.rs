@@ -363,8 +363,9 @@ async fn idle_sandboxes_are_raised_with_the_right_recommendations_and_evidence()
         "{:?}",
         report.capacity
     );
-    // One list page per state (running and paused are two streams), one batch for the running
-    // page (the paused page has no running sandbox to ask about), one window per running
+    // One list page per state (running and paused are listed apart; a one-page state from one
+    // end only), one batch for the running page (the paused page has no running sandbox to ask
+    // about), one window per running
     // candidate (idle, ending, and the grower, whose latest CPU is under its own threshold),
     // three team calls. Paused sandboxes and busy ones cost no window.
     assert_eq!(report.e2b_calls, 2 + 1 + 3 + 3, "{report:#?}");
