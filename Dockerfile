@@ -18,13 +18,14 @@ ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 FROM ${RUST_IMAGE} AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /build
-# Symbols stay for readable backtraces; debug info goes, which halves the binary.
-ENV CARGO_PROFILE_RELEASE_STRIP=debuginfo \
-    CARGO_PROFILE_RELEASE_DEBUG=false \
-    CARGO_TERM_COLOR=never
+# The release profile exactly as Cargo.toml has it: any change to it (CARGO_PROFILE_RELEASE_*)
+# changes every function's symbol name, and the linker could no longer find the ones
+# link/steward.order lays out together (build.rs). Debug info is stripped after the build instead.
+ENV CARGO_TERM_COLOR=never
 
 # The dependency layer: every target the manifest declares gets an empty stand-in.
 COPY Cargo.toml Cargo.lock build.rs ./
+COPY link ./link
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
@@ -39,7 +40,8 @@ COPY src ./src
 COPY templates ./templates
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin steward \
-    && install -D -m 0755 target/release/steward /out/steward
+    && mkdir -p /out \
+    && strip --strip-debug -o /out/steward target/release/steward
 
 FROM ${RUNTIME_IMAGE}
 # CA certificates for HTTPS to Slack, E2B and GitHub (Steward trusts the system's roots beside

@@ -10,7 +10,9 @@
 # fresh key prefix; its own RSS is what is printed. `steward demo --port 0` holds the simulators,
 # Steward and the in-memory store in one process, so its figure includes all of them. Uses
 # target/release/steward unless STEWARD_BIN names another build (build it with
-# `cargo build --release --locked`). SERVE_WAIT / DEMO_WAIT change the waits (seconds).
+# `cargo build --release --locked`). SERVE_WAIT / DEMO_WAIT change the waits (seconds). First it
+# says how many of link/steward.order's names the build has (all of them, when the order was made
+# from this tree: see build.rs and scripts/symbol-order).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${STEWARD_BIN:-target/release/steward}"
@@ -29,6 +31,17 @@ bench_scratch steward-idle-rss
 status_of() {
   awk '/^VmRSS|^VmHWM|^RssAnon|^RssFile|^Threads/ {printf "%s %s %s  ", $1, $2, $3} END {print ""}' "/proc/$1/status"
 }
+
+# How much of link/steward.order (build.rs) this build has: names the executable does not define
+# were left where the linker would put them anyway, and their code is spread out again.
+if command -v nm >/dev/null && [ -f link/steward.order ]; then
+  found=$(grep -v '^#' link/steward.order | sort -u \
+    | comm -12 - <(nm --defined-only "$BIN" 2>/dev/null | awk 'NF == 3 {print $3}' | sort -u) | wc -l)
+  first=$(awk '!/^#/ {print; exit}' link/steward.order)
+  laid=$(nm -n --defined-only "$BIN" 2>/dev/null | awk '$2 ~ /^[tTwW]$/ && !seen {print $3; seen = 1}')
+  if [ "$first" = "$laid" ]; then laid="laid out first"; else laid="NOT laid out first (build.rs did not pass the file)"; fi
+  echo "symbol order: $found of $(grep -vc '^#' link/steward.order) names of link/steward.order are in $BIN, $laid"
+fi
 
 for which in $WHICH; do
   case "$which" in

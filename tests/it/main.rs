@@ -11,6 +11,7 @@ mod api_edge;
 mod api_runs;
 mod api_tenancy;
 mod approvals;
+mod build_script;
 mod cards;
 mod chaos;
 mod check;
