@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::context::SweepError;
 use crate::e2b::paging::{PageGuard, PageStep};
@@ -46,7 +47,7 @@ pub(super) fn start(
     e2b: &E2bClient,
     capacity: usize,
 ) -> (
-    Vec<AbortOnDrop<()>>,
+    Vec<AbortOnDropHandle<()>>,
     mpsc::Receiver<Result<Paged, SweepError>>,
 ) {
     let (tx, rx) = mpsc::channel(capacity);
@@ -54,37 +55,20 @@ pub(super) fn start(
     for state in STATES {
         let ends = Arc::new(Mutex::new(Ends::default()));
         let (go, wait) = oneshot::channel();
-        pagers.push(AbortOnDrop(tokio::spawn(list_pages(
-            e2b.clone(),
-            Pager {
+        for (order, start) in [
+            (Order::Desc, Start::Now(Some(go))),
+            (Order::Asc, Start::WhenTold(wait)),
+        ] {
+            let pager = Pager {
                 state,
-                order: Order::Desc,
+                order,
                 ends: ends.clone(),
-            },
-            Start::Now(Some(go)),
-            tx.clone(),
-        ))));
-        pagers.push(AbortOnDrop(tokio::spawn(list_pages(
-            e2b.clone(),
-            Pager {
-                state,
-                order: Order::Asc,
-                ends,
-            },
-            Start::WhenTold(wait),
-            tx.clone(),
-        ))));
+            };
+            let task = list_pages(e2b.clone(), pager, start, tx.clone());
+            pagers.push(AbortOnDropHandle::new(tokio::spawn(task)));
+        }
     }
     (pagers, rx)
-}
-
-/// Aborts a spawned task when dropped, so a cancelled sweep leaves nothing running.
-pub(super) struct AbortOnDrop<T>(pub(super) tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How far each end of one state's listing has read: the start time of the last sandbox of
